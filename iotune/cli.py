@@ -1,0 +1,260 @@
+"""The `iotune` command line: parse, call the library, render, and map
+IotuneError to exit codes. Nothing else in iotune imports this module."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from . import __version__
+from .errors import IotuneError, UsageError
+from .model.run import RecordFormatError, TraceRun
+from .model.runfile import load_run, save_run
+from .model.units import parse_size
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class CliError(click.ClickException):
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def library_errors(fn: F) -> F:
+    """Turn library exceptions into clean messages and exit codes."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except IotuneError as e:
+            raise CliError(str(e), e.exit_code) from None
+        except RecordFormatError as e:
+            raise CliError(f"cannot load run: {e}", 2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+class SizeType(click.ParamType):
+    name = "SIZE"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_size(str(value))
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+SIZE = SizeType()
+
+
+def output_options(fn: F) -> F:
+    """--json and --block-size, shared by every command that renders a run."""
+    fn = click.option("--json", "as_json", is_flag=True,
+                      help="Print the run as JSON on stdout (and nothing else there).")(fn)
+    fn = click.option("--block-size", type=SIZE, default=None, metavar="SIZE",
+                      help="Block size for the I/O-pattern table, e.g. 512K (the DeepSpeed aio "
+                           "block_size). Default: each device's dominant request size.")(fn)
+    fn = click.option("--width", type=click.IntRange(60, 400), default=None,
+                      help="Report width in columns (default: the terminal's, at least 120).")(fn)
+    return fn
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="iotune")
+def cli() -> None:
+    """Profile and tune storage I/O for LLM training that offloads to NVMe.
+
+    \b
+    Start with:
+      sudo iotune doctor                       check prerequisites
+      sudo iotune demo                         trace a built-in offload-like workload
+      sudo iotune trace -- deepspeed train.py  trace your own job
+      iotune report iotune-runs/<run>          show a saved run again
+    """
+
+
+def emit(run: TraceRun, as_json: bool, block_size: int | None, width: int | None) -> None:
+    from .render.console import ConsoleRenderer
+    from .render.json import JsonRenderer
+
+    if as_json:
+        click.echo(JsonRenderer(block_size).render(run), nl=False)
+        return
+    w = width or max(120, shutil.get_terminal_size().columns)
+    click.echo(ConsoleRenderer(width=w, color=sys.stdout.isatty(), block_size_bytes=block_size).render(run),
+               nl=False)
+
+
+def progress_printer() -> Callable[[float, int, int, int, int], None] | None:
+    if not sys.stderr.isatty():
+        return None
+    from .render.units import seconds, volume
+
+    def show(elapsed: float, rb: int, wb: int, rr: int, wr: int) -> None:
+        sys.stderr.write(f"\r\x1b[2Ktracing · {seconds(elapsed)} · read {volume(rb)} ({rr:,} req) · "
+                         f"written {volume(wb)} ({wr:,} req)")
+        sys.stderr.flush()
+
+    return show
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("-d", "--device", "devices", multiple=True, metavar="DEV",
+              help="Trace only this block device: name (loop0), /dev path or MAJ:MIN. Repeatable.")
+@click.option("-p", "--path", "paths", multiple=True, metavar="PATH",
+              help="Trace the device(s) holding PATH, e.g. your nvme_path (btrfs: every member). Repeatable.")
+@click.option("--with-lower", is_flag=True,
+              help="Also trace what the chosen devices sit on (a loop device's backing disk), "
+                   "reported separately and never added to totals.")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None, metavar="S",
+              help="No command: trace for S seconds (Ctrl-C ends early).")
+@click.option("--interval", type=click.FloatRange(0.01, 3600), default=1.0, show_default=True, metavar="S",
+              help="Timeline resolution in seconds.")
+@click.option("--linger", type=click.FloatRange(0, 3600), default=0.0, metavar="S",
+              help="Keep tracing S seconds after the command ends (to catch delayed writeback).")
+@click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Save the run here (default: ./iotune-runs/<time>-<command>).")
+@click.option("--no-save", is_flag=True, help="Do not save the run.")
+@click.option("--as-root", is_flag=True,
+              help="Under sudo, run the command as root (default: as the user who ran sudo).")
+@output_options
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@library_errors
+def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, duration: float | None,
+          interval: float, linger: float, out: Path | None, no_save: bool, as_root: bool,
+          as_json: bool, block_size: int | None, width: int | None, command: tuple[str, ...]) -> None:
+    """Trace block I/O of COMMAND (or of a time window) with eBPF.
+
+    Every request on the chosen devices is counted in the kernel: exact sizes,
+    latency, in-flight depth, sequential share, and a timeline. The command's
+    exit status becomes iotune's; Ctrl-C stops it and still saves the run.
+
+    \b
+    Examples:
+      sudo iotune trace -- deepspeed train.py --deepspeed ds_config.json
+      sudo iotune trace --path /mnt/nvme/swap -- python train.py
+      sudo iotune trace -d loop0 -- fio --name=w --filename=/dev/loop0 --rw=write --bs=512k --size=64m --direct=1
+      sudo iotune trace --duration 30 --json > window.json
+    """
+    from .blockdev.devices import devices_for_path, lower_devices, resolve_device
+    from .trace.child import sudo_user
+    from .trace.session import TraceOptions, default_run_dir, trace_command, trace_window
+
+    argv = list(command)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if argv and duration is not None:
+        raise UsageError("give either a command or --duration, not both")
+    if not argv and duration is None:
+        raise UsageError("nothing to trace: give a command after `--` (iotune trace -- CMD ARGS...) "
+                         "or a window with --duration S")
+    chosen = [resolve_device(d) for d in devices]
+    for p in paths:
+        chosen += devices_for_path(p)
+    if with_lower:
+        chosen += [low for dev in list(chosen) for low in lower_devices(dev)]
+    chosen = list(dict.fromkeys(chosen))
+    opts = TraceOptions(devices=tuple(chosen), interval_s=interval, linger_s=linger,
+                        run_as=None if as_root else sudo_user(), stdout_to_stderr=as_json)
+    progress = progress_printer()
+    run = trace_command(argv, opts, progress) if argv else trace_window(duration or 0, opts, progress)
+    if progress:
+        sys.stderr.write("\r\x1b[2K")
+    if not no_save:
+        where = out or Path(default_run_dir("iotune-runs", argv))
+        save_run(run, where)
+        _chown_to_sudo_user(where)
+        click.echo(f"saved {where}  (iotune report {where})", err=True)
+    emit(run, as_json, block_size, width)
+    if run.exit_status:
+        sys.exit(run.exit_status)
+
+
+def _chown_to_sudo_user(path: Path) -> None:
+    """A run saved under sudo belongs to the user who ran sudo."""
+    uid, gid = os.environ.get("SUDO_UID"), os.environ.get("SUDO_GID")
+    if os.geteuid() != 0 or not uid or not gid:
+        return
+    for p in [path, *path.iterdir()]:
+        try:
+            os.chown(p, int(uid), int(gid))
+        except OSError:
+            pass
+
+
+@cli.command()
+@click.argument("run_path", metavar="RUN", type=click.Path(path_type=Path))
+@output_options
+@library_errors
+def report(run_path: Path, as_json: bool, block_size: int | None, width: int | None) -> None:
+    """Show a saved run again (RUN is its directory or run.json)."""
+    emit(load_run(run_path), as_json, block_size, width)
+
+
+@cli.command()
+@click.option("--fix", is_flag=True, help="Apply the safe fixes (mount tracefs, link headers and bcc, apt-get install).")
+@click.option("--path", "odirect_path", type=click.Path(), default=None, metavar="DIR",
+              help="Also check that DIR (your nvme_path) supports O_DIRECT.")
+@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
+@library_errors
+def doctor(fix: bool, odirect_path: str | None, as_json: bool) -> None:
+    """Check every prerequisite and print the fix for each failure."""
+    from .doctor.checks import run_checks
+    from .doctor.fixes import apply_fixes
+    from .render.doctor import render_checks
+
+    results = run_checks(odirect_path)
+    if fix:
+        for line in apply_fixes(results):
+            click.echo(f"fixed: {line}", err=True)
+        results = run_checks(odirect_path)
+    if as_json:
+        click.echo(json.dumps([r.to_json() for r in results], indent=1))
+    else:
+        click.echo(render_checks(results), nl=False)
+    if not all(r.ok for r in results):
+        sys.exit(1)
+
+
+@cli.command()
+@click.option("--dir", "workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the scratch drive's image goes (default: a temporary directory).")
+@click.option("--cap", type=SIZE, default=200_000_000, show_default=True, metavar="BYTES/S",
+              help="Bandwidth cap of the scratch drive in bytes/s (e.g. 200MB); 0 for none.")
+@click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Save the run here (default: ./iotune-runs/<time>-demo).")
+@output_options
+@library_errors
+def demo(workdir: Path | None, cap: int, out: Path | None, as_json: bool, block_size: int | None,
+         width: int | None) -> None:
+    """Trace a built-in offload-like workload on a capped scratch drive.
+
+    Creates a loop drive over a file (direct I/O, bandwidth-capped with
+    cgroup blkio, like an NVMe drive with a known limit), runs fio writing and
+    reading tensor-sized swap files with 512 KiB O_DIRECT requests, as
+    DeepSpeed's swapper does, traces it, and prints the report. Everything it
+    creates is removed afterwards, also on Ctrl-C.
+    """
+    from .demo import run_demo
+
+    run = run_demo(workdir, cap, lambda msg: click.echo(msg, err=True))
+    where = out or Path("iotune-runs") / f"{run.started_at.replace(':', '')[:15]}-demo"
+    save_run(run, where)
+    click.echo(f"saved {where}  (iotune report {where})", err=True)
+    emit(run, as_json, block_size or 512 * 1024, width)
+
+
+def main() -> None:
+    cli(prog_name="iotune")

@@ -1,0 +1,160 @@
+"""Prerequisite checks. Each returns a CheckResult; fixes are separate
+functions so `--fix` applies only what is safe (mounts, links, apt installs)."""
+
+from __future__ import annotations
+
+import errno
+import importlib.util
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from ..model.checks import CheckResult
+from ..trace import kernel
+
+APT_FIX = "apt-get install -y {pkgs}"
+
+
+def check_privileges() -> CheckResult:
+    missing = kernel.missing_privileges()
+    if missing:
+        return CheckResult("privileges", "fail", f"missing {missing}",
+                           "run as root: sudo iotune ...")
+    return CheckResult("privileges", "ok", "root (CAP_SYS_ADMIN)" if os.geteuid() == 0 else "CAP_BPF + CAP_PERFMON")
+
+
+def check_btf() -> CheckResult:
+    p = Path("/sys/kernel/btf/vmlinux")
+    if p.exists():
+        return CheckResult("BTF", "ok", str(p))
+    return CheckResult("BTF", "warn", "no /sys/kernel/btf/vmlinux (bcc tracepoint probes work without it)")
+
+
+def check_tracefs() -> CheckResult:
+    ev = kernel.tracefs_events()
+    if ev:
+        return CheckResult("tracefs", "ok", str(ev.parent))
+    return CheckResult("tracefs", "fail", "tracefs is not mounted",
+                       "mount -t tracefs nodev /sys/kernel/tracing", fixable=True)
+
+
+def check_tracepoints() -> CheckResult:
+    ev = kernel.tracefs_events()
+    if ev is None:
+        return CheckResult("block tracepoints", "skip", "needs tracefs")
+    need = ("block_rq_issue", "block_rq_complete")
+    missing = [t for t in need if not (ev / "block" / t / "format").exists()]
+    if missing:
+        return CheckResult("block tracepoints", "fail", f"missing {', '.join(missing)}",
+                           "use a kernel with CONFIG_BLK_DEV_IO_TRACE / block tracepoints")
+    return CheckResult("block tracepoints", "ok", ", ".join(need))
+
+
+def check_headers() -> CheckResult:
+    d = kernel.headers_dir()
+    if d:
+        return CheckResult("kernel headers", "ok", str(d.resolve()))
+    have = sorted(Path("/usr/src").glob("linux-headers-*-amd64")) if Path("/usr/src").is_dir() else []
+    if have:
+        return CheckResult("kernel headers", "fail",
+                           f"none for {platform.release()}; {have[-1].name} is installed",
+                           f"link /lib/modules/{platform.release()}/{{build,source}} to {have[-1]}",
+                           fixable=True)
+    return CheckResult("kernel headers", "fail", f"none for {platform.release()}",
+                       APT_FIX.format(pkgs="linux-headers-amd64"), fixable=True)
+
+
+def check_bcc_import() -> CheckResult:
+    if importlib.util.find_spec("bcc") is not None:
+        return CheckResult("bcc importable", "ok", "bcc Python bindings found")
+    if kernel.SYSTEM_BCC.is_dir():
+        return CheckResult("bcc importable", "fail", "installed for the system Python only",
+                           f"link {kernel.SYSTEM_BCC} into this Python's site-packages", fixable=True)
+    return CheckResult("bcc importable", "fail", "python3-bpfcc not installed",
+                       APT_FIX.format(pkgs="python3-bpfcc bpfcc-tools"), fixable=True)
+
+
+def check_bcc_compile() -> CheckResult:
+    from ..trace.probe import BlockProbe, ProbeConfig
+
+    try:
+        with BlockProbe(ProbeConfig()):
+            pass
+    except Exception as e:   # any failure here is the finding
+        return CheckResult("bcc compiles probe", "fail", str(e).split(";")[0],
+                           "fix the checks above, then rerun `iotune doctor`")
+    return CheckResult("bcc compiles probe", "ok", "probes/blockio.c compiled and attached")
+
+
+def check_fio() -> CheckResult:
+    exe = shutil.which("fio")
+    if not exe:
+        return CheckResult("fio", "fail", "not on PATH", APT_FIX.format(pkgs="fio"), fixable=True)
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False)
+    return CheckResult("fio", "ok", f"{out.stdout.strip()} ({exe})")
+
+
+def check_libaio() -> CheckResult:
+    if Path("/usr/include/libaio.h").exists():
+        return CheckResult("libaio-dev", "ok", "/usr/include/libaio.h (DeepSpeed async_io builds)")
+    return CheckResult("libaio-dev", "fail", "libaio.h missing: DeepSpeed's async_io op cannot build",
+                       APT_FIX.format(pkgs="libaio-dev"), fixable=True)
+
+
+def check_blkio_cgroup() -> CheckResult:
+    p = Path("/sys/fs/cgroup/blkio/blkio.throttle.read_bps_device")
+    if p.exists():
+        return CheckResult("cgroup v1 blkio", "ok", "throttling available (capped test drives)")
+    return CheckResult("cgroup v1 blkio", "warn", "not mounted: capped loop drives unavailable")
+
+
+def check_loop() -> CheckResult:
+    if shutil.which("losetup") and Path("/dev/loop-control").exists():
+        return CheckResult("loop devices", "ok", "/dev/loop-control")
+    return CheckResult("loop devices", "warn", "no /dev/loop-control: scratch drives unavailable")
+
+
+def check_direct_io(path: str) -> CheckResult:
+    """Can DeepSpeed's swapper open files with O_DIRECT under `path`?"""
+    name = f"O_DIRECT on {path}"
+    if not os.path.isdir(path):
+        return CheckResult(name, "fail", "not a directory", "give an existing directory with --path")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path, prefix=".iotune-odirect-")
+        os.close(fd)
+    except OSError as e:
+        return CheckResult(name, "fail", f"cannot create a file: {e.strerror}", "choose a writable directory")
+    try:
+        fd = os.open(tmp, os.O_RDWR | os.O_DIRECT)
+        os.close(fd)
+    except OSError as e:
+        reason = "filesystem does not support O_DIRECT" if e.errno == errno.EINVAL else e.strerror
+        return CheckResult(name, "fail", reason,
+                           "put nvme_path on ext4, xfs or btrfs on a block device (not tmpfs/overlay)")
+    finally:
+        os.unlink(tmp)
+    return CheckResult(name, "ok", "O_DIRECT open works")
+
+
+def check_deepspeed() -> CheckResult:
+    if importlib.util.find_spec("deepspeed") is None:
+        return CheckResult("deepspeed", "skip", "not installed (needed for training workloads)")
+    return CheckResult("deepspeed", "ok", "importable")
+
+
+CHECKS: tuple[Callable[[], CheckResult], ...] = (
+    check_privileges, check_btf, check_tracefs, check_tracepoints, check_headers,
+    check_bcc_import, check_bcc_compile, check_fio, check_libaio, check_blkio_cgroup,
+    check_loop, check_deepspeed,
+)
+
+
+def run_checks(direct_io_path: str | None = None) -> list[CheckResult]:
+    results = [c() for c in CHECKS]
+    if direct_io_path:
+        results.append(check_direct_io(direct_io_path))
+    return results

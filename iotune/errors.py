@@ -1,0 +1,40 @@
+"""Errors iotune raises. Each message says what to do next; only cli.py turns
+them into exit codes."""
+
+from __future__ import annotations
+
+
+class IotuneError(Exception):
+    """A problem the user can fix; the message names the fix."""
+
+    exit_code: int = 1
+
+
+class UsageError(IotuneError):
+    """Bad input: an option value, a device name, a path."""
+
+    exit_code = 2
+
+
+class PrivilegeError(IotuneError):
+    """Not allowed to load BPF programs or touch devices."""
+
+
+class ProbeError(IotuneError):
+    """bcc could not compile or attach a probe."""
+
+
+class CommandNotFound(IotuneError):
+    """The traced command does not exist (exit 127, like a shell)."""
+
+    exit_code = 127
+
+
+class CommandNotExecutable(IotuneError):
+    """The traced command exists but cannot be run (exit 126, like a shell)."""
+
+    exit_code = 126
+
+
+class RecordError(IotuneError):
+    """A saved run cannot be read."""

@@ -1,0 +1,189 @@
+"""A trace run: what the block probes saw, per device and direction.
+
+`TraceRun.to_json()` / `TraceRun.from_json()` round-trip; `from_json` loads
+records written by older iotune versions (missing fields take defaults) and
+refuses records from a newer schema with a message saying so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+# Index = OP_* in probes/blockio.h.
+OPS: tuple[str, ...] = ("read", "write", "flush", "discard", "other")
+
+
+class RecordFormatError(ValueError):
+    """A record that cannot be loaded; the message says why."""
+
+
+def _int_keys(d: dict[str, Any] | None) -> dict[int, int]:
+    return {int(k): int(v) for k, v in (d or {}).items()}
+
+
+def _str_keys(d: dict[int, int]) -> dict[str, int]:
+    return {str(k): v for k, v in sorted(d.items())}
+
+
+def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    """Only the keys `cls` knows: newer minor fields are ignored on load."""
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+@dataclass(frozen=True)
+class DirectionStats:
+    """Requests of one direction (read, write, flush, ...) on one device."""
+
+    op: str
+    requests: int = 0
+    bytes: int = 0
+    sequential: int = 0
+    meta: int = 0
+    completed: int = 0
+    lat_sum_ns: int = 0
+    errors: int = 0
+    sizes: dict[int, int] = field(default_factory=dict)       # size_bytes -> count
+    size_log2: dict[int, int] = field(default_factory=dict)   # log2 slot -> count
+    lat_slots: dict[int, int] = field(default_factory=dict)   # log-linear ns slot -> count
+    depth: dict[int, int] = field(default_factory=dict)       # in-flight at issue -> count
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "op": self.op, "requests": self.requests, "bytes": self.bytes,
+            "sequential": self.sequential, "meta": self.meta,
+            "completed": self.completed, "lat_sum_ns": self.lat_sum_ns,
+            "errors": self.errors,
+            "sizes": _str_keys(self.sizes), "size_log2": _str_keys(self.size_log2),
+            "lat_slots": _str_keys(self.lat_slots), "depth": _str_keys(self.depth),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DirectionStats:
+        d = _known(cls, data)
+        for key in ("sizes", "size_log2", "lat_slots", "depth"):
+            d[key] = _int_keys(d.get(key))
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class DeviceStats:
+    """One block device. `lower_of` names the traced devices whose I/O this
+    device carries again (a loop device's backing disk, an md member): such a
+    device is reported but left out of totals, so nothing is counted twice."""
+
+    major: int
+    minor: int
+    name: str
+    directions: dict[str, DirectionStats] = field(default_factory=dict)
+    lower_of: tuple[str, ...] = ()
+    description: str = ""
+
+    @property
+    def is_lower(self) -> bool:
+        return bool(self.lower_of)
+
+    def direction(self, op: str) -> DirectionStats:
+        return self.directions.get(op) or DirectionStats(op=op)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "major": self.major, "minor": self.minor, "name": self.name,
+            "description": self.description, "lower_of": list(self.lower_of),
+            "directions": {op: s.to_json() for op, s in self.directions.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DeviceStats:
+        d = _known(cls, data)
+        d["lower_of"] = tuple(d.get("lower_of", ()))
+        d["directions"] = {
+            op: DirectionStats.from_json(s) for op, s in d.get("directions", {}).items()
+        }
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class TimelinePoint:
+    """Requests and bytes issued on one device in one interval."""
+
+    t_s: float      # start of the interval, seconds since the trace began
+    device: str
+    op: str
+    requests: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    kernel: str = ""
+    hostname: str = ""
+    iotune_version: str = ""
+    bcc_version: str = ""
+
+
+@dataclass(frozen=True)
+class TraceRun:
+    """Everything one `iotune trace` collected."""
+
+    run_id: str
+    started_at: str                  # ISO 8601, UTC
+    duration_s: float
+    interval_s: float = 1.0
+    command: tuple[str, ...] = ()    # empty for a --duration window
+    exit_status: int | None = None   # the traced command's, shell-style (128+N for signal N)
+    outcome: str = "completed"       # completed | failed | interrupted | window
+    device_filter: tuple[str, ...] = ()   # empty: every device
+    devices: tuple[DeviceStats, ...] = ()
+    timeline: tuple[TimelinePoint, ...] = ()
+    drops: dict[str, int] = field(default_factory=dict)
+    host: HostInfo = field(default_factory=HostInfo)
+    schema: int = SCHEMA_VERSION
+
+    def device(self, name: str) -> DeviceStats | None:
+        return next((d for d in self.devices if d.name == name), None)
+
+    def with_timeline(self, timeline: tuple[TimelinePoint, ...]) -> TraceRun:
+        return replace(self, timeline=timeline)
+
+    def to_json(self, include_timeline: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "schema": self.schema, "run_id": self.run_id,
+            "started_at": self.started_at, "duration_s": self.duration_s,
+            "interval_s": self.interval_s, "command": list(self.command),
+            "exit_status": self.exit_status, "outcome": self.outcome,
+            "device_filter": list(self.device_filter),
+            "devices": [d.to_json() for d in self.devices],
+            "drops": dict(self.drops), "host": vars(self.host).copy(),
+        }
+        if include_timeline:
+            out["timeline"] = [vars(p).copy() for p in self.timeline]
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TraceRun:
+        if not isinstance(data, dict):
+            raise RecordFormatError("not a trace record: expected a JSON object")
+        schema = data.get("schema", 1)
+        if not isinstance(schema, int) or schema > SCHEMA_VERSION:
+            raise RecordFormatError(
+                f"record schema {schema} is newer than this iotune understands "
+                f"({SCHEMA_VERSION}); upgrade iotune to read it"
+            )
+        missing = [k for k in ("run_id", "started_at", "duration_s") if k not in data]
+        if missing:
+            raise RecordFormatError(f"not a trace record: missing {', '.join(missing)}")
+        d = _known(cls, data)
+        d["schema"] = SCHEMA_VERSION
+        d["command"] = tuple(d.get("command", ()))
+        d["device_filter"] = tuple(d.get("device_filter", ()))
+        d["devices"] = tuple(DeviceStats.from_json(x) for x in d.get("devices", ()))
+        d["timeline"] = tuple(
+            TimelinePoint(**_known(TimelinePoint, p)) for p in d.get("timeline", ())
+        )
+        d["host"] = HostInfo(**_known(HostInfo, d.get("host") or {}))
+        d["drops"] = {str(k): int(v) for k, v in (d.get("drops") or {}).items()}
+        return cls(**d)

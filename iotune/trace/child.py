@@ -1,0 +1,123 @@
+"""Running the traced command: as the invoking user under sudo, exit status
+passed through shell-style, signals forwarded."""
+
+from __future__ import annotations
+
+import functools
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+
+from ..errors import CommandNotExecutable, CommandNotFound, UsageError
+
+
+@dataclass(frozen=True)
+class RunAs:
+    uid: int
+    gid: int
+    user: str
+    home: str
+    groups: tuple[int, ...]
+
+
+def sudo_user() -> RunAs | None:
+    """The user who ran `sudo iotune ...`, if that is how we were started."""
+    name = os.environ.get("SUDO_USER")
+    if os.geteuid() != 0 or not name or name == "root":
+        return None
+    try:
+        pw = pwd.getpwnam(name)
+    except KeyError:
+        return None
+    return RunAs(pw.pw_uid, pw.pw_gid, name, pw.pw_dir, tuple(os.getgrouplist(name, pw.pw_gid)))
+
+
+def start(argv: list[str], run_as: RunAs | None, stdout_to_stderr: bool,
+          cgroup: str | None = None) -> subprocess.Popen[bytes]:
+    """Start the traced command. With `cgroup` (a cgroup v1 directory), the
+    child joins it before exec, so all of its I/O is governed by it."""
+    if not argv:
+        raise UsageError("no command given: use `iotune trace -- CMD ARGS...` or `--duration S`")
+    exe = argv[0]
+    if "/" not in exe and shutil.which(exe) is None:
+        raise CommandNotFound(f"command not found: {exe} (check the name, or give its full path)")
+    env = None
+    kwargs: dict[str, object] = {}
+    if run_as is not None:
+        env = dict(os.environ, HOME=run_as.home, USER=run_as.user, LOGNAME=run_as.user)
+        kwargs = {"user": run_as.uid, "group": run_as.gid, "extra_groups": list(run_as.groups)}
+    if cgroup is not None:
+        kwargs["preexec_fn"] = functools.partial(_join_cgroup, cgroup)
+    try:
+        return subprocess.Popen(
+            argv, env=env, stdout=2 if stdout_to_stderr else None, **kwargs  # type: ignore[call-overload]
+        )
+    except FileNotFoundError:
+        raise CommandNotFound(f"command not found: {exe} (check the name, or give its full path)") from None
+    except PermissionError:
+        raise CommandNotExecutable(f"cannot execute {exe}: permission denied (is it executable?)") from None
+
+
+def _join_cgroup(cgroup: str) -> None:
+    with open(os.path.join(cgroup, "cgroup.procs"), "w") as fh:
+        fh.write(str(os.getpid()))
+
+
+def exit_status(returncode: int) -> int:
+    """Shell-style status: a child killed by signal N gives 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class Interrupts:
+    """SIGINT/SIGTERM handling while a child runs.
+
+    SIGTERM is forwarded at once. A SIGINT from the terminal reaches the child
+    too (same process group); if the child is still running a second later it
+    gets SIGINT from us, a second Ctrl-C sends SIGTERM and a third SIGKILL.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first_at = 0.0
+        self.forwarded_int = False
+        self.child: subprocess.Popen[bytes] | None = None
+        self._old: dict[int, object] = {}
+
+    def __enter__(self) -> Interrupts:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)  # type: ignore[arg-type]
+
+    @property
+    def interrupted(self) -> bool:
+        return self.count > 0
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.count += 1
+        if self.count == 1:
+            self.first_at = time.monotonic()
+        child = self.child
+        if child is None or child.poll() is not None:
+            return
+        if signum == signal.SIGTERM:
+            child.send_signal(signal.SIGTERM)
+        elif self.count == 2:
+            child.send_signal(signal.SIGTERM)
+        elif self.count >= 3:
+            child.kill()
+
+    def tick(self) -> None:
+        """Called from the wait loop: forward a SIGINT the child did not get."""
+        child = self.child
+        if (self.count == 1 and not self.forwarded_int and child is not None
+                and child.poll() is None and time.monotonic() - self.first_at > 1.0):
+            self.forwarded_int = True
+            child.send_signal(signal.SIGINT)

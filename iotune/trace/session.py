@@ -1,0 +1,136 @@
+"""One trace: attach the probe, run a command (or wait a window), collect a
+TraceRun. The run is assembled even when the command fails or is interrupted."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .. import __version__
+from ..blockdev.devices import BlockDevice, describe, lower_devices, name_for_kdev
+from ..model.run import DeviceStats, HostInfo, TimelinePoint, TraceRun
+from . import child as childproc
+from .probe import BlockProbe, ProbeConfig
+
+# (elapsed_s, read_bytes, write_bytes, read_requests, write_requests)
+Progress = Callable[[float, int, int, int, int], None]
+
+
+@dataclass(frozen=True)
+class TraceOptions:
+    devices: tuple[BlockDevice, ...] = ()   # empty: every device
+    interval_s: float = 1.0
+    run_as: childproc.RunAs | None = None
+    stdout_to_stderr: bool = False          # keep stdout clean for --json
+    linger_s: float = 0.0                   # keep tracing after the command ends
+    cgroup: str | None = None               # run the command in this cgroup (v1 dir)
+
+
+def trace_command(argv: list[str], opts: TraceOptions, progress: Progress | None = None) -> TraceRun:
+    """Trace `argv` from start to end; returns the run (never raises for a
+    failing or interrupted command: that is recorded in the run)."""
+    started = _utcnow()
+    with BlockProbe(_probe_config(opts)) as probe, childproc.Interrupts() as intr:
+        proc = childproc.start(argv, opts.run_as, opts.stdout_to_stderr, opts.cgroup)
+        intr.child = proc
+        t0 = time.monotonic()
+        while proc.poll() is None:
+            _wait(proc, 0.2)
+            intr.tick()
+            _tick(probe, t0, progress)
+        _linger(opts.linger_s, intr)
+        duration = time.monotonic() - t0
+        status = childproc.exit_status(proc.returncode)
+        outcome = "interrupted" if intr.interrupted else ("completed" if status == 0 else "failed")
+        return _assemble(probe, opts, started, duration, tuple(argv), status, outcome)
+
+
+def trace_window(duration_s: float, opts: TraceOptions, progress: Progress | None = None) -> TraceRun:
+    """Trace every selected device for `duration_s` seconds (or until Ctrl-C)."""
+    started = _utcnow()
+    with BlockProbe(_probe_config(opts)) as probe, childproc.Interrupts() as intr:
+        t0 = time.monotonic()
+        while not intr.interrupted and time.monotonic() - t0 < duration_s:
+            time.sleep(min(0.2, max(0.0, duration_s - (time.monotonic() - t0))))
+            _tick(probe, t0, progress)
+        duration = time.monotonic() - t0
+        outcome = "interrupted" if intr.interrupted else "window"
+        return _assemble(probe, opts, started, duration, (), None, outcome)
+
+
+def _probe_config(opts: TraceOptions) -> ProbeConfig:
+    return ProbeConfig(devices=opts.devices, interval_ns=int(opts.interval_s * 1e9),
+                       t0_ns=time.monotonic_ns())
+
+
+def _wait(proc: object, timeout: float) -> None:
+    try:
+        proc.wait(timeout)  # type: ignore[attr-defined]
+    except Exception:   # TimeoutExpired, or EINTR surfacing from a signal
+        pass
+
+
+def _tick(probe: BlockProbe, t0: float, progress: Progress | None) -> None:
+    probe.drain_timeline()
+    if progress is not None:
+        rr, rb, wr, wb = probe.live_totals()
+        progress(time.monotonic() - t0, rb, wb, rr, wr)
+
+
+def _linger(linger_s: float, intr: childproc.Interrupts) -> None:
+    end = time.monotonic() + linger_s
+    while not intr.interrupted and time.monotonic() < end:
+        time.sleep(min(0.1, end - time.monotonic()))
+
+
+def _assemble(probe: BlockProbe, opts: TraceOptions, started: str, duration: float,
+              argv: tuple[str, ...], status: int | None, outcome: str) -> TraceRun:
+    per_dev = probe.collect()
+    names = {kdev: name_for_kdev(kdev) for kdev in per_dev}
+    lower_of: dict[str, list[str]] = {}
+    for dev in names.values():
+        for low in lower_devices(dev):
+            if low.kdev in names:
+                lower_of.setdefault(low.name, []).append(dev.name)
+    devices = tuple(
+        DeviceStats(major=d.major, minor=d.minor, name=d.name, directions=per_dev[kdev],
+                    lower_of=tuple(lower_of.get(d.name, ())), description=describe(d))
+        for kdev, d in sorted(names.items(), key=lambda x: x[1].name)
+    )
+    timeline = tuple(
+        TimelinePoint(round(bucket * opts.interval_s, 6), names[kdev].name if kdev in names
+                      else name_for_kdev(kdev).name, op, req, nbytes)
+        for kdev, op, bucket, req, nbytes in probe.timeline()
+    )
+    return TraceRun(
+        run_id=uuid.uuid4().hex[:12], started_at=started, duration_s=round(duration, 6),
+        interval_s=opts.interval_s, command=argv, exit_status=status, outcome=outcome,
+        device_filter=tuple(d.name for d in opts.devices), devices=devices,
+        timeline=timeline, drops=probe.drops(), host=_host(),
+    )
+
+
+def _host() -> HostInfo:
+    try:
+        import bcc   # already imported by the probe
+        bcc_version = getattr(bcc, "__version__", "")
+    except ImportError:
+        bcc_version = ""
+    return HostInfo(kernel=platform.release(), hostname=socket.gethostname(),
+                    iotune_version=__version__, bcc_version=bcc_version)
+
+
+def _utcnow() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def default_run_dir(base: str, argv: list[str]) -> str:
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    what = os.path.basename(argv[0]) if argv else "window"
+    return os.path.join(base, f"{stamp}-{what}")

@@ -1,0 +1,105 @@
+"""Scratch drives: loop devices over files, with direct I/O and an optional
+cgroup v1 blkio bandwidth cap, so a run has a known physical limit on any
+machine. A scratch drive lives in a directory the user gives (or a fresh
+temporary one) and never touches an existing device, so it needs no
+destroy flag. Everything is undone on exit, error or Ctrl-C."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..blockdev.devices import BlockDevice, resolve_device
+from ..errors import IotuneError, PrivilegeError, UsageError
+
+BLKIO = Path("/sys/fs/cgroup/blkio")
+
+
+@dataclass(frozen=True)
+class ScratchDrive:
+    device: BlockDevice
+    image: Path
+    cgroup: Path | None        # processes in it are capped to the drive's bandwidth
+    mount_point: Path | None   # set when a filesystem was made
+
+
+def _run(argv: list[str]) -> str:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        raise IotuneError(f"{argv[0]} is not installed: run scripts/setup.sh or `iotune doctor --fix`") from None
+    if out.returncode != 0:
+        raise IotuneError(f"`{' '.join(argv)}` failed: {out.stderr.strip() or out.stdout.strip()}")
+    return out.stdout
+
+
+@contextlib.contextmanager
+def scratch_drive(directory: Path | None = None, size_bytes: int = 1 << 30, cap_bytes_per_s: int = 0,
+                  fstype: str | None = None) -> Iterator[ScratchDrive]:
+    """A capped loop drive over a file; with `fstype`, also formatted and mounted."""
+    if os.geteuid() != 0:
+        raise PrivilegeError("scratch drives need root (losetup, mount, cgroups): run with sudo")
+    with contextlib.ExitStack() as stack:
+        workdir = directory
+        if workdir is None:
+            workdir = Path(tempfile.mkdtemp(prefix="iotune-scratch-"))
+            stack.callback(shutil.rmtree, workdir, True)
+        elif not workdir.is_dir():
+            raise UsageError(f"--dir {workdir} is not a directory: create it or choose another")
+        image = workdir / f"iotune-drive-{os.getpid()}.img"
+        with image.open("xb") as fh:
+            fh.truncate(size_bytes)
+        stack.callback(image.unlink, True)
+        loop = _run(["losetup", "--direct-io=on", "-f", "--show", str(image)]).strip()
+        stack.callback(subprocess.run, ["losetup", "-d", loop], check=False)
+        device = resolve_device(loop)
+        cgroup = _cap(stack, device, cap_bytes_per_s) if cap_bytes_per_s else None
+        mount_point = _format_and_mount(stack, device, workdir, fstype) if fstype else None
+        yield ScratchDrive(device, image, cgroup, mount_point)
+
+
+def _cap(stack: contextlib.ExitStack, device: BlockDevice, bytes_per_s: int) -> Path:
+    if not (BLKIO / "blkio.throttle.read_bps_device").exists():
+        raise IotuneError("cgroup v1 blkio throttling is not available: use --cap 0 for an uncapped drive")
+    cg = BLKIO / f"iotune-{os.getpid()}-{device.name}"
+    cg.mkdir()
+    stack.callback(_remove_cgroup, cg)
+    for knob in ("read_bps_device", "write_bps_device"):
+        (cg / f"blkio.throttle.{knob}").write_text(f"{device.number} {bytes_per_s}\n")
+    return cg
+
+
+def _remove_cgroup(cg: Path) -> None:
+    """Move stragglers to the root cgroup, then remove it."""
+    try:
+        for pid in (cg / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):
+                (BLKIO / "cgroup.procs").write_text(pid)
+        cg.rmdir()
+    except OSError:
+        pass
+
+
+MKFS = {
+    "ext4": ["mkfs.ext4", "-q", "-F", "-E", "nodiscard,lazy_itable_init=0,lazy_journal_init=0"],
+    "xfs": ["mkfs.xfs", "-q", "-f", "-K"],
+    "btrfs": ["mkfs.btrfs", "-q", "-f", "--nodiscard"],
+}
+
+
+def _format_and_mount(stack: contextlib.ExitStack, device: BlockDevice, workdir: Path, fstype: str) -> Path:
+    if fstype not in MKFS:
+        raise UsageError(f"unknown filesystem '{fstype}': choose one of {', '.join(MKFS)}")
+    _run([*MKFS[fstype], device.path])
+    mnt = workdir / f"iotune-mnt-{device.name}"
+    mnt.mkdir(exist_ok=True)
+    stack.callback(mnt.rmdir)
+    _run(["mount", "-o", "noatime", device.path, str(mnt)])
+    stack.callback(subprocess.run, ["umount", str(mnt)], check=False)
+    return mnt

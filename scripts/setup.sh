@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Installs everything iotune needs on a fresh Debian machine, as root. Idempotent:
+# a second run only checks. Nothing here is meant to be done by hand instead.
+#   - apt: bcc (python3-bpfcc, bpfcc-tools), kernel headers, fio, libaio-dev,
+#     filesystem tools (xfsprogs, btrfs-progs)
+#   - /lib/modules/$(uname -r)/{build,source} -> Debian's headers, only when the
+#     running kernel has no headers of its own (bcc needs them to compile probes)
+#   - a venv in .venv with iotune and its Python dependencies, and Debian's bcc
+#     bindings made importable from it
+set -euo pipefail
+cd "$(dirname "$0")/.."
+log() { printf 'setup: %s\n' "$*" >&2; }
+
+APT_PKGS=(python3-bpfcc bpfcc-tools linux-headers-amd64 fio libaio-dev xfsprogs btrfs-progs util-linux procps)
+missing=()
+for p in "${APT_PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    log "need root to install: ${missing[*]} (run: sudo $0)"; exit 1
+  fi
+  log "installing apt packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q >&2
+  apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+fi
+
+# Kernel headers for bcc: only when the running kernel has none.
+kdir=/lib/modules/$(uname -r)
+if [[ ! -e $kdir/build/include/linux/kconfig.h && ! -e $kdir/source/include/linux/kconfig.h ]]; then
+  hdr=$(ls -d /usr/src/linux-headers-*-amd64 2>/dev/null | sort -V | tail -n 1 || true)
+  if [[ -z $hdr ]]; then
+    log "no kernel headers found under /usr/src; install linux-headers-amd64"; exit 1
+  fi
+  common=${hdr%-amd64}-common
+  log "linking $kdir/{build,source} -> $hdr, $common (no headers for $(uname -r))"
+  mkdir -p "$kdir"
+  ln -sfn "$hdr" "$kdir/build"
+  ln -sfn "$common" "$kdir/source"
+fi
+
+PY=${IOTUNE_PYTHON:-python3}
+if [[ ! -x .venv/bin/python ]]; then
+  log "creating .venv with $($PY --version 2>&1)"
+  "$PY" -m venv .venv
+fi
+if ! .venv/bin/python -c 'import iotune, click, rich, pandas, pytest' 2>/dev/null \
+   || [[ pyproject.toml -nt .venv/.iotune-installed ]]; then
+  log "installing iotune and its Python dependencies into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip >&2
+  .venv/bin/python -m pip install -q -e '.[test]' >&2
+  touch .venv/.iotune-installed
+fi
+
+# Debian's bcc bindings live in the system Python's dist-packages; the PyPI
+# package called "bcc" is unrelated. Link just that package into the venv.
+site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+if [[ ! -e $site/bcc ]]; then
+  ln -sfn /usr/lib/python3/dist-packages/bcc "$site/bcc"
+fi
+.venv/bin/python -c 'import bcc' || { log "bcc is not importable from .venv"; exit 1; }
+log "ready: .venv/bin/iotune"
