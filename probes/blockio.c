@@ -97,7 +97,7 @@ static __always_inline u32 lat_slot(u64 v)
 {
     if (v < LAT_SUB)
         return v;
-    u32 l = bpf_log2l(v);   /* floor(log2 v) */
+    u32 l = bpf_log2l(v) - 1;   /* bcc's bpf_log2l(v) is floor(log2 v) + 1 */
     return LAT_SUB + (l - LAT_SUB_BITS) * LAT_SUB + ((v >> (l - LAT_SUB_BITS)) & (LAT_SUB - 1));
 }
 
@@ -120,7 +120,7 @@ TRACEPOINT_PROBE(block, block_rq_issue)
     else
         count_drop(DROP_SIZES);
 
-    struct slot_key_t lk = {.dev = dev, .op = op, .slot = bytes ? bpf_log2l(bytes) + 1 : 0};
+    struct slot_key_t lk = {.dev = dev, .op = op, .slot = bpf_log2l(bytes)};   /* 0 for 0 bytes; k: [2^(k-1), 2^k) */
     c = size_log2.lookup_or_try_init(&lk, &zero);
     if (c)
         __sync_fetch_and_add(c, 1);

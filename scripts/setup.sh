@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 log() { printf 'setup: %s\n' "$*" >&2; }
 
-APT_PKGS=(python3-bpfcc bpfcc-tools linux-headers-amd64 fio libaio-dev xfsprogs btrfs-progs util-linux procps)
+APT_PKGS=(python3-bpfcc bpfcc-tools linux-headers-amd64 fio libaio-dev xfsprogs btrfs-progs e2fsprogs util-linux fdisk procps)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

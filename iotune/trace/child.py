@@ -39,7 +39,12 @@ def sudo_user() -> RunAs | None:
 def start(argv: list[str], run_as: RunAs | None, stdout_to_stderr: bool,
           cgroup: str | None = None) -> subprocess.Popen[bytes]:
     """Start the traced command. With `cgroup` (a cgroup v1 directory), the
-    child joins it before exec, so all of its I/O is governed by it."""
+    child joins it before exec, so all of its I/O is governed by it.
+
+    Interactive (stdin is a terminal): the child shares our process group, so
+    Ctrl-C reaches it and everything it started, as without iotune. Otherwise
+    (batch jobs, schedulers, CI) it gets a process group of its own, and
+    signals sent to iotune are forwarded to that whole group."""
     if not argv:
         raise UsageError("no command given: use `iotune trace -- CMD ARGS...` or `--duration S`")
     exe = argv[0]
@@ -50,6 +55,8 @@ def start(argv: list[str], run_as: RunAs | None, stdout_to_stderr: bool,
     if run_as is not None:
         env = dict(os.environ, HOME=run_as.home, USER=run_as.user, LOGNAME=run_as.user)
         kwargs = {"user": run_as.uid, "group": run_as.gid, "extra_groups": list(run_as.groups)}
+    if not os.isatty(0):
+        kwargs["process_group"] = 0
     if cgroup is not None:
         kwargs["preexec_fn"] = functools.partial(_join_cgroup, cgroup)
     try:
@@ -75,15 +82,16 @@ def exit_status(returncode: int) -> int:
 class Interrupts:
     """SIGINT/SIGTERM handling while a child runs.
 
-    SIGTERM is forwarded at once. A SIGINT from the terminal reaches the child
-    too (same process group); if the child is still running a second later it
-    gets SIGINT from us, a second Ctrl-C sends SIGTERM and a third SIGKILL.
+    The first signal is passed on (SIGINT as SIGINT, SIGTERM as SIGTERM), a
+    second one sends SIGTERM and a third SIGKILL. When the child shares our
+    process group a terminal's Ctrl-C has already reached it, so SIGINT is
+    passed on only if the child is still running a second later.
     """
 
     def __init__(self) -> None:
         self.count = 0
         self.first_at = 0.0
-        self.forwarded_int = False
+        self.pending_int = False
         self.child: subprocess.Popen[bytes] | None = None
         self._old: dict[int, object] = {}
 
@@ -100,24 +108,38 @@ class Interrupts:
     def interrupted(self) -> bool:
         return self.count > 0
 
+    def _own_group(self) -> bool:
+        child = self.child
+        try:
+            return child is not None and os.getpgid(child.pid) == child.pid
+        except ProcessLookupError:
+            return False
+
+    def _send(self, sig: int) -> None:
+        child = self.child
+        if child is None or child.poll() is not None:
+            return
+        try:
+            if self._own_group():
+                os.killpg(child.pid, sig)
+            else:
+                child.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
     def _handle(self, signum: int, frame: object) -> None:
         self.count += 1
         if self.count == 1:
             self.first_at = time.monotonic()
-        child = self.child
-        if child is None or child.poll() is not None:
-            return
-        if signum == signal.SIGTERM:
-            child.send_signal(signal.SIGTERM)
-        elif self.count == 2:
-            child.send_signal(signal.SIGTERM)
-        elif self.count >= 3:
-            child.kill()
+            if signum == signal.SIGINT and not self._own_group():
+                self.pending_int = True     # the terminal sent it to the child too
+            else:
+                self._send(signum)
+        else:
+            self._send(signal.SIGTERM if self.count == 2 else signal.SIGKILL)
 
     def tick(self) -> None:
-        """Called from the wait loop: forward a SIGINT the child did not get."""
-        child = self.child
-        if (self.count == 1 and not self.forwarded_int and child is not None
-                and child.poll() is None and time.monotonic() - self.first_at > 1.0):
-            self.forwarded_int = True
-            child.send_signal(signal.SIGINT)
+        """Called from the wait loop: pass on a SIGINT the child did not get."""
+        if self.pending_int and time.monotonic() - self.first_at > 1.0:
+            self.pending_int = False
+            self._send(signal.SIGINT)

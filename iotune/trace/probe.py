@@ -68,7 +68,7 @@ class BlockProbe:
                 f"run `iotune doctor` to see which prerequisite is missing"
             ) from None
         if config.devices:
-            filt = self.bpf["dev_filter"]
+            filt = self.bpf[b"dev_filter"]
             for dev in config.devices:
                 filt[filt.Key(dev.kdev)] = filt.Leaf(1)
         self._timeline: dict[tuple[int, int, int], list[int]] = {}
@@ -91,7 +91,7 @@ class BlockProbe:
     def drain_timeline(self, final: bool = False) -> None:
         """Move finished timeline buckets out of the kernel map (keeps it small
         on long runs). A bucket is finished once the clock is two past it."""
-        table = self.bpf["timeline"]
+        table = self.bpf[b"timeline"]
         limit = None if final else self.current_bucket() - 1
         done = []
         for k, v in table.items():
@@ -106,7 +106,7 @@ class BlockProbe:
     def live_totals(self) -> tuple[int, int, int, int]:
         """(read requests, read bytes, write requests, write bytes) so far."""
         rr = rb = wr = wb = 0
-        for k, v in self.bpf["totals"].items():
+        for k, v in self.bpf[b"totals"].items():
             if k.op == 0:
                 rr, rb = rr + v.requests, rb + v.bytes
             elif k.op == 1:
@@ -114,7 +114,7 @@ class BlockProbe:
         return rr, rb, wr, wb
 
     def drops(self) -> dict[str, int]:
-        return {DROP_NAMES[k.value]: v.value for k, v in self.bpf["drops"].items()}
+        return {DROP_NAMES[k.value]: v.value for k, v in self.bpf[b"drops"].items()}
 
     def timeline(self) -> Iterable[tuple[int, str, int, int, int]]:
         """(kdev, op name, bucket, requests, bytes), after a final drain."""
@@ -125,13 +125,13 @@ class BlockProbe:
         """Everything aggregated so far: kdev -> op name -> DirectionStats."""
         self.drain_timeline(final=True)
         acc = DeviceAccumulator()
-        for k, v in self.bpf["sizes"].items():
+        for k, v in self.bpf[b"sizes"].items():
             acc.slot(k.dev, k.op)["sizes"][int(k.size_bytes)] = int(v.value)
         for name in ("size_log2", "lat_slots", "depth_hist"):
             key = "depth" if name == "depth_hist" else name
-            for k, v in self.bpf[name].items():
+            for k, v in self.bpf[name.encode()].items():
                 acc.slot(k.dev, k.op)[key][int(k.slot)] = int(v.value)
-        for k, v in self.bpf["totals"].items():
+        for k, v in self.bpf[b"totals"].items():
             acc.slot(k.dev, k.op)["totals"] = v
         out: dict[int, dict[str, DirectionStats]] = {}
         for (kdev, op), d in acc.directions.items():

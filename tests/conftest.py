@@ -1,0 +1,54 @@
+"""Shared fixtures. Tests that need root, BPF or loop devices skip with a
+reason naming what is missing; CI has all of them."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from iotune.blockdev.devices import BlockDevice, resolve_device
+
+
+def missing_for_tracing() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (BPF, loop devices)"
+    if importlib.util.find_spec("bcc") is None:
+        return "needs the bcc Python bindings (scripts/setup.sh)"
+    if not Path("/dev/loop-control").exists() or shutil.which("losetup") is None:
+        return "needs loop devices (/dev/loop-control, losetup)"
+    return None
+
+
+_MISSING = missing_for_tracing()
+needs_root = pytest.mark.skipif(_MISSING is not None, reason=_MISSING or "")
+
+
+@pytest.fixture
+def loop_drive(tmp_path: Path) -> Iterator[BlockDevice]:
+    """A 64 MiB loop device with direct I/O over a file in tmp_path."""
+    image = tmp_path / "drive.img"
+    with image.open("wb") as fh:
+        fh.truncate(64 << 20)
+    path = subprocess.run(["losetup", "--direct-io=on", "-f", "--show", str(image)],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        yield resolve_device(path)
+    finally:
+        subprocess.run(["losetup", "-d", path], check=False)
+
+
+def make_loops(tmp_path: Path, n: int, size: int = 256 << 20) -> list[str]:
+    out = []
+    for i in range(n):
+        image = tmp_path / f"member{i}.img"
+        with image.open("wb") as fh:
+            fh.truncate(size)
+        out.append(subprocess.run(["losetup", "--direct-io=on", "-f", "--show", str(image)],
+                                  capture_output=True, text=True, check=True).stdout.strip())
+    return out

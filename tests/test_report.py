@@ -1,0 +1,106 @@
+"""Rendering and summarising hand-built records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from iotune.analysis.frames import sizes_frame, timeline_frame
+from iotune.analysis.summary import dominant_size, patterns, summarize, totals
+from iotune.model.run import RecordFormatError, TraceRun
+from iotune.model.runfile import load_run, save_run
+from iotune.render.console import ConsoleRenderer
+from iotune.render.json import JsonRenderer
+
+from .records import KiB, offload_run
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_totals_leave_out_the_backing_disk() -> None:
+    t = totals(offload_run())
+    assert t.devices == ("loop0",) and t.excluded == ("vda",)
+    assert t.read_requests == 23 and t.read_bytes == 23 * 512 * KiB
+    assert t.write_requests == 32 and t.write_bytes == 29 * 512 * KiB + 3 * 4 * KiB
+
+
+def test_summary_rows() -> None:
+    rows = {(r.device, r.op): r for r in summarize(offload_run())}
+    assert set(rows) == {("loop0", "read"), ("loop0", "write"), ("vda", "write")}
+    r = rows[("loop0", "read")]
+    assert r.iops == 11.5 and r.bytes_per_s == 23 * 512 * KiB / 2
+    assert r.avg_size_bytes == 512 * KiB
+    assert r.sequential_pct == pytest.approx(100 * 22 / 23)
+    assert r.mean_lat_ns == 2_000_000 and r.mean_depth == 4 and r.max_depth == 4
+    assert rows[("vda", "write")].lower and not r.lower
+
+
+def test_pattern_table_matches_background_document_layout() -> None:
+    [loop0, vda] = patterns(offload_run(), 512 * KiB)
+    assert (loop0.read_at_block, loop0.write_at_block, loop0.read_other, loop0.write_other) == (23, 29, 0, 3)
+    assert loop0.write_other_bytes == 3 * 4 * KiB
+    assert (vda.write_at_block, vda.write_other) == (1, 17)
+    assert dominant_size(offload_run().devices[1]) == 1024 * KiB
+
+
+def test_console_report() -> None:
+    text = ConsoleRenderer(width=160).render(offload_run())
+    assert "iotune trace · fio job.fio · exit 0 · completed · 2.00 s · all devices · run abc123def456" in text
+    assert "total (top-level devices: loop0): read 23 requests, 12.06 MB; written 32 requests, 15.22 MB" in text
+    assert "* not in totals, it carries I/O already counted above (vda carries loop0)" in text
+    assert "512K -> 1M : 29" in text
+    assert "top sizes: 512 KiB ×29 (90.6%), 4 KiB ×3 (9.4%)" in text
+    assert "loop0 read  | █| peak 12.1 MB/s" in text   # 23 × 512 KiB in the second 1-s bucket
+    assert "loop0 write |█ | peak 15.2 MB/s" in text
+    read_row = next(line for line in text.splitlines() if line.startswith("loop0  │ read"))
+    cells = [c.strip() for c in read_row.split("│")]
+    assert cells == ["loop0", "read", "23", "12.06 MB", "12", "6.0", "512 KiB", "2.10 ms", "2.10 ms",
+                     "4.0/4", "96", "0"]
+
+def test_json_report_is_json_with_summaries() -> None:
+    doc = json.loads(JsonRenderer(512 * KiB).render(offload_run()))
+    assert doc["totals"]["write_bytes"] == 29 * 512 * KiB + 3 * 4 * KiB
+    assert doc["patterns"][0]["write_at_block"] == 29
+    assert TraceRun.from_json(doc["run"]) == offload_run()
+
+
+def test_save_and_load_round_trip(tmp_path: Path) -> None:
+    run = offload_run()
+    save_run(run, tmp_path / "r")
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["run.json", "timeline.csv"]
+    assert "timeline" not in json.loads((tmp_path / "r" / "run.json").read_text())
+    assert load_run(tmp_path / "r") == run
+    assert load_run(tmp_path / "r" / "run.json") == run
+
+
+def test_frames() -> None:
+    df = timeline_frame(offload_run())
+    assert list(df.columns) == ["t_s", "device", "op", "requests", "bytes", "iops", "bytes_per_s"]
+    assert df["bytes"].sum() == 29 * 512 * KiB + 3 * 4 * KiB + 23 * 512 * KiB
+    sf = sizes_frame(offload_run())
+    assert int(sf[(sf.device == "loop0") & (sf.op == "write") & (sf.size_bytes == 4096)]["count"].iloc[0]) == 3
+
+
+def test_older_record_still_loads() -> None:
+    """A record with only the fields of the first format (no meta, no drops,
+    no host, no lower_of, no depth) loads with defaults."""
+    run = load_run(DATA / "run-minimal")
+    assert run.device("loop0").direction("write").sizes == {524288: 23}
+    assert run.device("loop0").direction("write").meta == 0
+    assert run.drops == {} and run.host.kernel == ""
+    assert run.timeline[0].bytes == 23 * 524288
+    ConsoleRenderer().render(run)
+
+
+def test_newer_record_is_refused_with_a_reason(tmp_path: Path) -> None:
+    (tmp_path / "run.json").write_text(json.dumps({"schema": 99, "run_id": "x", "started_at": "", "duration_s": 1}))
+    with pytest.raises(RecordFormatError, match="record schema 99 is newer than this iotune understands"):
+        load_run(tmp_path)
+
+
+def test_broken_json_names_line_and_column(tmp_path: Path) -> None:
+    (tmp_path / "run.json").write_text('{"schema": 1,\n "run_id": }')
+    with pytest.raises(RecordFormatError, match=r"not valid JSON \(line 2, column 12\)"):
+        load_run(tmp_path)
