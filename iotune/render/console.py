@@ -45,8 +45,8 @@ class ConsoleRenderer:
 
 def header(run: TraceRun) -> Text:
     what = " ".join(run.command) if run.command else "system-wide window"
-    if len(what) > 100:
-        what = what[:99] + "…"
+    if len(what) > 60:
+        what = what[:59] + "…"
     status = "" if run.exit_status is None else f" · exit {run.exit_status}"
     filt = ", ".join(run.device_filter) if run.device_filter else "all devices"
     t = Text()
