@@ -40,6 +40,11 @@ if [[ ! -e $kdir/build/include/linux/kconfig.h && ! -e $kdir/source/include/linu
   ln -sfn "$common" "$kdir/source"
 fi
 
+# tracefs: bcc reads tracepoint formats there (iotune also mounts it on demand).
+if [[ ! -d /sys/kernel/tracing/events ]] && ! mountpoint -q /sys/kernel/tracing; then
+  mount -t tracefs nodev /sys/kernel/tracing || log "could not mount tracefs"
+fi
+
 PY=${IOTUNE_PYTHON:-python3}
 if [[ ! -x .venv/bin/python ]]; then
   log "creating .venv with $($PY --version 2>&1)"

@@ -38,7 +38,7 @@ def check_tracefs() -> CheckResult:
     ev = kernel.tracefs_events()
     if ev:
         return CheckResult("tracefs", "ok", str(ev.parent))
-    return CheckResult("tracefs", "fail", "tracefs is not mounted",
+    return CheckResult("tracefs", "warn", "not mounted (iotune trace mounts it when it starts)",
                        "mount -t tracefs nodev /sys/kernel/tracing", fixable=True)
 
 

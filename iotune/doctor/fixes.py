@@ -23,7 +23,7 @@ APT_PACKAGES = {
 
 def apply_fixes(results: list[CheckResult]) -> list[str]:
     """Apply the fixable failures; returns what was done, one line each."""
-    todo = [r for r in results if r.status == "fail" and r.fixable]
+    todo = [r for r in results if r.status in ("fail", "warn") and r.fixable]
     if todo and os.geteuid() != 0:
         raise PrivilegeError("`iotune doctor --fix` installs and mounts things: run it as root (sudo)")
     done: list[str] = []

@@ -17,7 +17,7 @@ def render_checks(results: list[CheckResult], width: int = 120) -> str:
     for col in ("check", "status", "detail", "fix"):
         table.add_column(col, overflow="fold")
     for r in results:
-        fix = r.fix + (" (iotune doctor --fix)" if r.fixable and r.status == "fail" else "")
+        fix = r.fix + (" (iotune doctor --fix)" if r.fixable and r.status in ("fail", "warn") else "")
         table.add_row(r.name, MARK.get(r.status, r.status), r.detail, fix if r.status != "ok" else "")
     buf = io.StringIO()
     Console(file=buf, width=width, color_system=None).print(table)
