@@ -120,8 +120,12 @@ def progress_printer() -> Callable[[float, int, int, int, int], None] | None:
                    "reported separately and never added to totals.")
 @click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None, metavar="S",
               help="No command: trace for S seconds (Ctrl-C ends early).")
-@click.option("--interval", type=click.FloatRange(0.01, 3600), default=1.0, show_default=True, metavar="S",
-              help="Timeline resolution in seconds.")
+@click.option("--interval", type=click.FloatRange(0.001, 3600), default=None, metavar="S",
+              help="Timeline resolution in seconds (default 1, or 0.01 when attributing I/O to "
+                   "training phases).")
+@click.option("--no-inject", is_flag=True,
+              help="Do not inject the attribution hooks into Python commands (phases and "
+                   "DeepSpeed swap I/O are then not reported).")
 @click.option("--linger", type=click.FloatRange(0, 3600), default=0.0, metavar="S",
               help="Keep tracing S seconds after the command ends (to catch delayed writeback).")
 @click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -133,13 +137,19 @@ def progress_printer() -> Callable[[float, int, int, int, int], None] | None:
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @library_errors
 def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, duration: float | None,
-          interval: float, linger: float, out: Path | None, no_save: bool, as_root: bool,
+          interval: float | None, no_inject: bool, linger: float, out: Path | None, no_save: bool, as_root: bool,
           as_json: bool, block_size: int | None, width: int | None, command: tuple[str, ...]) -> None:
     """Trace block I/O of COMMAND (or of a time window) with eBPF.
 
     Every request on the chosen devices is counted in the kernel: exact sizes,
     latency, in-flight depth, sequential share, and a timeline. The command's
     exit status becomes iotune's; Ctrl-C stops it and still saves the run.
+
+    Python commands (DeepSpeed jobs, its launcher's ranks) also get a startup
+    hook that records training phases (forward, backward, optimizer step,
+    checkpoint) and DeepSpeed's swap I/O per tensor file, without changing
+    the script: the report then breaks step time and I/O down by phase and by
+    what the I/O serves (optimizer state, parameters, gradients).
 
     \b
     Examples:
@@ -166,8 +176,10 @@ def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, du
     if with_lower:
         chosen += [low for dev in list(chosen) for low in lower_devices(dev)]
     chosen = list(dict.fromkeys(chosen))
-    opts = TraceOptions(devices=tuple(chosen), interval_s=interval, linger_s=linger,
-                        run_as=None if as_root else sudo_user(), stdout_to_stderr=as_json)
+    inject = bool(argv) and not no_inject
+    opts = TraceOptions(devices=tuple(chosen), interval_s=interval or (0.01 if inject else 1.0),
+                        linger_s=linger, run_as=None if as_root else sudo_user(),
+                        stdout_to_stderr=as_json, inject=inject)
     progress = progress_printer()
     run = trace_command(argv, opts, progress) if argv else trace_window(duration or 0, opts, progress)
     if progress:
@@ -201,6 +213,29 @@ def _chown_to_sudo_user(path: Path) -> None:
 def report(run_path: Path, as_json: bool, block_size: int | None, width: int | None) -> None:
     """Show a saved run again (RUN is its directory or run.json)."""
     emit(load_run(run_path), as_json, block_size, width)
+
+
+@cli.command()
+@click.argument("run_paths", metavar="RUN...", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@library_errors
+def compare(run_paths: tuple[Path, ...], as_json: bool) -> None:
+    """Compare saved runs side by side: step time, optimizer step, GB moved
+    per step, dominant request size, bandwidth. The first run is the
+    reference for the ratio column.
+
+    \b
+    Example:
+      iotune compare iotune-runs/*-nvme-opt iotune-runs/*-zenflow iotune-runs/*-cpu
+    """
+    from .analysis.compare import compare_row, label_of
+    from .render.compare import compare_json, render_compare
+
+    rows = []
+    for p in run_paths:
+        run = load_run(p)
+        rows.append(compare_row(run, label_of(run, p.name)))
+    click.echo(compare_json(rows) if as_json else render_compare(rows), nl=False)
 
 
 @cli.command()

@@ -50,11 +50,13 @@ if [[ ! -x .venv/bin/python ]]; then
   log "creating .venv with $($PY --version 2>&1)"
   "$PY" -m venv .venv
 fi
-if ! .venv/bin/python -c 'import iotune, click, rich, pandas, pytest' 2>/dev/null \
+if ! .venv/bin/python -c 'import iotune, click, rich, pandas, pytest, deepspeed, transformers' 2>/dev/null \
    || [[ pyproject.toml -nt .venv/.iotune-installed ]]; then
-  log "installing iotune and its Python dependencies into .venv"
+  log "installing iotune and its Python dependencies into .venv (torch, DeepSpeed: a few minutes)"
   .venv/bin/python -m pip install -q --upgrade pip >&2
-  .venv/bin/python -m pip install -q -e '.[test]' >&2
+  # torch first and pinned, so nothing pulls a multi-GB CUDA build
+  .venv/bin/python -m pip install -q 'torch==2.13.0' >&2
+  .venv/bin/python -m pip install -q -e '.[test,train]' >&2
   touch .venv/.iotune-installed
 fi
 
@@ -65,4 +67,8 @@ if [[ ! -e $site/bcc ]]; then
   ln -sfn /usr/lib/python3/dist-packages/bcc "$site/bcc"
 fi
 .venv/bin/python -c 'import bcc' || { log "bcc is not importable from .venv"; exit 1; }
+# DeepSpeed's C++ ops compile on first use (async_io alone takes minutes on 2
+# cores); build them once here, cached in ~/.cache/torch_extensions.
+log "building DeepSpeed ops (cached after the first time)"
+.venv/bin/python scripts/build_ops.py >&2
 log "ready: .venv/bin/iotune"

@@ -3,16 +3,15 @@ functions so `--fix` applies only what is safe (mounts, links, apt installs)."""
 
 from __future__ import annotations
 
-import errno
 import importlib.util
 import os
 import platform
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from ..blockdev.directio import direct_io_problem
 from ..model.checks import CheckResult
 from ..trace import kernel
 
@@ -119,25 +118,15 @@ def check_loop() -> CheckResult:
 
 
 def check_direct_io(path: str) -> CheckResult:
-    """Can DeepSpeed's swapper open files with O_DIRECT under `path`?"""
+    """Can DeepSpeed's swapper do O_DIRECT I/O under `path`?"""
     name = f"O_DIRECT on {path}"
-    if not os.path.isdir(path):
-        return CheckResult(name, "fail", "not a directory", "give an existing directory with --path")
-    try:
-        fd, tmp = tempfile.mkstemp(dir=path, prefix=".iotune-odirect-")
-        os.close(fd)
-    except OSError as e:
-        return CheckResult(name, "fail", f"cannot create a file: {e.strerror}", "choose a writable directory")
-    try:
-        fd = os.open(tmp, os.O_RDWR | os.O_DIRECT)
-        os.close(fd)
-    except OSError as e:
-        reason = "filesystem does not support O_DIRECT" if e.errno == errno.EINVAL else e.strerror
-        return CheckResult(name, "fail", reason,
-                           "put nvme_path on ext4, xfs or btrfs on a block device (not tmpfs/overlay)")
-    finally:
-        os.unlink(tmp)
-    return CheckResult(name, "ok", "O_DIRECT open works")
+    problem = direct_io_problem(path)
+    if problem == "not a directory":
+        return CheckResult(name, "fail", problem, "give an existing directory with --path")
+    if problem:
+        return CheckResult(name, "fail", problem,
+                           "put nvme_path on ext4, xfs or btrfs on a block device")
+    return CheckResult(name, "ok", "aligned O_DIRECT write and read work")
 
 
 def check_deepspeed() -> CheckResult:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from .attribution import Attribution
+
 SCHEMA_VERSION = 1
 
 # Index = OP_* in probes/blockio.h.
@@ -141,6 +143,8 @@ class TraceRun:
     timeline: tuple[TimelinePoint, ...] = ()
     drops: dict[str, int] = field(default_factory=dict)
     host: HostInfo = field(default_factory=HostInfo)
+    clock_origin_ns: int = 0         # CLOCK_MONOTONIC time of timeline t_s = 0
+    attribution: Attribution | None = None   # from the injected hooks, if any
     schema: int = SCHEMA_VERSION
 
     def device(self, name: str) -> DeviceStats | None:
@@ -158,6 +162,8 @@ class TraceRun:
             "device_filter": list(self.device_filter),
             "devices": [d.to_json() for d in self.devices],
             "drops": dict(self.drops), "host": vars(self.host).copy(),
+            "clock_origin_ns": self.clock_origin_ns,
+            "attribution": self.attribution.to_json() if self.attribution else None,
         }
         if include_timeline:
             out["timeline"] = [vars(p).copy() for p in self.timeline]
@@ -186,4 +192,5 @@ class TraceRun:
         )
         d["host"] = HostInfo(**_known(HostInfo, d.get("host") or {}))
         d["drops"] = {str(k): int(v) for k, v in (d.get("drops") or {}).items()}
+        d["attribution"] = Attribution.from_json(d["attribution"]) if d.get("attribution") else None
         return cls(**d)

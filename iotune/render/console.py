@@ -12,6 +12,7 @@ from ..analysis.summary import patterns, summarize, top_sizes, totals
 from ..model.histogram import log2_from_sizes, size_slot_bounds
 from ..model.run import DeviceStats, DirectionStats, TraceRun
 from . import units
+from .attribution import attribution_section
 
 SPARK = " ▁▂▃▄▅▆▇█"
 HIST_WIDTH = 40
@@ -35,7 +36,8 @@ class ConsoleRenderer:
 
     def renderable(self, run: TraceRun) -> RenderableType:
         parts: list[RenderableType] = [header(run), device_table(run)]
-        parts += [size_section(run), pattern_table(run, self.block_size_bytes), timeline(run)]
+        parts += [attribution_section(run), size_section(run), pattern_table(run, self.block_size_bytes),
+                  timeline(run)]
         if any(run.drops.values()):
             lost = ", ".join(f"{k}: {v}" for k, v in run.drops.items() if v)
             parts.append(Text(f"warning: events not recorded because a kernel map was full ({lost})",

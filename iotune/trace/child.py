@@ -37,7 +37,7 @@ def sudo_user() -> RunAs | None:
 
 
 def start(argv: list[str], run_as: RunAs | None, stdout_to_stderr: bool,
-          cgroup: str | None = None) -> subprocess.Popen[bytes]:
+          cgroup: str | None = None, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """Start the traced command. With `cgroup` (a cgroup v1 directory), the
     child joins it before exec, so all of its I/O is governed by it.
 
@@ -50,10 +50,9 @@ def start(argv: list[str], run_as: RunAs | None, stdout_to_stderr: bool,
     exe = argv[0]
     if "/" not in exe and shutil.which(exe) is None:
         raise CommandNotFound(f"command not found: {exe} (check the name, or give its full path)")
-    env = None
     kwargs: dict[str, object] = {}
     if run_as is not None:
-        env = dict(os.environ, HOME=run_as.home, USER=run_as.user, LOGNAME=run_as.user)
+        env = dict(env or os.environ, HOME=run_as.home, USER=run_as.user, LOGNAME=run_as.user)
         kwargs = {"user": run_as.uid, "group": run_as.gid, "extra_groups": list(run_as.groups)}
     if not os.isatty(0):
         kwargs["process_group"] = 0

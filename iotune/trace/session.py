@@ -3,19 +3,24 @@ TraceRun. The run is assembled even when the command fails or is interrupted."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
+import shutil
+import tempfile
 import platform
 import socket
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from .. import __version__
 from ..blockdev.devices import BlockDevice, describe, lower_devices, name_for_kdev
 from ..model.run import DeviceStats, HostInfo, TimelinePoint, TraceRun
 from . import child as childproc
+from .attribution import inject_env, read_events
 from .probe import BlockProbe, ProbeConfig
 
 # (elapsed_s, read_bytes, write_bytes, read_requests, write_requests)
@@ -30,14 +35,17 @@ class TraceOptions:
     stdout_to_stderr: bool = False          # keep stdout clean for --json
     linger_s: float = 0.0                   # keep tracing after the command ends
     cgroup: str | None = None               # run the command in this cgroup (v1 dir)
+    inject: bool = False                    # attribution hooks in Python children
 
 
 def trace_command(argv: list[str], opts: TraceOptions, progress: Progress | None = None) -> TraceRun:
     """Trace `argv` from start to end; returns the run (never raises for a
     failing or interrupted command: that is recorded in the run)."""
     started = _utcnow()
-    with BlockProbe(_probe_config(opts)) as probe, childproc.Interrupts() as intr:
-        proc = childproc.start(argv, opts.run_as, opts.stdout_to_stderr, opts.cgroup)
+    config = _probe_config(opts)
+    with BlockProbe(config) as probe, childproc.Interrupts() as intr, _events_dir(opts) as events:
+        env = inject_env(dict(os.environ), events) if events else None
+        proc = childproc.start(argv, opts.run_as, opts.stdout_to_stderr, opts.cgroup, env)
         intr.child = proc
         t0 = time.monotonic()
         while proc.poll() is None:
@@ -48,7 +56,9 @@ def trace_command(argv: list[str], opts: TraceOptions, progress: Progress | None
         duration = time.monotonic() - t0
         status = childproc.exit_status(proc.returncode)
         outcome = "interrupted" if intr.interrupted else ("completed" if status == 0 else "failed")
-        return _assemble(probe, opts, started, duration, tuple(argv), status, outcome)
+        run = _assemble(probe, opts, started, duration, tuple(argv), status, outcome)
+        return replace(run, clock_origin_ns=config.t0_ns,
+                       attribution=read_events(events) if events else None)
 
 
 def trace_window(duration_s: float, opts: TraceOptions, progress: Progress | None = None) -> TraceRun:
@@ -62,6 +72,21 @@ def trace_window(duration_s: float, opts: TraceOptions, progress: Progress | Non
         duration = time.monotonic() - t0
         outcome = "interrupted" if intr.interrupted else "window"
         return _assemble(probe, opts, started, duration, (), None, outcome)
+
+
+@contextlib.contextmanager
+def _events_dir(opts: TraceOptions) -> Iterator[Path | None]:
+    """A private directory for the hooks' event files, removed afterwards."""
+    if not opts.inject:
+        yield None
+        return
+    path = Path(tempfile.mkdtemp(prefix="iotune-events-"))
+    try:
+        if opts.run_as is not None:
+            os.chown(path, opts.run_as.uid, opts.run_as.gid)
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _probe_config(opts: TraceOptions) -> ProbeConfig:

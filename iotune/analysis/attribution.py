@@ -1,0 +1,178 @@
+"""Joining the job's phases and swap records with the block trace.
+
+Block-level bytes are attributed to a time window (a step, a phase) from the
+run's timeline: each interval's bytes are split by how much of the interval
+the window covers, so attribution is exact for whole intervals and
+proportional at the edges (the timeline is 10 ms when attributing). Only
+top-level devices count, as in the totals. Swap-level bytes (what
+DeepSpeed's swapper handed to aio, per tensor file) are exact per step,
+phase and category.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+
+from ..model.attribution import PhaseSpan
+from ..model.run import TraceRun
+
+STEP_PHASES = ("forward", "backward", "accumulate", "optimizer")
+
+
+@dataclass(frozen=True)
+class Window:
+    read_bytes: float = 0.0
+    write_bytes: float = 0.0
+    read_requests: float = 0.0
+    write_requests: float = 0.0
+
+
+def block_window(run: TraceRun, t0_ns: int, t1_ns: int) -> Window:
+    """Block bytes and requests issued on top-level devices in [t0, t1)."""
+    top = {d.name for d in run.devices if not d.is_lower}
+    lo = (t0_ns - run.clock_origin_ns) / 1e9
+    hi = (t1_ns - run.clock_origin_ns) / 1e9
+    acc = defaultdict(float)
+    for p in run.timeline:
+        if p.device not in top or p.op not in ("read", "write"):
+            continue
+        overlap = min(hi, p.t_s + run.interval_s) - max(lo, p.t_s)
+        if overlap <= 0:
+            continue
+        share = min(1.0, overlap / run.interval_s)
+        acc[p.op + "_bytes"] += p.bytes * share
+        acc[p.op + "_requests"] += p.requests * share
+    return Window(**acc)
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """One optimizer step as rank 0 saw it."""
+
+    step: int
+    total_s: float
+    phase_s: dict[str, float]          # forward, backward, accumulate, optimizer
+    block: Window                      # block I/O on top-level devices during the step
+    block_by_phase: dict[str, Window]
+    swap_read_bytes: int
+    swap_write_bytes: int
+
+
+def _spans_by_step(spans: tuple[PhaseSpan, ...], rank: int) -> dict[int, list[PhaseSpan]]:
+    out: dict[int, list[PhaseSpan]] = defaultdict(list)
+    for p in spans:
+        if p.rank == rank and p.phase in STEP_PHASES:
+            out[p.step].append(p)
+    return out
+
+
+def step_breakdowns(run: TraceRun, rank: int = 0) -> list[StepBreakdown]:
+    att = run.attribution
+    if att is None:
+        return []
+    swap_by_step: dict[tuple[int, str], int] = defaultdict(int)
+    for s in att.swaps:
+        swap_by_step[(s.step, s.direction)] += s.bytes
+    rows = []
+    for step, spans in sorted(_spans_by_step(att.phases, rank).items()):
+        if not any(p.phase == "forward" for p in spans):
+            continue
+        t0, t1 = min(p.t0_ns for p in spans), max(p.t1_ns for p in spans)
+        phase_s: dict[str, float] = defaultdict(float)
+        by_phase: dict[str, Window] = {}
+        for p in spans:
+            phase_s[p.phase] += p.seconds
+            w = block_window(run, p.t0_ns, p.t1_ns)
+            prev = by_phase.get(p.phase, Window())
+            by_phase[p.phase] = Window(prev.read_bytes + w.read_bytes, prev.write_bytes + w.write_bytes,
+                                       prev.read_requests + w.read_requests,
+                                       prev.write_requests + w.write_requests)
+        rows.append(StepBreakdown(step, (t1 - t0) / 1e9, dict(phase_s), block_window(run, t0, t1), by_phase,
+                                  swap_by_step[(step, "read")], swap_by_step[(step, "write")]))
+    return rows
+
+
+def steady(rows: list[StepBreakdown]) -> list[StepBreakdown]:
+    """Steps after the first (warm-up: buffers allocated, swap files created),
+    or all of them when there are fewer than three."""
+    return rows[1:] if len(rows) >= 3 else rows
+
+
+@dataclass(frozen=True)
+class CategoryRow:
+    category: str
+    read_bytes_per_step: float
+    write_bytes_per_step: float
+    files: int
+
+
+def swap_by_category(run: TraceRun) -> list[CategoryRow]:
+    """Median swap-level bytes per step, per category, over steady steps."""
+    att = run.attribution
+    if att is None:
+        return []
+    steps = [r.step for r in steady(step_breakdowns(run))]
+    per: dict[tuple[str, str], dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for s in att.swaps:
+        per[(s.category, s.direction)][s.step] += s.bytes
+    cats = sorted({c for c, _ in per})
+    out = []
+    for c in cats:
+        med = {d: statistics.median([per[(c, d)].get(k, 0) for k in steps]) if steps else 0.0
+               for d in ("read", "write")}
+        out.append(CategoryRow(c, med["read"], med["write"], att.swap_files.get(c, 0)))
+    return out
+
+
+@dataclass(frozen=True)
+class CrossCheck:
+    """Block-level vs swap-level bytes over the steady steps."""
+
+    steps: int
+    block_read_bytes: float
+    block_write_bytes: float
+    swap_read_bytes: int
+    swap_write_bytes: int
+
+    @property
+    def read_diff_pct(self) -> float | None:
+        return _pct(self.block_read_bytes, self.swap_read_bytes)
+
+    @property
+    def write_diff_pct(self) -> float | None:
+        return _pct(self.block_write_bytes, self.swap_write_bytes)
+
+
+def _pct(block: float, swap: int) -> float | None:
+    return None if swap == 0 else 100.0 * (block - swap) / swap
+
+
+def cross_check(run: TraceRun) -> CrossCheck | None:
+    rows = steady(step_breakdowns(run))
+    if not rows:
+        return None
+    return CrossCheck(
+        steps=len(rows),
+        block_read_bytes=sum(r.block.read_bytes for r in rows),
+        block_write_bytes=sum(r.block.write_bytes for r in rows),
+        swap_read_bytes=sum(r.swap_read_bytes for r in rows),
+        swap_write_bytes=sum(r.swap_write_bytes for r in rows),
+    )
+
+
+def median_step(rows: list[StepBreakdown]) -> dict[str, float]:
+    """Median seconds and bytes per step over steady steps."""
+    rows = steady(rows)
+    if not rows:
+        return {}
+    med = statistics.median
+    out = {"total_s": med(r.total_s for r in rows),
+           "read_bytes": med(r.block.read_bytes for r in rows),
+           "write_bytes": med(r.block.write_bytes for r in rows),
+           "swap_read_bytes": med(r.swap_read_bytes for r in rows),
+           "swap_write_bytes": med(r.swap_write_bytes for r in rows)}
+    for phase in STEP_PHASES:
+        out[f"{phase}_s"] = med(r.phase_s.get(phase, 0.0) for r in rows)
+    return out

@@ -1,0 +1,163 @@
+"""Records DeepSpeed training phases and swap I/O for `iotune trace`.
+
+Stdlib only: this runs inside the traced job, whichever Python it uses.
+
+- Phases: DeepSpeedEngine.forward, .backward, .step and .save_checkpoint are
+  wrapped; each call appends {"k": "phase", "n": name, "s": step, "t0", "t1"}
+  with CLOCK_MONOTONIC nanoseconds (the clock the block probe uses). A
+  .step() call at a gradient-accumulation boundary is the "optimizer" phase,
+  other .step() calls are "accumulate".
+- Swap I/O: deepspeed.runtime.swap_tensor.utils.swap_in_tensors and
+  swap_out_tensors (every ZeRO-Infinity swapper goes through them) are
+  wrapped; each tensor appends {"k": "swap", "d": "r"|"w", "p": path,
+  "b": bytes, "s": step, "n": phase, "t": ns}.
+
+Events go to IOTUNE_EVENTS_DIR/events-<pid>.jsonl, buffered and flushed at
+the end of every phase and at exit. Timing only: no synchronisation is added,
+so on a GPU, phase times are host-side (kernel launch) times.
+"""
+
+import atexit
+import importlib.abc
+import importlib.util
+import json
+import os
+import sys
+import threading
+import time
+
+_lock = threading.Lock()
+_state = {"step": 0, "phase": "", "out": None}
+
+ENGINE = "deepspeed.runtime.engine"
+SWAP_UTILS = "deepspeed.runtime.swap_tensor.utils"
+
+
+def _out():
+    """The event file, opened on first use (call with _lock held)."""
+    if _state["out"] is None:
+        path = os.path.join(os.environ["IOTUNE_EVENTS_DIR"], f"events-{os.getpid()}.jsonl")
+        out = open(path, "a", buffering=1 << 16)
+        proc = {"k": "proc", "pid": os.getpid(), "rank": int(os.environ.get("RANK", "0")), "argv": sys.argv[:8]}
+        out.write(json.dumps(proc, separators=(",", ":")) + "\n")
+        _state["out"] = out
+        atexit.register(_flush)
+    return _state["out"]
+
+
+def _emit(event):
+    line = json.dumps(event, separators=(",", ":")) + "\n"
+    with _lock:
+        _out().write(line)
+
+
+def _flush():
+    with _lock:
+        if _state["out"] is not None:
+            _state["out"].flush()
+
+
+def _wrap_phase(cls, method, name):
+    orig = getattr(cls, method)
+
+    def wrapper(self, *args, **kwargs):
+        phase = name
+        if name == "optimizer":
+            try:
+                boundary = self.is_gradient_accumulation_boundary()
+            except Exception:  # noqa: BLE001
+                boundary = True
+            phase = "optimizer" if boundary else "accumulate"
+        step = int(getattr(self, "global_steps", 0))
+        outer = _state["phase"]
+        _state["step"], _state["phase"] = step, phase
+        t0 = time.monotonic_ns()
+        try:
+            return orig(self, *args, **kwargs)
+        finally:
+            _emit({"k": "phase", "n": phase, "s": step, "t0": t0, "t1": time.monotonic_ns()})
+            _state["phase"] = outer
+            if not outer:
+                _flush()
+
+    wrapper.__wrapped__ = orig
+    wrapper.__name__ = getattr(orig, "__name__", method)
+    wrapper.__doc__ = getattr(orig, "__doc__", None)
+    setattr(cls, method, wrapper)
+
+
+def _patch_engine(module):
+    cls = module.DeepSpeedEngine
+    for method, name in (("forward", "forward"), ("backward", "backward"), ("step", "optimizer"),
+                         ("save_checkpoint", "checkpoint")):
+        if hasattr(cls, method):
+            _wrap_phase(cls, method, name)
+
+
+def _wrap_swap(module, func, direction):
+    orig = getattr(module, func)
+
+    def wrapper(handle, buffers, paths, *args, **kwargs):
+        t = time.monotonic_ns()
+        result = orig(handle, buffers, paths, *args, **kwargs)
+        for buf, path in zip(buffers, paths):
+            try:
+                nbytes = int(buf.numel()) * int(buf.element_size())
+            except Exception:  # noqa: BLE001
+                nbytes = -1
+            _emit({"k": "swap", "d": direction, "p": str(path), "b": nbytes,
+                   "s": _state["step"], "n": _state["phase"], "t": t})
+        return result
+
+    wrapper.__wrapped__ = orig
+    setattr(module, func, wrapper)
+
+
+def _patch_swap_utils(module):
+    _wrap_swap(module, "swap_in_tensors", "r")
+    _wrap_swap(module, "swap_out_tensors", "w")
+
+
+PATCHES = {ENGINE: _patch_engine, SWAP_UTILS: _patch_swap_utils}
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, inner, patch):
+        self.inner, self.patch = inner, patch
+
+    def create_module(self, spec):
+        return self.inner.create_module(spec)
+
+    def __getattr__(self, attr):   # get_source, get_filename, ... for inspect and friends
+        return getattr(self.inner, attr)
+
+    def exec_module(self, module):
+        self.inner.exec_module(module)
+        try:
+            self.patch(module)
+        except Exception as e:  # noqa: BLE001 - never break the job
+            sys.stderr.write(f"iotune: could not instrument {module.__name__} ({e})\n")
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Patches the two DeepSpeed modules right after they execute, before
+    any other module imports names from them."""
+
+    def find_spec(self, name, path, target=None):
+        patch = PATCHES.get(name)
+        if patch is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _Loader(spec.loader, patch)
+                return spec
+        return None
+
+
+def install():
+    if not any(isinstance(f, _Finder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Finder())
+    os.makedirs(os.environ["IOTUNE_EVENTS_DIR"], exist_ok=True)

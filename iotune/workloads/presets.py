@@ -1,0 +1,44 @@
+"""Llama-style model shapes, from a tiny CI size to the background documents'
+1B-16B (Llama 3.1 architecture: grouped-query attention, SwiGLU MLP, untied
+embeddings). Parameter counts are exact for transformers' LlamaForCausalLM."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    vocab: int
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+    seq_len: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    def param_count(self) -> int:
+        """Parameters of LlamaForCausalLM with untied embeddings, no biases."""
+        kv = self.kv_heads * self.head_dim
+        attn = self.hidden * self.hidden * 2 + self.hidden * kv * 2      # q, o, k, v
+        mlp = 3 * self.hidden * self.intermediate                         # gate, up, down
+        norms = 2 * self.hidden
+        per_layer = attn + mlp + norms
+        return self.vocab * self.hidden * 2 + self.layers * per_layer + self.hidden
+
+
+PRESETS: dict[str, ModelShape] = {
+    # CI sizes: a few M parameters, seconds per step on 2 CPU cores
+    "tiny": ModelShape(vocab=1024, hidden=256, layers=4, heads=4, kv_heads=4, intermediate=688, seq_len=128),
+    "small": ModelShape(vocab=1024, hidden=512, layers=4, heads=8, kv_heads=8, intermediate=1376, seq_len=128),
+    "medium": ModelShape(vocab=4096, hidden=1024, layers=8, heads=16, kv_heads=8, intermediate=2752, seq_len=256),
+    # background document shapes (need the hardware)
+    "1b": ModelShape(vocab=128256, hidden=2048, layers=16, heads=32, kv_heads=8, intermediate=8192, seq_len=4096),
+    "3b": ModelShape(vocab=128256, hidden=3072, layers=28, heads=24, kv_heads=8, intermediate=8192, seq_len=4096),
+    "8b": ModelShape(vocab=128256, hidden=4096, layers=32, heads=32, kv_heads=8, intermediate=14336, seq_len=4096),
+    "16b": ModelShape(vocab=128256, hidden=5120, layers=44, heads=40, kv_heads=8, intermediate=17408, seq_len=4096),
+}

@@ -1,0 +1,175 @@
+"""iotune's built-in training workload: a Llama-style decoder trained with a
+DeepSpeed offload strategy on synthetic token blocks.
+
+Run it under the DeepSpeed launcher or as a plain single process:
+
+    deepspeed iotune/workloads/train.py --strategy nvme-opt --nvme-path /mnt/nvme/swap --steps 5
+    python -m iotune.workloads.train --strategy cpu --steps 5
+
+Strategies: baseline, cpu, nvme-opt, nvme-all, zenflow (see strategies.py).
+Each optimizer step prints one machine-readable line on stdout:
+
+    IOTUNE_STEP {"step": 1, "loss": 6.93, "step_s": 0.41, "optimizer_step_s": 0.22, ...}
+
+Bad input (unknown strategy, an nvme_path without O_DIRECT) is refused with
+a message before anything is built; exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+from dataclasses import replace
+from typing import Any
+
+from iotune.blockdev.directio import direct_io_problem
+from iotune.errors import IotuneError, UsageError
+from iotune.model.aio import AioSettings
+from iotune.workloads.data import token_blocks
+from iotune.workloads.presets import PRESETS
+from iotune.workloads.strategies import NVME_STRATEGIES, STRATEGIES, WorkloadSpec, ds_config
+
+STEP_PREFIX = "IOTUNE_STEP "
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="iotune-train", description=__doc__.split("\n\n")[0])
+    p.add_argument("--strategy", default="nvme-opt", help=f"one of: {', '.join(STRATEGIES)}")
+    p.add_argument("--size", default="tiny", help=f"model size preset: {', '.join(PRESETS)}")
+    p.add_argument("--nvme-path", default=None, help="swap directory for the nvme strategies")
+    p.add_argument("--precision", default=None, help="fp32 or bf16 (default: bf16 for nvme-all, else fp32)")
+    p.add_argument("--steps", type=int, default=5, help="optimizer steps")
+    p.add_argument("--micro-batch", type=int, default=4)
+    p.add_argument("--grad-accum", type=int, default=1, help="micro-steps per optimizer step (1, 4, 8)")
+    p.add_argument("--activation-checkpointing", action="store_true")
+    p.add_argument("--zenflow-topk", type=float, default=0.1)
+    p.add_argument("--aio-block-size", type=int, default=1_048_576)
+    p.add_argument("--aio-queue-depth", type=int, default=8)
+    p.add_argument("--aio-intra-op-parallelism", type=int, default=1)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--checkpoint-dir", default=None, help="save a checkpoint here after the last step")
+    p.add_argument("--print-config", action="store_true", help="print the DeepSpeed config and exit")
+    p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def spec_from_args(a: argparse.Namespace) -> WorkloadSpec:
+    if a.size not in PRESETS:
+        raise UsageError(f"unknown size '{a.size}': choose one of {', '.join(PRESETS)}")
+    if a.steps < 1:
+        raise UsageError("--steps must be at least 1")
+    precision = a.precision or ("bf16" if a.strategy == "nvme-all" else "fp32")
+    spec = WorkloadSpec(strategy=a.strategy, size=a.size, nvme_path=a.nvme_path, precision=precision,
+                        micro_batch=a.micro_batch, grad_accum=a.grad_accum,
+                        activation_checkpointing=a.activation_checkpointing, zenflow_topk=a.zenflow_topk,
+                        aio=AioSettings(block_size=a.aio_block_size, queue_depth=a.aio_queue_depth,
+                                        intra_op_parallelism=a.aio_intra_op_parallelism))
+    spec.check()
+    if spec.strategy in NVME_STRATEGIES:
+        assert_swappable(spec.nvme_path or "")
+    return spec
+
+
+def assert_swappable(path: str) -> None:
+    if not os.path.isdir(path):
+        raise UsageError(f"--nvme-path {path} is not a directory: create it on the drive to use")
+    problem = direct_io_problem(path)
+    if problem:
+        raise UsageError(f"--nvme-path {path}: {problem}; DeepSpeed's swapper opens files with O_DIRECT, "
+                         f"so put nvme_path on ext4, xfs or btrfs on a block device")
+
+
+def single_process_env() -> None:
+    """Plain `python train.py` needs the rendezvous variables the launcher sets."""
+    if "RANK" in os.environ:
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+
+
+def build_model(spec: WorkloadSpec, seed: int) -> Any:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    shape = PRESETS[spec.size]
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=shape.vocab, hidden_size=shape.hidden, num_hidden_layers=shape.layers,
+                         num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
+                         intermediate_size=shape.intermediate, max_position_embeddings=shape.seq_len,
+                         tie_word_embeddings=False, use_cache=False)
+    model = LlamaForCausalLM(config)
+    if spec.precision == "bf16":
+        model = model.to(torch.bfloat16)
+    if spec.activation_checkpointing:
+        model.gradient_checkpointing_enable()
+    return model
+
+
+def emit(record: dict[str, Any]) -> None:
+    sys.stdout.write(STEP_PREFIX + json.dumps(record) + "\n")
+    sys.stdout.flush()
+
+
+def train(spec: WorkloadSpec, steps: int, seed: int, checkpoint_dir: str | None) -> None:
+    import deepspeed
+    import torch
+
+    from iotune.workloads.integrity import WeightSnapshot, repair_zenflow_layout
+
+    model = build_model(spec, seed)
+    before = WeightSnapshot.take(model)
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
+                                           config=ds_config(spec))
+    if spec.strategy == "zenflow":
+        repair_zenflow_layout(engine, before)
+    before.verify(engine.module, spec.strategy)
+    shape = PRESETS[spec.size]
+    rank0 = int(os.environ.get("RANK", "0")) == 0
+    micro = 0
+    for step in range(1, steps + 1):
+        t0 = time.perf_counter()
+        losses = []
+        opt_s = 0.0
+        for _ in range(spec.grad_accum):
+            x = token_blocks(spec.micro_batch, shape.seq_len, shape.vocab, seed, micro)
+            micro += 1
+            loss = engine(input_ids=x, labels=x).loss
+            engine.backward(loss)
+            t_step = time.perf_counter()
+            engine.step()
+            opt_s += time.perf_counter() - t_step
+            losses.append(float(loss.detach().float()))
+        step_s = time.perf_counter() - t0
+        if rank0:
+            emit({"step": step, "loss": sum(losses) / len(losses), "step_s": round(step_s, 6),
+                  "optimizer_step_s": round(opt_s, 6), "strategy": spec.strategy, "size": spec.size,
+                  "params": shape.param_count(), "grad_accum": spec.grad_accum})
+    if checkpoint_dir:
+        engine.save_checkpoint(checkpoint_dir)
+    del torch
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        spec = spec_from_args(args)
+        if args.print_config:
+            print(json.dumps(ds_config(spec), indent=1))
+            return 0
+        single_process_env()
+        train(spec, args.steps, args.seed, args.checkpoint_dir)
+    except IotuneError as e:
+        sys.stderr.write(f"iotune-train: error: {e}\n")
+        return e.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
