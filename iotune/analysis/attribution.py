@@ -49,7 +49,9 @@ def block_window(run: TraceRun, t0_ns: int, t1_ns: int) -> Window:
 
 @dataclass(frozen=True)
 class StepBreakdown:
-    """One optimizer step as rank 0 saw it."""
+    """One optimizer step as rank 0 saw it. Its period runs from its first
+    phase to the next step's first phase (to its last phase's end for the
+    last step): total_s and block I/O cover that period."""
 
     step: int
     total_s: float
@@ -74,12 +76,17 @@ def step_breakdowns(run: TraceRun, rank: int = 0) -> list[StepBreakdown]:
         return []
     swap_by_step: dict[tuple[int, str], int] = defaultdict(int)
     for s in att.swaps:
-        swap_by_step[(s.step, s.direction)] += s.bytes
+        if s.phase:
+            swap_by_step[(s.step, s.direction)] += s.bytes
+    steps = [(k, spans) for k, spans in sorted(_spans_by_step(att.phases, rank).items())
+             if any(p.phase == "forward" for p in spans)]
     rows = []
-    for step, spans in sorted(_spans_by_step(att.phases, rank).items()):
-        if not any(p.phase == "forward" for p in spans):
-            continue
-        t0, t1 = min(p.t0_ns for p in spans), max(p.t1_ns for p in spans)
+    for i, (step, spans) in enumerate(steps):
+        # a step's period runs to the start of the next one, so I/O that a
+        # step's optimizer issues asynchronously and that lands between steps
+        # still counts for that step; the last step ends with its last phase
+        t0 = min(p.t0_ns for p in spans)
+        t1 = min(p.t0_ns for p in steps[i + 1][1]) if i + 1 < len(steps) else max(p.t1_ns for p in spans)
         phase_s: dict[str, float] = defaultdict(float)
         by_phase: dict[str, Window] = {}
         for p in spans:
@@ -95,9 +102,10 @@ def step_breakdowns(run: TraceRun, rank: int = 0) -> list[StepBreakdown]:
 
 
 def steady(rows: list[StepBreakdown]) -> list[StepBreakdown]:
-    """Steps after the first (warm-up: buffers allocated, swap files created),
-    or all of them when there are fewer than three."""
-    return rows[1:] if len(rows) >= 3 else rows
+    """Steps after the first (warm-up: buffers allocated, swap files created)
+    and before the last (its period has no next step to end it: I/O it
+    leaves in flight is cut off), or all of them when there are fewer than four."""
+    return rows[1:-1] if len(rows) >= 4 else rows
 
 
 @dataclass(frozen=True)
@@ -106,6 +114,8 @@ class CategoryRow:
     read_bytes_per_step: float
     write_bytes_per_step: float
     files: int
+    outside_read_bytes: int = 0     # swapped outside any training phase (initialisation)
+    outside_write_bytes: int = 0
 
 
 def swap_by_category(run: TraceRun) -> list[CategoryRow]:
@@ -115,14 +125,19 @@ def swap_by_category(run: TraceRun) -> list[CategoryRow]:
         return []
     steps = [r.step for r in steady(step_breakdowns(run))]
     per: dict[tuple[str, str], dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    outside: dict[tuple[str, str], int] = defaultdict(int)
     for s in att.swaps:
-        per[(s.category, s.direction)][s.step] += s.bytes
-    cats = sorted({c for c, _ in per})
+        if s.phase:
+            per[(s.category, s.direction)][s.step] += s.bytes
+        else:
+            outside[(s.category, s.direction)] += s.bytes
+    cats = sorted({c for c, _ in per} | {c for c, _ in outside})
     out = []
     for c in cats:
         med = {d: statistics.median([per[(c, d)].get(k, 0) for k in steps]) if steps else 0.0
                for d in ("read", "write")}
-        out.append(CategoryRow(c, med["read"], med["write"], att.swap_files.get(c, 0)))
+        out.append(CategoryRow(c, med["read"], med["write"], att.swap_files.get(c, 0),
+                               outside[(c, "read")], outside[(c, "write")]))
     return out
 
 

@@ -27,7 +27,7 @@ def attribution_section(run: TraceRun) -> RenderableType:
 def step_table(run: TraceRun) -> RenderableType:
     rows = step_breakdowns(run)
     phases = [p for p in STEP_PHASES if any(p in r.phase_s for r in rows)]
-    table = Table(title="Step time breakdown (rank 0; block I/O on top-level devices, GB = 10^9 bytes)",
+    table = Table(title="Step time breakdown (rank 0; GB = 10^9 B on top-level devices)",
                   title_justify="left", show_edge=False, pad_edge=False)
     for col in ("step", "total", *phases, "GB read", "GB written"):
         table.add_column(col, justify="right")
@@ -39,7 +39,7 @@ def step_table(run: TraceRun) -> RenderableType:
     n = len(steady(rows))
     table.add_row(f"median ({n})", f"{med['total_s']:.3f} s", *(f"{med[p + '_s']:.3f} s" for p in phases),
                   f"{med['read_bytes'] / 1e9:.3f}", f"{med['write_bytes'] / 1e9:.3f}", style="bold")
-    note = Text("median over steps after the first (warm-up)\n" if n < len(rows) else "\n", style="dim")
+    note = Text("median over steady steps: all but the first (warm-up) and the last (cut off)\n" if n < len(rows) else "\n", style="dim")
     return Group(table, note)
 
 
@@ -47,22 +47,24 @@ def category_table(run: TraceRun) -> RenderableType:
     cats = swap_by_category(run)
     if not cats:
         return Text("DeepSpeed swapped nothing to NVMe (no offload to nvme in this job).\n", style="dim")
-    table = Table(title="DeepSpeed swap I/O per step, by what it serves (median; MB = 10^6 bytes)",
+    table = Table(title="DeepSpeed swap I/O per step by what it serves (median, MB = 10^6 B)",
                   title_justify="left", show_edge=False, pad_edge=False)
-    for col in ("category", "read/step", "written/step", "files"):
+    for col in ("category", "read/step", "written/step", "files", "outside steps (R/W)"):
         table.add_column(col, justify="left" if col == "category" else "right")
     for c in cats:
         table.add_row(c.category, units.volume(c.read_bytes_per_step), units.volume(c.write_bytes_per_step),
-                      str(c.files))
+                      str(c.files), f"{units.volume(c.outside_read_bytes)} / {units.volume(c.outside_write_bytes)}")
     table.add_row("total", units.volume(sum(c.read_bytes_per_step for c in cats)),
-                  units.volume(sum(c.write_bytes_per_step for c in cats)), "", style="bold")
+                  units.volume(sum(c.write_bytes_per_step for c in cats)), "",
+                  f"{units.volume(sum(c.outside_read_bytes for c in cats))} / "
+                  f"{units.volume(sum(c.outside_write_bytes for c in cats))}", style="bold")
     return Group(table, Text(""))
 
 
 def phase_table(run: TraceRun) -> RenderableType:
     rows = steady(step_breakdowns(run))
     phases = [p for p in STEP_PHASES if any(p in r.block_by_phase for r in rows)]
-    table = Table(title="Block I/O per step, by training phase (mean over steady steps)",
+    table = Table(title="Block I/O per step by training phase (steady mean)",
                   title_justify="left", show_edge=False, pad_edge=False)
     for col in ("phase", "read/step", "written/step", "requests/step"):
         table.add_column(col, justify="left" if col == "phase" else "right")

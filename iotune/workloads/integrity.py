@@ -53,6 +53,40 @@ class WeightSnapshot:
 
 
 def repair_zenflow_layout(engine: Any, before: WeightSnapshot) -> bool:
-    """WORKAROUND (DeepSpeed 0.19.8, ZenFlow stage 1/2): placeholder until the
-    investigation lands; returns whether anything was repaired."""
-    return False
+    """WORKAROUND for DeepSpeed 0.19.8, ZenFlow with ZeRO stage 1/2.
+
+    ZenFlow builds its flat bit16 buffer with every 2-D parameter stored
+    transposed (zenflow_utils._flatten_dense_tensors), but
+    stage_1_and_2._update_model_bit16_weights re-views each parameter's
+    segment with a plain `.view(shape)`. So after deepspeed.initialize every
+    2-D weight holds its transposed data reshaped to the original shape, and
+    the same view is re-made after every full optimizer update: restoring
+    the values once is not enough. The fix re-views 2-D segments through the
+    transpose, by replacing that one method on this optimizer instance, and
+    re-runs it.
+
+    Applied only when the bug is detected (the weights changed in
+    initialize), so a DeepSpeed that fixes it is left alone; returns whether
+    it was applied. tests/test_workloads_e2e.py checks it is still needed.
+    """
+    if not before.changed(engine.module):
+        return False
+    import types
+
+    opt = engine.optimizer
+    opt._update_model_bit16_weights = types.MethodType(_zenflow_update_model_bit16_weights, opt)
+    for group in range(len(opt.bit16_groups)):
+        opt._update_model_bit16_weights(group)
+    return True
+
+
+def _zenflow_update_model_bit16_weights(self: Any, group: int) -> None:
+    """stage_1_and_2._update_model_bit16_weights, reading 2-D segments of the
+    flat buffer transposed, as ZenFlow stored them."""
+    flat = self.bit16_groups_flat[group]
+    for p, meta, offset in zip(self.round_robin_bit16_groups[group], self.round_robin_bit16_meta[group],
+                               self.round_robin_bit16_offsets[group]):
+        seg = flat.narrow(0, offset, meta.numel())
+        p.data = seg.view(meta.shape[1], meta.shape[0]).t() if meta.dim() == 2 else seg.view(meta.shape)
+    for i, param in enumerate(self.bit16_groups[group]):
+        param.data = self.round_robin_bit16_groups[group][self.round_robin_bit16_indices[group][i]].data

@@ -28,7 +28,7 @@ from typing import Any
 
 from iotune.blockdev.directio import direct_io_problem
 from iotune.errors import IotuneError, UsageError
-from iotune.model.aio import AioSettings
+from iotune.model.aio import AioSettings, OffloadBuffers
 from iotune.workloads.data import token_blocks
 from iotune.workloads.presets import PRESETS
 from iotune.workloads.strategies import NVME_STRATEGIES, STRATEGIES, WorkloadSpec, ds_config
@@ -50,9 +50,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--aio-block-size", type=int, default=1_048_576)
     p.add_argument("--aio-queue-depth", type=int, default=8)
     p.add_argument("--aio-intra-op-parallelism", type=int, default=1)
+    p.add_argument("--param-buffer-count", type=int, default=5,
+                   help="nvme-all: pinned parameter swap buffers (offload_param.buffer_count)")
+    p.add_argument("--param-buffer-size", type=int, default=10_000_000,
+                   help="nvme-all: elements per parameter swap buffer (offload_param.buffer_size)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--checkpoint-dir", default=None, help="save a checkpoint here after the last step")
     p.add_argument("--print-config", action="store_true", help="print the DeepSpeed config and exit")
+    p.add_argument("--no-zenflow-workaround", action="store_true",
+                   help="do not repair DeepSpeed 0.19.8's ZenFlow weight layout (the run then stops "
+                        "with an error instead of training on corrupted weights)")
     p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -67,7 +74,9 @@ def spec_from_args(a: argparse.Namespace) -> WorkloadSpec:
                         micro_batch=a.micro_batch, grad_accum=a.grad_accum,
                         activation_checkpointing=a.activation_checkpointing, zenflow_topk=a.zenflow_topk,
                         aio=AioSettings(block_size=a.aio_block_size, queue_depth=a.aio_queue_depth,
-                                        intra_op_parallelism=a.aio_intra_op_parallelism))
+                                        intra_op_parallelism=a.aio_intra_op_parallelism),
+                        buffers=OffloadBuffers(param_buffer_count=a.param_buffer_count,
+                                               param_buffer_size=a.param_buffer_size))
     spec.check()
     if spec.strategy in NVME_STRATEGIES:
         assert_swappable(spec.nvme_path or "")
@@ -117,7 +126,8 @@ def emit(record: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def train(spec: WorkloadSpec, steps: int, seed: int, checkpoint_dir: str | None) -> None:
+def train(spec: WorkloadSpec, steps: int, seed: int, checkpoint_dir: str | None,
+          zenflow_workaround: bool = True) -> None:
     import deepspeed
     import torch
 
@@ -127,8 +137,9 @@ def train(spec: WorkloadSpec, steps: int, seed: int, checkpoint_dir: str | None)
     before = WeightSnapshot.take(model)
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                            config=ds_config(spec))
-    if spec.strategy == "zenflow":
-        repair_zenflow_layout(engine, before)
+    if spec.strategy == "zenflow" and zenflow_workaround and repair_zenflow_layout(engine, before):
+        sys.stderr.write("iotune-train: applied the ZenFlow weight-layout workaround "
+                         "(DeepSpeed 0.19.8 bug, see iotune/workloads/integrity.py)\n")
     before.verify(engine.module, spec.strategy)
     shape = PRESETS[spec.size]
     rank0 = int(os.environ.get("RANK", "0")) == 0
@@ -164,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(ds_config(spec), indent=1))
             return 0
         single_process_env()
-        train(spec, args.steps, args.seed, args.checkpoint_dir)
+        train(spec, args.steps, args.seed, args.checkpoint_dir, not args.no_zenflow_workaround)
     except IotuneError as e:
         sys.stderr.write(f"iotune-train: error: {e}\n")
         return e.exit_code

@@ -4,9 +4,10 @@ Stdlib only: this runs inside the traced job, whichever Python it uses.
 
 - Phases: DeepSpeedEngine.forward, .backward, .step and .save_checkpoint are
   wrapped; each call appends {"k": "phase", "n": name, "s": step, "t0", "t1"}
-  with CLOCK_MONOTONIC nanoseconds (the clock the block probe uses). A
-  .step() call at a gradient-accumulation boundary is the "optimizer" phase,
-  other .step() calls are "accumulate".
+  with CLOCK_MONOTONIC nanoseconds (the clock the block probe uses). Steps
+  are numbered from 0 by counting .step() calls against the engine's
+  gradient_accumulation_steps(); the call that completes a step is the
+  "optimizer" phase, the others are "accumulate".
 - Swap I/O: deepspeed.runtime.swap_tensor.utils.swap_in_tensors and
   swap_out_tensors (every ZeRO-Infinity swapper goes through them) are
   wrapped; each tensor appends {"k": "swap", "d": "r"|"w", "p": path,
@@ -61,14 +62,15 @@ def _wrap_phase(cls, method, name):
     orig = getattr(cls, method)
 
     def wrapper(self, *args, **kwargs):
-        phase = name
+        # steps are counted here, from .step() calls and the configured
+        # gradient accumulation, not from engine.global_steps: ZenFlow, for
+        # one, advances that on its own schedule
+        calls = getattr(self, "_iotune_step_calls", 0)
+        gas = _accumulation_steps(self)
+        step, phase = calls // gas, name
         if name == "optimizer":
-            try:
-                boundary = self.is_gradient_accumulation_boundary()
-            except Exception:  # noqa: BLE001
-                boundary = True
-            phase = "optimizer" if boundary else "accumulate"
-        step = int(getattr(self, "global_steps", 0))
+            phase = "optimizer" if calls % gas == gas - 1 else "accumulate"
+            self._iotune_step_calls = calls + 1
         outer = _state["phase"]
         _state["step"], _state["phase"] = step, phase
         t0 = time.monotonic_ns()
@@ -84,6 +86,18 @@ def _wrap_phase(cls, method, name):
     wrapper.__name__ = getattr(orig, "__name__", method)
     wrapper.__doc__ = getattr(orig, "__doc__", None)
     setattr(cls, method, wrapper)
+
+
+def _accumulation_steps(engine):
+    """Micro-steps per step as the user configured them. ZenFlow overwrites
+    the engine's value with its update_interval, so the user's config wins."""
+    try:
+        configured = engine._config._param_dict.get("gradient_accumulation_steps")
+        if isinstance(configured, int) and configured > 0:
+            return configured
+        return max(1, int(engine.gradient_accumulation_steps()))
+    except Exception:  # noqa: BLE001
+        return 1
 
 
 def _patch_engine(module):
