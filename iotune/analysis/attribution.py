@@ -34,7 +34,7 @@ def block_window(run: TraceRun, t0_ns: int, t1_ns: int) -> Window:
     top = {d.name for d in run.devices if not d.is_lower}
     lo = (t0_ns - run.clock_origin_ns) / 1e9
     hi = (t1_ns - run.clock_origin_ns) / 1e9
-    acc = defaultdict(float)
+    acc: dict[str, float] = defaultdict(float)
     for p in run.timeline:
         if p.device not in top or p.op not in ("read", "write"):
             continue
