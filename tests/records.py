@@ -42,3 +42,40 @@ def offload_run() -> TraceRun:
         devices=(loop0, vda), timeline=timeline, drops={"sizes": 0, "start": 0, "timeline": 0, "other": 0},
         host=HostInfo(kernel="6.18.44", hostname="test", iotune_version="0.1.0"),
     )
+
+
+def attributed_run(strategy: str = "nvme-opt", step_ms: int = 400, swap_bytes: int = 12_000_000) -> TraceRun:
+    """Four 1-ordered steps of `step_ms`, each: forward 25%, backward 25%,
+    optimizer 50%; the optimizer swaps `swap_bytes` in and out, and the block
+    timeline (10 ms intervals) shows exactly those bytes spread evenly over
+    each optimizer phase."""
+    from dataclasses import replace
+
+    from iotune.model.attribution import Attribution, PhaseSpan, SwapTotal
+
+    origin = 10_000_000_000
+    ms = 1_000_000
+    phases, swaps, timeline = [], [], []
+    for step in range(4):
+        t = origin + step * step_ms * ms
+        q = step_ms // 4
+        phases += [PhaseSpan(0, step, "forward", t, t + q * ms),
+                   PhaseSpan(0, step, "backward", t + q * ms, t + 2 * q * ms),
+                   PhaseSpan(0, step, "optimizer", t + 2 * q * ms, t + 4 * q * ms)]
+        for cat in ("optimizer: fp32 master", "optimizer: exp_avg", "optimizer: exp_avg_sq"):
+            for d in ("read", "write"):
+                swaps.append(SwapTotal(0, step, "optimizer", cat, d, swap_bytes // 3, 1))
+        buckets = 2 * q // 10
+        for b in range(buckets):
+            t_s = (step * step_ms + 2 * q + b * 10) / 1000
+            for op in ("read", "write"):
+                timeline.append(TimelinePoint(round(t_s, 6), "loop0", op, 1, swap_bytes // buckets))
+    loop0 = DeviceStats(major=7, minor=0, name="loop0", directions={
+        "read": direction("read", {swap_bytes // (2 * (step_ms // 40)): 4 * 2 * (step_ms // 40)}),
+        "write": direction("write", {swap_bytes // (2 * (step_ms // 40)): 4 * 2 * (step_ms // 40)}),
+    })
+    base = offload_run()
+    return replace(base, command=("python", "train.py", "--strategy", strategy), devices=(loop0,),
+                   timeline=tuple(timeline), interval_s=0.01, duration_s=4 * step_ms / 1000,
+                   clock_origin_ns=origin, attribution=Attribution(tuple(phases), tuple(swaps), (0,),
+                                                                    {"optimizer: exp_avg": 1}))

@@ -179,3 +179,37 @@ def test_nvme_path_without_o_direct_is_refused_before_training(tmp_path: Path) -
     assert r.stderr == (f"iotune-train: error: --nvme-path {mnt}: the filesystem does not support O_DIRECT; "
                         f"DeepSpeed's swapper opens files with O_DIRECT, so put nvme_path on ext4, xfs or "
                         f"btrfs on a block device\n")
+
+
+def test_a_script_iotune_did_not_write(swap_fs, tmp_path: Path) -> None:
+    """Phases and swap attribution for a plain user script (gradient accumulation 2)."""
+    device, mnt = swap_fs
+    swap = mnt / "plain"
+    swap.mkdir()
+    script = Path(__file__).parent / "data" / "plain_deepspeed_script.py"
+    run, _, stderr = traced(tmp_path, device, [sys.executable, "-W", "ignore", str(script), str(swap), "4"])
+    rows = step_breakdowns(run)
+    assert [r.step for r in rows] == [0, 1, 2, 3]
+    for r in rows:     # two micro-steps per step: one accumulate call, one optimizer call
+        assert {"forward", "backward", "accumulate", "optimizer"} == set(r.phase_s)
+    params = 512 * 1024 + 1024 + 1024 + 1
+    cats = {c.category: c for c in swap_by_category(run)}
+    # DeepSpeed pads each swapped tensor to its 1 KiB O_DIRECT alignment (AIO_ALIGNED_BYTES)
+    assert cats["optimizer: exp_avg"].write_bytes_per_step == -(-4 * params // 1024) * 1024
+    assert "step 3 loss" in stderr
+
+
+def test_checkpoint_phase_is_recorded(swap_fs, tmp_path: Path) -> None:
+    device, mnt = swap_fs
+    ckpt = mnt / "ckpt"
+    run, _, _ = traced(tmp_path, device, workload("cpu", None, "--checkpoint-dir", str(ckpt)))
+    spans = [p for p in run.attribution.phases if p.phase == "checkpoint"]
+    assert len(spans) == 1 and any(ckpt.rglob("*.pt"))
+    from iotune.analysis.attribution import checkpoints
+    [cp] = checkpoints(run)
+    assert cp.seconds > 0
+    # torch.save writes through the page cache: what reached the device by the end of the
+    # trace is bounded by what the checkpoint files hold
+    on_disk = sum(f.stat().st_size for f in ckpt.rglob("*") if f.is_file())
+    assert on_disk >= 3 * 4 * PARAMS     # fp32 master + Adam moments at least
+    assert 0 <= cp.until_end.write_bytes <= on_disk * 1.1 + 4_000_000

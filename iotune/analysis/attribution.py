@@ -191,3 +191,27 @@ def median_step(rows: list[StepBreakdown]) -> dict[str, float]:
     for phase in STEP_PHASES:
         out[f"{phase}_s"] = med(r.phase_s.get(phase, 0.0) for r in rows)
     return out
+
+
+@dataclass(frozen=True)
+class CheckpointRow:
+    """One save_checkpoint call: its duration, the block I/O during it, and
+    the block I/O from its start to the end of the trace (checkpoints are
+    written through the page cache; writeback can land after the call)."""
+
+    t_s: float          # start, seconds on the run's timeline
+    seconds: float
+    during: Window
+    until_end: Window
+
+
+def checkpoints(run: TraceRun, rank: int = 0) -> list[CheckpointRow]:
+    att = run.attribution
+    if att is None:
+        return []
+    end_ns = run.clock_origin_ns + int((max((p.t_s for p in run.timeline), default=0.0) + run.interval_s) * 1e9)
+    return [
+        CheckpointRow((p.t0_ns - run.clock_origin_ns) / 1e9, p.seconds, block_window(run, p.t0_ns, p.t1_ns),
+                      block_window(run, p.t0_ns, max(end_ns, p.t1_ns)))
+        for p in att.phases if p.rank == rank and p.phase == "checkpoint"
+    ]

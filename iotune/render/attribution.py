@@ -7,8 +7,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..analysis.attribution import (STEP_PHASES, cross_check, median_step, steady, step_breakdowns,
-                                    swap_by_category)
+from ..analysis.attribution import (STEP_PHASES, checkpoints, cross_check, median_step, steady,
+                                    step_breakdowns, swap_by_category)
 from ..model.run import TraceRun
 from . import units
 
@@ -21,7 +21,20 @@ def attribution_section(run: TraceRun) -> RenderableType:
     rows = step_breakdowns(run)
     if not rows:
         return Text("Attribution: the job made no DeepSpeedEngine training calls.\n", style="dim")
-    return Group(step_table(run), category_table(run), phase_table(run), cross_check_text(run))
+    return Group(step_table(run), category_table(run), phase_table(run), cross_check_text(run),
+                 checkpoint_text(run))
+
+
+def checkpoint_text(run: TraceRun) -> RenderableType:
+    rows = checkpoints(run)
+    if not rows:
+        return Text("")
+    t = Text("Checkpoints (save_checkpoint)\n", style="bold italic")
+    for r in rows:
+        t.append(f"  at {r.t_s:.2f} s: {r.seconds:.3f} s; written during the call "
+                 f"{units.volume(r.during.write_bytes)}, by the end of the trace "
+                 f"{units.volume(r.until_end.write_bytes)} (page-cache writeback lands later)\n")
+    return t
 
 
 def step_table(run: TraceRun) -> RenderableType:

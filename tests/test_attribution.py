@@ -1,0 +1,100 @@
+"""Attribution: hook files, event parsing, the join with the block timeline."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from iotune.analysis.attribution import cross_check, median_step, step_breakdowns, swap_by_category
+from iotune.cli import cli
+from iotune.model.runfile import load_run, save_run
+from iotune.render.console import ConsoleRenderer
+from iotune.trace.attribution import INJECT_DIR, inject_env, read_events
+
+from .records import attributed_run
+
+
+def test_step_breakdown_from_phases_and_timeline() -> None:
+    run = attributed_run()
+    rows = step_breakdowns(run)
+    assert [r.step for r in rows] == [0, 1, 2, 3]
+    for r in rows:
+        assert r.phase_s == {"forward": 0.1, "backward": 0.1, "optimizer": 0.2}
+        assert round(r.block.read_bytes) == 12_000_000 and round(r.block.write_bytes) == 12_000_000
+        assert round(r.block_by_phase["optimizer"].write_bytes) == 12_000_000
+        assert r.block_by_phase["forward"].write_bytes == 0
+    med = median_step(rows)
+    assert abs(med["total_s"] - 0.4) < 1e-9 and abs(med["optimizer_s"] - 0.2) < 1e-9
+
+
+def test_swap_categories_and_cross_check() -> None:
+    run = attributed_run()
+    cats = {c.category: c for c in swap_by_category(run)}
+    assert set(cats) == {"optimizer: fp32 master", "optimizer: exp_avg", "optimizer: exp_avg_sq"}
+    assert cats["optimizer: exp_avg"].write_bytes_per_step == 4_000_000
+    cc = cross_check(run)
+    assert cc.steps == 2 and round(cc.write_diff_pct, 9) == 0     # steps 1 and 2 are steady
+
+
+def test_report_and_round_trip_with_attribution(tmp_path: Path) -> None:
+    run = attributed_run()
+    save_run(run, tmp_path / "r")
+    assert load_run(tmp_path / "r") == run
+    text = ConsoleRenderer(width=140).render(run)
+    assert "median (2)" in text and "optimizer: exp_avg" in text
+    assert "written  block   24.00 MB   swap   24.00 MB" in text
+
+
+def test_compare_side_by_side(tmp_path: Path) -> None:
+    save_run(attributed_run("nvme-opt", 400), tmp_path / "a")
+    save_run(attributed_run("zenflow", 200, swap_bytes=3_000_000), tmp_path / "b")
+    r = CliRunner().invoke(cli, ["compare", str(tmp_path / "a"), str(tmp_path / "b")])
+    assert r.exit_code == 0, r.output
+    lines = {line.split("│")[0].strip(): [c.strip() for c in line.split("│")] for line in r.stdout.splitlines()
+             if "│" in line}
+    assert lines["nvme-opt"][2:5] == ["0.400 s", "1.00", "0.200 s"]
+    assert lines["zenflow"][2:5] == ["0.200 s", "0.50", "0.100 s"]
+    j = json.loads(CliRunner().invoke(cli, ["compare", "--json", str(tmp_path / "b")]).stdout)
+    assert j[0]["label"] == "zenflow" and j[0]["swap_bytes_per_step"] == 6_000_000
+
+
+def test_hook_files_parse(tmp_path: Path) -> None:
+    """Two processes' event files, one cut off mid-line (killed)."""
+    (tmp_path / "events-1.jsonl").write_text(
+        '{"k":"proc","pid":1,"rank":0,"argv":[]}\n'
+        '{"k":"phase","n":"forward","s":0,"t0":10,"t1":20}\n'
+        '{"k":"swap","d":"w","p":"/m/zero_stage_3/optimizer/rank0/exp_avg-3.tensor.swp","b":4096,"s":0,"n":"optimizer","t":25}\n'
+        '{"k":"swap","d":"w","p":"/m/zero_stage_3/optimizer/rank0/exp_avg-3.tensor.swp","b":4096,"s":0,"n":"optimizer","t":26}\n')
+    (tmp_path / "events-2.jsonl").write_text(
+        '{"k":"proc","pid":2,"rank":1,"argv":[]}\n'
+        '{"k":"phase","n":"forward","s":0,"t0":11,"t1":21}\n{"k":"swap","d":"r","p":"/m/x')
+    att = read_events(tmp_path)
+    assert att.ranks == (0, 1) and len(att.phases) == 2
+    [swap] = att.swaps
+    assert (swap.rank, swap.category, swap.direction, swap.bytes, swap.tensors) == (0, "optimizer: exp_avg", "write", 8192, 2)
+    assert read_events(tmp_path / "nothing") is None
+
+
+def run_python(code: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], env=env, cwd=cwd, capture_output=True, text=True)
+
+
+def test_startup_hook_installs_only_when_asked_and_chains(tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import builtins\nbuiltins.OTHER_SITECUSTOMIZE = True\n")
+    base = dict(os.environ, PYTHONPATH=str(other))
+    probe = ("import sys, builtins; print('hooks' if '_iotune_hooks' in sys.modules else 'no-hooks', "
+             "getattr(builtins, 'OTHER_SITECUSTOMIZE', False))")
+    events = tmp_path / "events"
+    with_hook = run_python(probe, inject_env(base, events), tmp_path)
+    assert with_hook.stdout.split() == ["hooks", "True"], with_hook.stderr
+    without = dict(inject_env(base, events))
+    del without["IOTUNE_EVENTS_DIR"]
+    assert run_python(probe, without, tmp_path).stdout.split() == ["no-hooks", "True"]
+    assert inject_env({}, events)["PYTHONPATH"] == str(INJECT_DIR)
