@@ -215,6 +215,124 @@ def report(run_path: Path, as_json: bool, block_size: int | None, width: int | N
     emit(load_run(run_path), as_json, block_size, width)
 
 
+def _csv_list(convert: Callable[[str], Any]) -> Callable[[Any, Any, str | None], tuple[Any, ...] | None]:
+    def parse(ctx: Any, param: Any, value: str | None) -> tuple[Any, ...] | None:
+        if not value:
+            return None
+        try:
+            return tuple(convert(v.strip()) for v in value.split(",") if v.strip())
+        except ValueError as e:
+            raise click.BadParameter(f"{value!r}: {e}") from None
+    return parse
+
+
+def _positive_int(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise ValueError("values must be at least 1")
+    return n
+
+
+def _bool_word(text: str) -> bool:
+    if text.lower() in ("true", "yes", "1"):
+        return True
+    if text.lower() in ("false", "no", "0"):
+        return False
+    raise ValueError("use true or false")
+
+
+@cli.command()
+@click.option("--path", "target_dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
+              help="A directory on the drive to tune (your nvme_path). Default: a built-in emulated "
+                   "drive with known limits.")
+@click.option("--profile", default="default", show_default=True,
+              help="Search space and run settings: a name from profiles/ (default, quick, "
+                   "ds-nvme-tune-grid) or a TOML file.")
+@click.option("--executor", type=click.Choice(["fio", "aio"]), default="fio", show_default=True,
+              help="Measure with fio, or with DeepSpeed's own aio engine (aio_handle).")
+@click.option("--block-sizes", callback=_csv_list(parse_size), default=None, metavar="LIST",
+              help="Override the profile, e.g. 256K,1M,4M.")
+@click.option("--queue-depths", callback=_csv_list(_positive_int), default=None, metavar="LIST",
+              help="Override the profile, e.g. 4,8,32.")
+@click.option("--threads", callback=_csv_list(_positive_int), default=None, metavar="LIST",
+              help="intra_op_parallelism values (fio: numjobs), e.g. 1,2,4.")
+@click.option("--single-submit", callback=_csv_list(_bool_word), default=None, metavar="LIST",
+              help="e.g. false or false,true.")
+@click.option("--overlap-events", callback=_csv_list(_bool_word), default=None, metavar="LIST")
+@click.option("--engines", callback=_csv_list(str), default=None, metavar="LIST", help="fio: libaio,io_uring.")
+@click.option("--grid", is_flag=True, help="Measure every combination instead of the adaptive search.")
+@click.option("--repeats", type=click.IntRange(1, 50), default=None, help="Repeats of the finalists.")
+@click.option("--file-bytes", type=SIZE, default=None, metavar="SIZE", help="Bytes per tensor file per trial.")
+@click.option("--confirm", "confirm_top", type=click.IntRange(0, 10), default=None,
+              help="Candidates to confirm with real training steps (0: none).")
+@click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Journal directory (default iotune-sweeps/<profile>-<executor>). An existing journal "
+                   "is resumed.")
+@click.option("--fresh", is_flag=True, help="Start over (the old journal is kept under a new name).")
+@click.option("--apply", "apply_to", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              metavar="DS_CONFIG", help="Write DS_CONFIG with the recommendation applied to "
+                                        "DS_CONFIG's name + .iotune.json.")
+@click.option("--in-place", is_flag=True, help="With --apply: overwrite DS_CONFIG instead.")
+@click.option("--export", "export_to", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              metavar="FILE", help="All trials as a table: .csv or .parquet.")
+@click.option("--export-jobs", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
+              help="Write the fio job file of every ranked point into DIR.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON on stdout.")
+@library_errors
+def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any, queue_depths: Any,
+          threads: Any, single_submit: Any, overlap_events: Any, engines: Any, grid: bool,
+          repeats: int | None, file_bytes: int | None, confirm_top: int | None, out: Path | None, fresh: bool,
+          apply_to: Path | None, in_place: bool, export_to: Path | None, export_jobs: Path | None,
+          as_json: bool) -> None:
+    """Tune DeepSpeed's aio settings (block size, queue depth, threads, submit
+    modes) for a drive, and hand over a config DeepSpeed accepts as pasted.
+
+    Each point writes and reads back tensor-sized files with O_DIRECT, the
+    way ZeRO-Infinity's swapper does. The default adaptive search measures
+    block size, then queue depth, then threads and submit modes around the
+    best, then repeats the finalists and DeepSpeed's defaults; configs
+    inside the noise tie and the cheaper one wins. The best candidates are
+    then confirmed on real training steps. Every trial is journaled as it
+    ends: Ctrl-C and re-run resumes where it stopped.
+
+    \b
+    Examples:
+      sudo iotune sweep                                  built-in emulated drive
+      sudo iotune sweep --path /mnt/nvme/swap --profile quick
+      sudo iotune sweep --path /mnt/nvme/swap --executor aio --apply ds_config.json
+    """
+    from .render.progress import sweep_progress
+    from .sweep.command import SweepArgs, run_sweep_command
+
+    args = SweepArgs(target_dir=target_dir, profile=profile, executor=executor,
+                     overrides={"block_size": block_sizes, "queue_depth": queue_depths,
+                                "intra_op_parallelism": threads, "single_submit": single_submit,
+                                "overlap_events": overlap_events, "engine": engines},
+                     grid=grid, repeats=repeats, file_bytes=file_bytes, confirm_top=confirm_top, out=out,
+                     fresh=fresh)
+    with sweep_progress() as on_trial:
+        outcome, target = run_sweep_command(args, lambda msg: click.echo(msg, err=True), on_trial)
+    from .render.sweep import render_sweep, sweep_json
+
+    if export_to is not None:
+        from .analysis.sweep_frames import export_trials
+        export_trials(Path(outcome.journal), export_to)
+        click.echo(f"trials exported to {export_to}", err=True)
+    if export_jobs is not None:
+        from .sweep.fio_executor import fio_jobfile
+        export_jobs.mkdir(parents=True, exist_ok=True)
+        for r in outcome.ranking:
+            (export_jobs / f"{r.point.key()}.fio").write_text(fio_jobfile(r.point, target))
+        click.echo(f"{len(outcome.ranking)} fio job files in {export_jobs}", err=True)
+    if apply_to is not None and outcome.fragment:
+        from .sweep.recommend import apply_to_file
+        written = apply_to_file(apply_to, outcome.fragment, in_place)
+        click.echo(f"wrote {written}", err=True)
+    click.echo(sweep_json(outcome) if as_json else render_sweep(outcome), nl=False)
+    if outcome.recommended is None or outcome.validation_error:
+        sys.exit(1)
+
+
 @cli.command()
 @click.argument("run_paths", metavar="RUN...", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")

@@ -3,7 +3,6 @@ passed through shell-style, signals forwarded."""
 
 from __future__ import annotations
 
-import functools
 import os
 import pwd
 import shutil
@@ -12,6 +11,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 
+from ..blockdev.cgroup import join_cgroup_preexec
 from ..errors import CommandNotExecutable, CommandNotFound, UsageError
 
 
@@ -57,7 +57,7 @@ def start(argv: list[str], run_as: RunAs | None, stdout_to_stderr: bool,
     if not os.isatty(0):
         kwargs["process_group"] = 0
     if cgroup is not None:
-        kwargs["preexec_fn"] = functools.partial(_join_cgroup, cgroup)
+        kwargs["preexec_fn"] = join_cgroup_preexec(cgroup)
     try:
         return subprocess.Popen(
             argv, env=env, stdout=2 if stdout_to_stderr else None, **kwargs  # type: ignore[call-overload]
@@ -66,11 +66,6 @@ def start(argv: list[str], run_as: RunAs | None, stdout_to_stderr: bool,
         raise CommandNotFound(f"command not found: {exe} (check the name, or give its full path)") from None
     except PermissionError:
         raise CommandNotExecutable(f"cannot execute {exe}: permission denied (is it executable?)") from None
-
-
-def _join_cgroup(cgroup: str) -> None:
-    with open(os.path.join(cgroup, "cgroup.procs"), "w") as fh:
-        fh.write(str(os.getpid()))
 
 
 def exit_status(returncode: int) -> int:

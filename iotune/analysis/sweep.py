@@ -1,0 +1,106 @@
+"""Ranking sweep trials: medians and spread over repeats, ties inside the
+noise going to the cheaper configuration."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
+
+from ..model.sweep import SweepPoint, Trial
+
+MIN_NOISE = 0.02     # two configs within 2% are never told apart
+
+
+@dataclass(frozen=True)
+class Ranked:
+    point: SweepPoint
+    executor: str
+    scores: tuple[float, ...]          # one per successful repeat (bytes/s or 1/step_s)
+    failed: int
+    median: float
+    spread: float                      # (max - min) / median over repeats, 0 for one repeat
+    read_bytes_per_s: float
+    write_bytes_per_s: float
+    step_s: float | None = None
+    optimizer_step_s: float | None = None
+
+    @property
+    def cost(self) -> tuple[int, int, int]:
+        """Cheaper first: pinned staging memory, threads, queue depth."""
+        p = self.point
+        return (p.pinned_bytes(), p.intra_op_parallelism, p.queue_depth)
+
+
+def summarize_trials(trials: list[Trial], executor: str) -> list[Ranked]:
+    groups: dict[str, list[Trial]] = defaultdict(list)
+    for t in trials:
+        if t.executor == executor:
+            groups[t.point.key()].append(t)
+    out = []
+    for ts in groups.values():
+        ok = [t.measurement for t in ts if t.status == "ok" and t.measurement]
+        scores = tuple(m.score for m in ok)
+        med = statistics.median(scores) if scores else 0.0
+        spread = (max(scores) - min(scores)) / med if len(scores) > 1 and med > 0 else 0.0
+        steps = [m.step_s for m in ok if m.step_s]
+        opt = [m.optimizer_step_s for m in ok if m.optimizer_step_s]
+        out.append(Ranked(
+            point=ts[0].point, executor=executor, scores=scores, failed=len(ts) - len(ok), median=med,
+            spread=spread,
+            read_bytes_per_s=statistics.median([m.read_bytes_per_s for m in ok]) if ok else 0.0,
+            write_bytes_per_s=statistics.median([m.write_bytes_per_s for m in ok]) if ok else 0.0,
+            step_s=statistics.median(steps) if steps else None,
+            optimizer_step_s=statistics.median(opt) if opt else None,
+        ))
+    return out
+
+
+def tie(a: Ranked, b: Ranked, noise: float = MIN_NOISE) -> bool:
+    """True when a and b differ by less than the noise of either."""
+    if a.median <= 0 or b.median <= 0:
+        return False
+    band = max(noise, a.spread, b.spread)
+    return abs(a.median - b.median) <= band * max(a.median, b.median)
+
+
+def rank(rows: list[Ranked], noise: float = MIN_NOISE) -> list[Ranked]:
+    """Best first. Configurations that tie with the best of their tier (inside
+    the noise) are ordered cheapest first; failed points come last."""
+    ok = sorted((r for r in rows if r.scores), key=lambda r: -r.median)
+    out: list[Ranked] = []
+    while ok:
+        head = ok[0]
+        tier = [r for r in ok if tie(head, r, noise)]
+        tier.sort(key=lambda r: (r.cost, -r.median))
+        out += tier
+        ok = [r for r in ok if r not in tier]
+    return out + [r for r in rows if not r.scores]
+
+
+@dataclass(frozen=True)
+class SweepOutcome:
+    """Everything a finished sweep reports."""
+
+    target: str                                # the directory trials ran in
+    profile: str
+    executor: str                              # fio | aio
+    ranking: list[Ranked]                      # the executor's ranking, best first
+    confirmed: list[Ranked]                    # steps executor: candidates and the default
+    recommended: SweepPoint | None
+    default: Ranked | None                     # DeepSpeed's default aio settings, same executor
+    ceiling_bytes_per_s: float | None          # the drive's limit (known, or measured)
+    ceiling_source: str                        # "known limits" | "measured: ..."
+    fragment: dict[str, object]                # DeepSpeed JSON to paste
+    validation_error: str | None               # None: DeepSpeed accepted it
+    trials: int
+    trials_run_now: int
+    failed: int
+    journal: str
+
+
+def gain(best: Ranked | None, default: Ranked | None) -> float | None:
+    """best / default on the executor's score (bandwidth or 1/step time)."""
+    if best is None or default is None or default.median <= 0:
+        return None
+    return best.median / default.median

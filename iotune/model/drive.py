@@ -1,0 +1,77 @@
+"""The known limits of an emulated drive, and the throughput they allow.
+
+A drive serves each request in `latency_us` with at most `parallelism`
+requests in service at once, optionally behind a bandwidth cap and an IOPS
+cap (both apply to reads and writes separately, as cgroup v1 blkio does).
+
+`overhead_us` is the fixed cost of one request outside the emulated service
+time (block layer, loop device, FUSE round trip): it is not emulated, it is
+measured. It lengthens each request's latency but does not hold one of the
+`parallelism` permits, so by Little's law
+
+    IOPS = min(inflight / (latency + overhead), parallelism / latency)
+
+i.e. below saturation every request takes latency + overhead, and once all
+permits are busy the permits alone set the rate. A latency of 0 means no
+latency term at all (the drive is then limited by the caps only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+US_PER_S = 1_000_000
+
+
+@dataclass(frozen=True)
+class DriveLimits:
+    latency_us: float = 0.0       # service time of one request
+    parallelism: int = 0          # requests in service at once; 0 = unbounded
+    bw_bytes_per_s: int = 0       # bandwidth cap per direction; 0 = none
+    iops: int = 0                 # IOPS cap per direction; 0 = none
+    overhead_us: float = 0.0      # measured per-request cost outside the service time
+
+    def latency_iops(self, inflight: int) -> float:
+        """The IOPS that latency and parallelism allow at `inflight` requests
+        (infinite without a latency)."""
+        if self.latency_us <= 0:
+            return float("inf")
+        busy = max(inflight, 0)
+        rate = busy * US_PER_S / (self.latency_us + self.overhead_us)
+        if self.parallelism > 0:
+            rate = min(rate, self.parallelism * US_PER_S / self.latency_us)
+        return rate
+
+    def ceiling_iops(self, block_size: int, inflight: int) -> float:
+        """The IOPS the drive allows for `block_size`-byte requests."""
+        return self.ceiling_bytes_per_s(block_size, inflight) / block_size
+
+    def ceiling_bytes_per_s(self, block_size: int, inflight: int) -> float:
+        """The throughput ceiling, in bytes/s, for `inflight` concurrent
+        `block_size`-byte requests in one direction: the smallest of the
+        bandwidth cap, the IOPS cap times the block size, and Little's law
+        (see the module docstring). Infinite for a drive without limits."""
+        terms = [self.latency_iops(inflight) * block_size]
+        if self.bw_bytes_per_s > 0:
+            terms.append(float(self.bw_bytes_per_s))
+        if self.iops > 0:
+            terms.append(float(self.iops * block_size))
+        return min(terms)
+
+    def saturation_inflight(self) -> float:
+        """Requests in flight at which the permits are all busy:
+        parallelism x (latency + overhead) / latency (infinite if unbounded)."""
+        if self.parallelism <= 0 or self.latency_us <= 0:
+            return float("inf")
+        return self.parallelism * (self.latency_us + self.overhead_us) / self.latency_us
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> DriveLimits:
+        """Loads what `to_json` wrote; missing keys take their defaults and
+        unknown keys (from newer files) are ignored."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})

@@ -1,0 +1,104 @@
+"""`iotune sweep`'s report: ranking, confirmation on training steps, and the
+recommendation with what it gains."""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import asdict
+from typing import Any
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from ..analysis.sweep import Ranked, SweepOutcome, gain
+from . import units
+
+TOP = 15
+
+
+def _point_cells(r: Ranked) -> list[str]:
+    p = r.point
+    return [units.size(p.block_size), str(p.queue_depth), str(p.intra_op_parallelism),
+            "yes" if p.single_submit else "no", "yes" if p.overlap_events else "no"]
+
+
+def ranking_table(o: SweepOutcome) -> RenderableType:
+    t = Table(title=f"Ranking by {o.executor} (MB/s decimal; score: harmonic mean of read and write)",
+              title_justify="left", show_edge=False, pad_edge=False)
+    for col in ("#", "block", "qd", "threads", "single_submit", "overlap", "read MB/s", "write MB/s",
+                "score MB/s", "spread", "runs", "pinned", "note"):
+        t.add_column(col, justify="left" if col == "note" else "right")
+    default_key = o.default.point.key() if o.default else ""
+    for i, r in enumerate(o.ranking[:TOP], 1):
+        mark = "DeepSpeed default" if r.point.key() == default_key else ""
+        runs = f"{len(r.scores)}" + (f"+{r.failed} failed" if r.failed else "")
+        t.add_row(str(i), *_point_cells(r), units.rate(r.read_bytes_per_s), units.rate(r.write_bytes_per_s),
+                  units.rate(r.median), f"{100 * r.spread:.1f}%", runs, units.size(r.point.pinned_bytes()), mark)
+    more = len(o.ranking) - TOP
+    return Group(t, Text(f"… {more} more in the journal\n" if more > 0 else "", style="dim"))
+
+
+def confirmed_table(o: SweepOutcome) -> RenderableType:
+    if not o.confirmed:
+        return Text("")
+    t = Table(title="Confirmed on training steps (built-in nvme-opt workload; medians)", title_justify="left",
+              show_edge=False, pad_edge=False)
+    for col in ("#", "block", "qd", "threads", "single_submit", "overlap", "step", "optimizer step", "note"):
+        t.add_column(col, justify="left" if col == "note" else "right")
+    default_key = o.default.point.key() if o.default else ""
+    for i, r in enumerate(o.confirmed, 1):
+        mark = "DeepSpeed default" if r.point.key() == default_key else ""
+        t.add_row(str(i), *_point_cells(r), "-" if r.step_s is None else f"{r.step_s:.3f} s",
+                  "-" if r.optimizer_step_s is None else f"{r.optimizer_step_s:.3f} s", mark)
+    return Group(t, Text(""))
+
+
+def summary_text(o: SweepOutcome) -> Text:
+    t = Text()
+    if o.recommended is None:
+        t.append("No configuration could be measured: see the failed trials in the journal.\n", style="bold red")
+        return t
+    best = next((r for r in o.ranking if r.point.key() == o.recommended.key()), None)
+    g = gain(best, o.default)
+    t.append("Recommendation", style="bold")
+    t.append(f" (profile {o.profile}, {o.trials} trials, {o.trials_run_now} run now, {o.failed} failed)\n")
+    if best is not None:
+        t.append(f"  {o.executor}: {units.rate(best.median)} MB/s")
+        if g is not None:
+            t.append(f", {g:.2f}× DeepSpeed's default aio settings")
+        if o.ceiling_bytes_per_s:
+            t.append(f", {100 * best.median / o.ceiling_bytes_per_s:.0f}% of the drive's ceiling "
+                     f"({units.rate(o.ceiling_bytes_per_s)} MB/s, {o.ceiling_source})")
+        t.append("\n")
+    if o.validation_error:
+        t.append(f"  DeepSpeed REJECTED it: {o.validation_error}\n", style="bold red")
+    else:
+        t.append("  validated: DeepSpeed's config classes parse it and an aio_handle opens with it\n")
+    t.append(f"  journal: {o.journal} (re-run to resume; --fresh to start over)\n", style="dim")
+    return t
+
+
+def render_sweep(o: SweepOutcome, width: int = 130) -> str:
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, color_system=None, highlight=False)
+    console.print(Group(ranking_table(o), confirmed_table(o), summary_text(o)))
+    if o.fragment:
+        buf.write("Paste into your DeepSpeed config (nvme_path: your own):\n")
+        buf.write(json.dumps(o.fragment, indent=2) + "\n")
+    return buf.getvalue()
+
+
+def sweep_json(o: SweepOutcome) -> str:
+    def rows(rs: list[Ranked]) -> list[dict[str, Any]]:
+        return [{**asdict(r), "point": r.point.to_json(), "key": r.point.key()} for r in rs]
+
+    doc = {k: v for k, v in asdict(o).items() if k not in ("ranking", "confirmed", "default", "recommended")}
+    doc["ranking"] = rows(o.ranking)
+    doc["confirmed"] = rows(o.confirmed)
+    doc["default"] = rows([o.default])[0] if o.default else None
+    doc["recommended"] = o.recommended.to_json() if o.recommended else None
+    doc["gain_over_default"] = gain(next((r for r in o.ranking if o.recommended and
+                                          r.point.key() == o.recommended.key()), None), o.default)
+    return json.dumps(doc, indent=1) + "\n"

@@ -1,0 +1,83 @@
+"""`iotune sweep` as the CLI runs it: profile plus overrides, the target
+(the user's directory, or a built-in emulated drive with known limits, torn
+down afterwards), then the sweep itself."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..analysis.sweep import SweepOutcome
+from ..errors import UsageError
+from .executor import Target
+from .search import Progress
+from .session import SweepRequest, run_sweep
+from .space import Profile, load_profile
+
+# The built-in drive: 200 MB/s and 800 IOPS caps, 4 ms per request with at most
+# 8 served at once. Block size matters (IOPS cap), and so does queue depth for
+# small blocks (latency): sensible configs reach 200 MB/s, bad ones a fraction.
+BUILTIN_LIMITS = {"bw_bytes_per_s": 200_000_000, "iops": 800, "latency_us": 4000.0, "parallelism": 8}
+BUILTIN_SIZE = 1 << 30
+
+
+@dataclass(frozen=True)
+class SweepArgs:
+    target_dir: Path | None
+    profile: str = "default"
+    executor: str = "fio"
+    overrides: dict[str, tuple[Any, ...] | None] = field(default_factory=dict)
+    grid: bool = False
+    repeats: int | None = None
+    file_bytes: int | None = None
+    confirm_top: int | None = None
+    out: Path | None = None
+    fresh: bool = False
+
+
+def build_profile(args: SweepArgs) -> Profile:
+    prof = load_profile(args.profile)
+    space = replace(prof.space, **{k: v for k, v in args.overrides.items() if v})
+    run = prof.run
+    if args.grid:
+        run = replace(run, search="grid")
+    for key in ("repeats", "file_bytes", "confirm_top"):
+        value = getattr(args, key)
+        if value is not None:
+            run = replace(run, **{key: value})
+    if run.file_bytes % 4096:
+        raise UsageError("--file-bytes must be a multiple of 4096 (O_DIRECT)")
+    if args.executor == "aio" and space.engine != ("libaio",):
+        space = replace(space, engine=("libaio",))     # DeepSpeed's aio is libaio only
+    return replace(prof, space=space, run=run)
+
+
+@contextlib.contextmanager
+def sweep_target(args: SweepArgs, prof: Profile, say: Callable[[str], None]) -> Iterator[tuple[Target, float | None]]:
+    """(target, known ceiling in bytes/s or None)."""
+    if args.target_dir is not None:
+        yield Target(args.target_dir, prof.run.file_bytes, prof.run.files), None
+        return
+    from ..model.drive import DriveLimits
+    from ..volumes.emulated import emulated_drive
+
+    limits = DriveLimits(**BUILTIN_LIMITS)
+    with emulated_drive(None, BUILTIN_SIZE, limits, fstype="ext4") as drive:
+        say(f"sweep: built-in emulated drive {drive.device.path}: {limits.describe()}, ext4 at {drive.path}")
+        yield (Target(Path(drive.path), prof.run.file_bytes, prof.run.files, drive.cgroup),
+               limits.ceiling_bytes_per_s(max(prof.space.block_size), 1 << 30))
+
+
+def run_sweep_command(args: SweepArgs, say: Callable[[str], None],
+                      on_trial: Callable[[Progress], None] | None = None) -> tuple[SweepOutcome, Target]:
+    prof = build_profile(args)
+    out = args.out or Path("iotune-sweeps") / f"{prof.name}-{args.executor}"
+    with sweep_target(args, prof, say) as (target, ceiling):
+        req = SweepRequest(profile=prof, executor=args.executor, out_dir=out, fresh=args.fresh,
+                           ceiling_bytes_per_s=ceiling)
+        if args.target_dir is None and not args.fresh:
+            req = replace(req, fresh=True)     # a new emulated drive each time: old trials are another drive's
+        return run_sweep(req, target, on_trial, say), target

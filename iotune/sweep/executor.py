@@ -1,0 +1,40 @@
+"""The executor interface: one per backend (fio, aio, steps)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..errors import IotuneError
+from ..model.sweep import Measurement, SweepPoint
+
+
+class TrialFailed(IotuneError):
+    """One trial could not be measured; the sweep records it and goes on."""
+
+    def __init__(self, message: str, raw: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.raw = raw or {}
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where trials do their I/O: a directory on the drive under test, and
+    how much each trial moves. Like DeepSpeed's swapper, a trial writes
+    `files` tensor files of `file_bytes` each with O_DIRECT, then reads them
+    back."""
+
+    directory: Path
+    file_bytes: int = 64 << 20
+    files: int = 3
+    cgroup: str | None = None     # run trials in this cgroup (v1 directory), e.g. a capped drive's
+
+
+class Executor(Protocol):
+    name: str
+
+    def run(self, point: SweepPoint, target: Target) -> tuple[Measurement, dict[str, Any]]:
+        """Measure `point` on `target`: (measurement, raw output to journal).
+        Raises TrialFailed when the trial cannot be measured."""
+        ...

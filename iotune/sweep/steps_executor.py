@@ -1,0 +1,54 @@
+"""The steps executor: real training steps of the built-in workload
+(strategy nvme-opt, optimizer state swapped to the target directory) with the
+point's aio settings; the metric is step and optimizer-step time, the median
+over the steps after the first. omp_threads sets OMP_NUM_THREADS for the CPU
+optimizer (DeepSpeedCPUAdam), as in background document 001's thread table."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+from typing import Any
+
+from ..blockdev.cgroup import join_cgroup_preexec
+from ..model.sweep import Measurement, SweepPoint
+from .executor import Target, TrialFailed
+
+STEP_PREFIX = "IOTUNE_STEP "
+
+
+class StepsExecutor:
+    name = "steps"
+
+    def __init__(self, steps: int = 6, size: str = "tiny", strategy: str = "nvme-opt",
+                 timeout_s: float = 1800.0) -> None:
+        self.steps, self.size, self.strategy, self.timeout_s = steps, size, strategy, timeout_s
+
+    def argv(self, point: SweepPoint, target: Target) -> list[str]:
+        return [sys.executable, "-W", "ignore", "-m", "iotune.workloads.train", "--strategy", self.strategy,
+                "--size", self.size, "--steps", str(self.steps), "--nvme-path", str(target.directory),
+                "--aio-block-size", str(point.block_size), "--aio-queue-depth", str(point.queue_depth),
+                "--aio-intra-op-parallelism", str(point.intra_op_parallelism)]
+
+    def run(self, point: SweepPoint, target: Target) -> tuple[Measurement, dict[str, Any]]:
+        env = dict(os.environ)
+        if point.omp_threads:
+            env["OMP_NUM_THREADS"] = str(point.omp_threads)
+        try:
+            proc = subprocess.run(self.argv(point, target), capture_output=True, text=True, env=env,
+                                  timeout=self.timeout_s, preexec_fn=join_cgroup_preexec(target.cgroup))
+        except subprocess.TimeoutExpired:
+            raise TrialFailed(f"training did not finish within {self.timeout_s:.0f} s") from None
+        records = [json.loads(line[len(STEP_PREFIX):]) for line in proc.stdout.splitlines()
+                   if line.startswith(STEP_PREFIX)]
+        raw = {"steps": records, "returncode": proc.returncode}
+        if proc.returncode != 0 or not records:
+            tail = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:] or ["no output"]
+            raise TrialFailed(f"training failed (exit {proc.returncode}): {tail[0]}",
+                              {**raw, "stderr": proc.stderr[-4000:]})
+        steady = records[1:] if len(records) > 1 else records
+        return Measurement(step_s=statistics.median(r["step_s"] for r in steady),
+                           optimizer_step_s=statistics.median(r["optimizer_step_s"] for r in steady)), raw

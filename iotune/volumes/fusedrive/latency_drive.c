@@ -1,0 +1,327 @@
+/* latency_drive.c: iotune's emulated NVMe drive, a FUSE daemon.
+ *
+ * Purpose: serve one file, "disk", backed by a regular file (pread/pwrite),
+ *   so that every request takes a known service time and at most P requests
+ *   are in service at once. A loop device with direct I/O on top of "disk"
+ *   then behaves like a drive with known limits:
+ *       IOPS = min(inflight / (L + overhead), P / L)
+ *   where the overhead (kernel block layer, loop, FUSE round trip) is not
+ *   emulated; iotune measures it (iotune/model/drive.py).
+ *
+ * Service: take one of P permits (a counting semaphore; P = 0 means no
+ *   bound), note the deadline now + L on CLOCK_MONOTONIC, do the pread or
+ *   pwrite, sleep until the absolute deadline (TIMER_ABSTIME, timer slack
+ *   1 ns), give the permit back. The delay applies whatever the backing file
+ *   holds: a sparse backing file reads back zeros quickly, but each read
+ *   still takes L.
+ *
+ * Files: "disk" (the drive, opened with direct_io so every request reaches
+ *   us, never the page cache) and "stats" (read-only text counters, one
+ *   "name value" per line, read to check the drive from outside).
+ *
+ * Options (besides libfuse's own, e.g. -f -o max_threads=N):
+ *   --backing=PATH   the regular file holding the data (must exist)
+ *   --latency-ns=N   service time per request, nanoseconds
+ *   --parallelism=N  requests in service at once, 0 = unbounded
+ *
+ * Sizes: max_write is raised to 1 MiB (libfuse then asks the kernel for
+ *   256 pages per request), so a request of up to 1 MiB is one FUSE op;
+ *   "stats" reports max_request_bytes to check it.
+ *
+ * Built by iotune/volumes/emulated.py with
+ *   cc -O2 latency_drive.c $(pkg-config --cflags --libs fuse3)
+ */
+#define FUSE_USE_VERSION 312 /* >= 312, or libfuse ignores max_threads */
+#define _GNU_SOURCE
+
+#include <errno.h>
+#include <fcntl.h>
+#include <fuse.h>
+#include <malloc.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_REQUEST_BYTES (1u << 20)
+#define MAX_BACKGROUND 256
+#define FH_DISK 1
+#define FH_STATS 2
+
+struct options {
+	char *backing;
+	unsigned long latency_ns;
+	unsigned parallelism;
+};
+
+static const struct fuse_opt option_spec[] = {
+	{"--backing=%s", offsetof(struct options, backing), 0},
+	{"--latency-ns=%lu", offsetof(struct options, latency_ns), 0},
+	{"--parallelism=%u", offsetof(struct options, parallelism), 0},
+	FUSE_OPT_END,
+};
+
+static struct {
+	int fd;
+	off_t size;
+	long latency_ns;
+	unsigned parallelism;
+	sem_t permits;
+	atomic_ulong reads, writes, read_bytes, write_bytes;
+	atomic_ulong max_request_bytes, in_service, max_in_service, inflight, max_inflight;
+} drive;
+
+static void raise_max(atomic_ulong *max, unsigned long value)
+{
+	unsigned long seen = atomic_load(max);
+	while (value > seen && !atomic_compare_exchange_weak(max, &seen, value))
+		;
+}
+
+static void deadline_after(struct timespec *t, long ns)
+{
+	clock_gettime(CLOCK_MONOTONIC, t);
+	t->tv_sec += ns / 1000000000L;
+	t->tv_nsec += ns % 1000000000L;
+	if (t->tv_nsec >= 1000000000L) {
+		t->tv_sec += 1;
+		t->tv_nsec -= 1000000000L;
+	}
+}
+
+/* Take a permit and start the clock; returns the deadline. */
+static void service_begin(struct timespec *deadline, size_t bytes)
+{
+	raise_max(&drive.max_inflight, atomic_fetch_add(&drive.inflight, 1) + 1);
+	raise_max(&drive.max_request_bytes, bytes);
+	if (drive.parallelism)
+		while (sem_wait(&drive.permits) == -1 && errno == EINTR)
+			;
+	raise_max(&drive.max_in_service, atomic_fetch_add(&drive.in_service, 1) + 1);
+	deadline_after(deadline, drive.latency_ns);
+}
+
+/* Wait for the deadline, then give the permit back. */
+static void service_end(const struct timespec *deadline)
+{
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, deadline, NULL) == EINTR)
+		;
+	atomic_fetch_sub(&drive.in_service, 1);
+	atomic_fetch_sub(&drive.inflight, 1);
+	if (drive.parallelism)
+		sem_post(&drive.permits);
+}
+
+static int format_stats(char *buf, size_t len)
+{
+	return snprintf(buf, len,
+		"reads %lu\nwrites %lu\nread_bytes %lu\nwrite_bytes %lu\n"
+		"max_request_bytes %lu\nmax_in_service %lu\nmax_inflight %lu\n"
+		"latency_ns %ld\nparallelism %u\n",
+		atomic_load(&drive.reads), atomic_load(&drive.writes),
+		atomic_load(&drive.read_bytes), atomic_load(&drive.write_bytes),
+		atomic_load(&drive.max_request_bytes), atomic_load(&drive.max_in_service),
+		atomic_load(&drive.max_inflight), drive.latency_ns, drive.parallelism);
+}
+
+static void *drive_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
+{
+	conn->max_background = MAX_BACKGROUND;
+	conn->congestion_threshold = MAX_BACKGROUND * 3 / 4;
+	conn->max_write = MAX_REQUEST_BYTES;
+	conn->max_readahead = 0;
+	if (conn->capable & FUSE_CAP_ASYNC_DIO)
+		conn->want |= FUSE_CAP_ASYNC_DIO;
+	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+	cfg->direct_io = 1;
+	cfg->kernel_cache = 0;
+	cfg->nullpath_ok = 1;
+	cfg->attr_timeout = 3600;
+	cfg->entry_timeout = 3600;
+	return NULL;
+}
+
+/* With nullpath_ok, calls on an open file may come with path NULL and the
+ * file handle set: name the file from the handle then. */
+static const char *name_of(const char *path, const struct fuse_file_info *fi)
+{
+	if (path != NULL)
+		return path;
+	if (fi != NULL && fi->fh == FH_DISK)
+		return "/disk";
+	return fi != NULL && fi->fh == FH_STATS ? "/stats" : "/";
+}
+
+static int drive_getattr(const char *path, struct stat *st, struct fuse_file_info *fi)
+{
+	path = name_of(path, fi);
+	memset(st, 0, sizeof(*st));
+	st->st_nlink = 1;
+	if (strcmp(path, "/") == 0) {
+		st->st_mode = S_IFDIR | 0755;
+		st->st_nlink = 2;
+	} else if (strcmp(path, "/disk") == 0) {
+		st->st_mode = S_IFREG | 0600;
+		st->st_size = drive.size;
+		st->st_blocks = drive.size / 512;
+	} else if (strcmp(path, "/stats") == 0) {
+		st->st_mode = S_IFREG | 0444;
+		st->st_size = 4096;
+	} else {
+		return -ENOENT;
+	}
+	return 0;
+}
+
+static int drive_readdir(const char *path, void *buf, fuse_fill_dir_t fill, off_t off,
+			 struct fuse_file_info *fi, enum fuse_readdir_flags flags)
+{
+	(void)path, (void)off, (void)fi, (void)flags; /* only "/" is a directory */
+	fill(buf, ".", NULL, 0, 0);
+	fill(buf, "..", NULL, 0, 0);
+	fill(buf, "disk", NULL, 0, 0);
+	fill(buf, "stats", NULL, 0, 0);
+	return 0;
+}
+
+static int drive_open(const char *path, struct fuse_file_info *fi)
+{
+	if (strcmp(path, "/disk") == 0)
+		fi->fh = FH_DISK;
+	else if (strcmp(path, "/stats") == 0 && (fi->flags & O_ACCMODE) == O_RDONLY)
+		fi->fh = FH_STATS;
+	else
+		return strcmp(path, "/stats") == 0 ? -EACCES : -ENOENT;
+	fi->direct_io = 1;
+	fi->keep_cache = 0;
+	return 0;
+}
+
+static int read_stats(char *buf, size_t size, off_t off)
+{
+	char text[1024];
+	int len = format_stats(text, sizeof(text));
+	if (off >= len)
+		return 0;
+	size_t n = (size_t)(len - off) < size ? (size_t)(len - off) : size;
+	memcpy(buf, text + off, n);
+	return (int)n;
+}
+
+static int drive_read(const char *path, char *buf, size_t size, off_t off,
+		      struct fuse_file_info *fi)
+{
+	(void)path;
+	if (fi->fh == FH_STATS)
+		return read_stats(buf, size, off);
+	struct timespec deadline;
+	service_begin(&deadline, size);
+	ssize_t n = pread(drive.fd, buf, size, off);
+	int err = errno;
+	service_end(&deadline);
+	if (n < 0)
+		return -err;
+	atomic_fetch_add(&drive.reads, 1);
+	atomic_fetch_add(&drive.read_bytes, (unsigned long)n);
+	return (int)n;
+}
+
+static int drive_write(const char *path, const char *buf, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	(void)path;
+	if (fi->fh != FH_DISK)
+		return -EBADF;
+	struct timespec deadline;
+	service_begin(&deadline, size);
+	ssize_t n = pwrite(drive.fd, buf, size, off);
+	int err = errno;
+	service_end(&deadline);
+	if (n < 0)
+		return -err;
+	atomic_fetch_add(&drive.writes, 1);
+	atomic_fetch_add(&drive.write_bytes, (unsigned long)n);
+	return (int)n;
+}
+
+/* Flushes and fsyncs complete at once: the emulated drive has no volatile
+ * cache to write back (the backing file's page cache is not the drive's). */
+static int drive_fsync(const char *path, int datasync, struct fuse_file_info *fi)
+{
+	(void)path, (void)datasync, (void)fi;
+	return 0;
+}
+
+static int drive_flush(const char *path, struct fuse_file_info *fi)
+{
+	(void)path, (void)fi;
+	return 0;
+}
+
+/* Discards (the loop device punches holes) go to the backing file. */
+static int drive_fallocate(const char *path, int mode, off_t off, off_t len,
+			   struct fuse_file_info *fi)
+{
+	(void)path;
+	if (fi == NULL || fi->fh != FH_DISK)
+		return -EOPNOTSUPP;
+	return fallocate(drive.fd, mode, off, len) == 0 ? 0 : -errno;
+}
+
+static const struct fuse_operations drive_ops = {
+	.init = drive_init,
+	.getattr = drive_getattr,
+	.readdir = drive_readdir,
+	.open = drive_open,
+	.read = drive_read,
+	.write = drive_write,
+	.fsync = drive_fsync,
+	.flush = drive_flush,
+	.fallocate = drive_fallocate,
+};
+
+static int open_backing(const char *path)
+{
+	struct stat st;
+	drive.fd = open(path, O_RDWR | O_CLOEXEC);
+	if (drive.fd < 0 || fstat(drive.fd, &st) != 0) {
+		fprintf(stderr, "latency_drive: cannot open backing file %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	drive.size = st.st_size;
+	return 0;
+}
+
+int main(int argc, char *argv[])
+{
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	struct options opts = {0};
+	if (fuse_opt_parse(&args, &opts, option_spec, NULL) == -1)
+		return 2;
+	if (opts.backing == NULL) {
+		fprintf(stderr, "latency_drive: --backing=PATH is required\n");
+		return 2;
+	}
+	if (open_backing(opts.backing) != 0)
+		return 1;
+	drive.latency_ns = (long)opts.latency_ns;
+	drive.parallelism = opts.parallelism;
+	if (drive.parallelism && sem_init(&drive.permits, 0, drive.parallelism) != 0)
+		return 1;
+	/* Worker threads inherit these: sleeps end on time, and the drive goes
+	 * away with the process that started it. */
+	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+	prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0);
+	/* Keep 1 MiB request buffers on the heap instead of mmap/munmap per request. */
+	mallopt(M_MMAP_THRESHOLD, 64 << 20);
+	mallopt(M_TRIM_THRESHOLD, 256 << 20);
+	int rc = fuse_main(args.argc, args.argv, &drive_ops, NULL);
+	fuse_opt_free_args(&args);
+	return rc;
+}
