@@ -38,11 +38,13 @@
 #include <fcntl.h>
 #include <fuse.h>
 #include <malloc.h>
-#include <semaphore.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -70,12 +72,13 @@ static const struct fuse_opt option_spec[] = {
 static struct {
 	int fd;
 	off_t size;
-	long latency_ns;
+	int64_t latency_ns;
 	unsigned parallelism;
-	sem_t permits;
-	atomic_ulong reads, writes, read_bytes, write_bytes;
-	atomic_ulong max_request_bytes, in_service, max_in_service, inflight, max_inflight;
-} drive;
+	pthread_mutex_t lock;     /* guards free_at */
+	int64_t *free_at;         /* per server: when it is next free, ns */
+	atomic_ulong reads, writes, read_bytes, write_bytes, wait_ns;
+	atomic_ulong max_request_bytes, inflight, max_inflight;
+} drive = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void raise_max(atomic_ulong *max, unsigned long value)
 {
@@ -84,50 +87,61 @@ static void raise_max(atomic_ulong *max, unsigned long value)
 		;
 }
 
-static void deadline_after(struct timespec *t, long ns)
+static int64_t now_ns(void)
 {
-	clock_gettime(CLOCK_MONOTONIC, t);
-	t->tv_sec += ns / 1000000000L;
-	t->tv_nsec += ns % 1000000000L;
-	if (t->tv_nsec >= 1000000000L) {
-		t->tv_sec += 1;
-		t->tv_nsec -= 1000000000L;
-	}
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-/* Take a permit and start the clock; returns the deadline. */
-static void service_begin(struct timespec *deadline, size_t bytes)
+/* When a request arriving at `arrival` starts service: at once with no bound
+ * on parallelism, else when the earliest-free of the P servers frees up
+ * (first come, first served), which then stays busy for L. */
+static int64_t claim_server(int64_t arrival)
+{
+	if (drive.parallelism == 0)
+		return arrival;
+	pthread_mutex_lock(&drive.lock);
+	unsigned best = 0;
+	for (unsigned k = 1; k < drive.parallelism; k++)
+		if (drive.free_at[k] < drive.free_at[best])
+			best = k;
+	int64_t start = drive.free_at[best] > arrival ? drive.free_at[best] : arrival;
+	drive.free_at[best] = start + drive.latency_ns;
+	pthread_mutex_unlock(&drive.lock);
+	return start;
+}
+
+/* The deadline at which a request of `bytes` arriving now completes. */
+static int64_t service_begin(size_t bytes)
 {
 	raise_max(&drive.max_inflight, atomic_fetch_add(&drive.inflight, 1) + 1);
 	raise_max(&drive.max_request_bytes, bytes);
-	if (drive.parallelism)
-		while (sem_wait(&drive.permits) == -1 && errno == EINTR)
-			;
-	raise_max(&drive.max_in_service, atomic_fetch_add(&drive.in_service, 1) + 1);
-	deadline_after(deadline, drive.latency_ns);
+	int64_t arrival = now_ns();
+	int64_t start = claim_server(arrival);
+	atomic_fetch_add(&drive.wait_ns, (unsigned long)(start - arrival));
+	return start + drive.latency_ns;
 }
 
-/* Wait for the deadline, then give the permit back. */
-static void service_end(const struct timespec *deadline)
+/* Sleep until the absolute deadline. */
+static void service_end(int64_t deadline)
 {
-	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, deadline, NULL) == EINTR)
+	struct timespec t = {.tv_sec = deadline / 1000000000, .tv_nsec = deadline % 1000000000};
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL) == EINTR)
 		;
-	atomic_fetch_sub(&drive.in_service, 1);
 	atomic_fetch_sub(&drive.inflight, 1);
-	if (drive.parallelism)
-		sem_post(&drive.permits);
 }
 
 static int format_stats(char *buf, size_t len)
 {
 	return snprintf(buf, len,
 		"reads %lu\nwrites %lu\nread_bytes %lu\nwrite_bytes %lu\n"
-		"max_request_bytes %lu\nmax_in_service %lu\nmax_inflight %lu\n"
+		"max_request_bytes %lu\nmax_inflight %lu\nwait_ns %lu\n"
 		"latency_ns %ld\nparallelism %u\n",
 		atomic_load(&drive.reads), atomic_load(&drive.writes),
 		atomic_load(&drive.read_bytes), atomic_load(&drive.write_bytes),
-		atomic_load(&drive.max_request_bytes), atomic_load(&drive.max_in_service),
-		atomic_load(&drive.max_inflight), drive.latency_ns, drive.parallelism);
+		atomic_load(&drive.max_request_bytes), atomic_load(&drive.max_inflight),
+		atomic_load(&drive.wait_ns), (long)drive.latency_ns, drive.parallelism);
 }
 
 static void *drive_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
@@ -220,11 +234,10 @@ static int drive_read(const char *path, char *buf, size_t size, off_t off,
 	(void)path;
 	if (fi->fh == FH_STATS)
 		return read_stats(buf, size, off);
-	struct timespec deadline;
-	service_begin(&deadline, size);
+	int64_t deadline = service_begin(size);
 	ssize_t n = pread(drive.fd, buf, size, off);
 	int err = errno;
-	service_end(&deadline);
+	service_end(deadline);
 	if (n < 0)
 		return -err;
 	atomic_fetch_add(&drive.reads, 1);
@@ -238,11 +251,10 @@ static int drive_write(const char *path, const char *buf, size_t size, off_t off
 	(void)path;
 	if (fi->fh != FH_DISK)
 		return -EBADF;
-	struct timespec deadline;
-	service_begin(&deadline, size);
+	int64_t deadline = service_begin(size);
 	ssize_t n = pwrite(drive.fd, buf, size, off);
 	int err = errno;
-	service_end(&deadline);
+	service_end(deadline);
 	if (n < 0)
 		return -err;
 	atomic_fetch_add(&drive.writes, 1);
@@ -310,9 +322,10 @@ int main(int argc, char *argv[])
 	}
 	if (open_backing(opts.backing) != 0)
 		return 1;
-	drive.latency_ns = (long)opts.latency_ns;
+	drive.latency_ns = (int64_t)opts.latency_ns;
 	drive.parallelism = opts.parallelism;
-	if (drive.parallelism && sem_init(&drive.permits, 0, drive.parallelism) != 0)
+	drive.free_at = calloc(drive.parallelism ? drive.parallelism : 1, sizeof(int64_t));
+	if (drive.free_at == NULL)
 		return 1;
 	/* Worker threads inherit these: sleeps end on time, and the drive goes
 	 * away with the process that started it. */
