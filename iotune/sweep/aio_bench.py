@@ -122,6 +122,10 @@ def swap_paths(directory: str | Path, pid: int, files: int) -> list[Path]:
     return [Path(directory) / f"iotune-aio-{pid}-{i}.swp" for i in range(files)]
 
 
+def probe_path(directory: str | Path, pid: int) -> Path:
+    return Path(directory) / f".iotune-aio-probe-{pid}"
+
+
 # --- arguments --------------------------------------------------------------
 
 class _Parser(argparse.ArgumentParser):
@@ -166,7 +170,7 @@ def check_place(config: BenchConfig) -> None:
 
 
 def _probe_direct_io(directory: Path) -> None:
-    probe = directory / f".iotune-aio-probe-{os.getpid()}"
+    probe = probe_path(directory, os.getpid())
     page = mmap.mmap(-1, DIRECT_IO_ALIGN_BYTES)      # page-aligned, as O_DIRECT needs
     try:
         fd = os.open(probe, os.O_RDWR | os.O_CREAT | os.O_DIRECT, 0o600)

@@ -1,0 +1,84 @@
+"""Sweeps on real devices: disk full, DeepSpeed validation, training-step trials."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from iotune.cli import cli
+from iotune.model.sweep import SweepPoint
+from iotune.sweep.executor import Target
+from iotune.sweep.journal import Journal
+from iotune.sweep.recommend import ds_fragment, validate_with_deepspeed
+from iotune.sweep.steps_executor import StepsExecutor
+
+from .conftest import make_loops, needs_root
+
+needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
+                                     reason="needs deepspeed and torch (pip install -e '.[train]')")
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path):
+    """A 32 MiB ext4 filesystem on a loop device: fills up quickly."""
+    [loop] = make_loops(tmp_path, 1, 32 << 20)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-E", "nodiscard", loop], check=True)
+    subprocess.run(["mount", loop, str(mnt)], check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+        subprocess.run(["losetup", "-d", loop], check=False)
+
+
+@needs_root
+def test_disk_full_fails_the_trial_and_keeps_the_journal(small_fs: Path, tmp_path: Path) -> None:
+    out = tmp_path / "journal"
+    r = CliRunner().invoke(cli, ["sweep", "--path", str(small_fs), "--profile", "quick", "--block-sizes", "1M",
+                                 "--queue-depths", "4", "--threads", "1", "--file-bytes", "16M",
+                                 "--confirm", "0", "-o", str(out), "--json"])
+    assert r.exit_code == 1, r.output        # 3 x 16 MiB cannot fit in 32 MiB: nothing measurable
+    trials = Journal(out / "journal.jsonl").trials
+    assert trials and all(t.status == "failed" for t in trials)
+    assert "No space left on device" in trials[0].error or "ENOSPC" in trials[0].error, trials[0].error
+    doc = json.loads(r.stdout)
+    assert doc["recommended"] is None and doc["failed"] == len(trials)
+
+
+def test_nonexistent_path_is_refused(tmp_path: Path) -> None:
+    r = CliRunner().invoke(cli, ["sweep", "--path", str(tmp_path / "nope")])
+    assert r.exit_code == 2
+    assert r.stderr == f"Error: --path {tmp_path / 'nope'} is not a directory: create it on the drive to tune\n"
+
+
+@needs_deepspeed
+def test_deepspeed_accepts_the_fragment_and_rejects_string_booleans() -> None:
+    frag = ds_fragment(SweepPoint(block_size=512 << 10, queue_depth=16, intra_op_parallelism=2), "/x")
+    assert validate_with_deepspeed(frag) is None
+    frag["aio"]["single_submit"] = "false"          # what ds_nvme_tune prints
+    assert "incompatible constructor arguments" in (validate_with_deepspeed(frag) or "")
+
+
+@needs_root
+@needs_deepspeed
+def test_a_steps_trial_runs_with_the_recommended_settings(tmp_path: Path) -> None:
+    [loop] = make_loops(tmp_path, 1, 512 << 20)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-E", "nodiscard", loop], check=True)
+    subprocess.run(["mount", loop, str(mnt)], check=True)
+    try:
+        m, raw = StepsExecutor(steps=3).run(SweepPoint(block_size=512 << 10, queue_depth=16, omp_threads=1),
+                                            Target(mnt))
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+        subprocess.run(["losetup", "-d", loop], check=False)
+    assert len(raw["steps"]) == 3 and m.step_s > 0 and 0 < m.optimizer_step_s < m.step_s
