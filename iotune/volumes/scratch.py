@@ -43,35 +43,61 @@ def _run(argv: list[str]) -> str:
 def scratch_drive(directory: Path | None = None, size_bytes: int = 1 << 30, cap_bytes_per_s: int = 0,
                   fstype: str | None = None) -> Iterator[ScratchDrive]:
     """A capped loop drive over a file; with `fstype`, also formatted and mounted."""
-    if os.geteuid() != 0:
-        raise PrivilegeError("scratch drives need root (losetup, mount, cgroups): run with sudo")
+    _require_root("scratch drives")
     with contextlib.ExitStack() as stack:
-        workdir = directory
-        if workdir is None:
-            workdir = Path(tempfile.mkdtemp(prefix="iotune-scratch-"))
-            stack.callback(shutil.rmtree, workdir, True)
-        elif not workdir.is_dir():
-            raise UsageError(f"--dir {workdir} is not a directory: create it or choose another")
+        workdir = _workdir(stack, directory, "iotune-scratch-")
         image = workdir / f"iotune-drive-{os.getpid()}.img"
-        with image.open("xb") as fh:
-            fh.truncate(size_bytes)
-        stack.callback(image.unlink, True)
-        loop = _run(["losetup", "--direct-io=on", "-f", "--show", str(image)]).strip()
-        stack.callback(subprocess.run, ["losetup", "-d", loop], check=False)
-        device = resolve_device(loop)
+        _create_file(stack, image, size_bytes)
+        device = _attach_loop(stack, image)
         cgroup = _cap(stack, device, cap_bytes_per_s) if cap_bytes_per_s else None
         mount_point = _format_and_mount(stack, device, workdir, fstype) if fstype else None
         yield ScratchDrive(device, image, cgroup, mount_point)
 
 
-def _cap(stack: contextlib.ExitStack, device: BlockDevice, bytes_per_s: int) -> Path:
+def _require_root(what: str) -> None:
+    if os.geteuid() != 0:
+        raise PrivilegeError(f"{what} need root (losetup, mount, cgroups): run with sudo")
+
+
+def _workdir(stack: contextlib.ExitStack, directory: Path | None, prefix: str) -> Path:
+    """`directory`, which must exist, or a fresh temporary one removed on exit."""
+    if directory is None:
+        workdir = Path(tempfile.mkdtemp(prefix=prefix))
+        stack.callback(shutil.rmtree, workdir, True)
+        return workdir
+    if not directory.is_dir():
+        raise UsageError(f"--dir {directory} is not a directory: create it or choose another")
+    return directory
+
+
+def _create_file(stack: contextlib.ExitStack, path: Path, size_bytes: int) -> None:
+    """A new sparse file of `size_bytes`, removed on exit."""
+    with path.open("xb") as fh:
+        fh.truncate(size_bytes)
+    stack.callback(path.unlink, True)
+
+
+def _attach_loop(stack: contextlib.ExitStack, image: Path, sector_size: int = 0) -> BlockDevice:
+    """A loop device with direct I/O over `image` (optionally with a logical
+    sector size), detached on exit."""
+    sector = ["--sector-size", str(sector_size)] if sector_size else []
+    loop = _run(["losetup", "--direct-io=on", *sector, "-f", "--show", str(image)]).strip()
+    stack.callback(subprocess.run, ["losetup", "-d", loop], check=False)
+    return resolve_device(loop)
+
+
+def _cap(stack: contextlib.ExitStack, device: BlockDevice, bytes_per_s: int, iops: int = 0) -> Path:
+    """A fresh blkio cgroup throttling reads and writes on `device` to
+    `bytes_per_s` and `iops` (0: no cap of that kind); removed on exit."""
     if not (BLKIO / "blkio.throttle.read_bps_device").exists():
         raise IotuneError("cgroup v1 blkio throttling is not available: use --cap 0 for an uncapped drive")
     cg = BLKIO / f"iotune-{os.getpid()}-{device.name}"
     cg.mkdir()
     stack.callback(_remove_cgroup, cg)
-    for knob in ("read_bps_device", "write_bps_device"):
-        (cg / f"blkio.throttle.{knob}").write_text(f"{device.number} {bytes_per_s}\n")
+    caps = {"bps_device": bytes_per_s, "iops_device": iops}
+    for kind, limit in caps.items():
+        for direction in ("read", "write") if limit else ():
+            (cg / f"blkio.throttle.{direction}_{kind}").write_text(f"{device.number} {limit}\n")
     return cg
 
 
