@@ -1,0 +1,126 @@
+"""Refusing to destroy data.
+
+Anything that formats or writes a raw device asks `require_safe` first. A
+device is refused when it is mounted (itself or a partition), holds the root
+or boot filesystem, is used as swap, has partitions, is held by another
+device (md, dm, a loop device over it), or carries a filesystem/RAID/
+partition-table signature — unless the user named that exact device with
+--destroy-data. Scratch drives (loop devices over files iotune creates)
+never come here.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..blockdev.devices import SYS_BLOCK, BlockDevice, devices_for_path, resolve_device
+from ..errors import IotuneError
+
+
+class DestroyRefused(IotuneError):
+    """A device holds data (or a system role) and was not named for destruction."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    device: str
+    what: str            # a short reason: "mounted at /mnt/x", "ext4 signature", ...
+
+
+def partitions(dev: BlockDevice) -> list[str]:
+    base = SYS_BLOCK / dev.name
+    return sorted(p.name for p in base.iterdir() if (p / "partition").exists()) if base.is_dir() else []
+
+
+def _numbers(dev: BlockDevice) -> set[str]:
+    nums = {dev.number}
+    for part in partitions(dev):
+        try:
+            nums.add((SYS_BLOCK / dev.name / part / "dev").read_text().strip())
+        except OSError:
+            pass
+    return nums
+
+
+def mounted_at(dev: BlockDevice) -> list[str]:
+    nums, names = _numbers(dev), {f"/dev/{dev.name}", *(f"/dev/{p}" for p in partitions(dev))}
+    out = []
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            left, _, right = line.partition(" - ")
+            parts, rparts = left.split(), right.split()
+            source = os.path.realpath(rparts[1]) if len(rparts) > 1 and rparts[1].startswith("/dev/") else ""
+            if parts[2] in nums or source in names:
+                out.append(parts[4])
+    return out
+
+
+def swap_users(dev: BlockDevice) -> list[str]:
+    names = {f"/dev/{dev.name}", *(f"/dev/{p}" for p in partitions(dev))}
+    try:
+        lines = Path("/proc/swaps").read_text().splitlines()[1:]
+    except OSError:
+        return []
+    return [ln.split()[0] for ln in lines if ln.split() and os.path.realpath(ln.split()[0]) in names]
+
+
+def signatures(dev: BlockDevice) -> list[str]:
+    """Signatures wipefs finds (filesystems, RAID members, partition tables), read-only."""
+    try:
+        out = subprocess.run(["wipefs", "--no-act", "--noheadings", "--output", "TYPE", dev.path],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ["unknown (wipefs could not run)"]
+    if out.returncode != 0:
+        reason = (out.stderr.strip().splitlines() or ["no reason given"])[-1].split(": ")[-1]
+        return [f"unknown (wipefs could not probe it: {reason})"]
+    return sorted({line.strip() for line in out.stdout.splitlines() if line.strip()})
+
+
+def holders(dev: BlockDevice) -> list[str]:
+    d = SYS_BLOCK / dev.name / "holders"
+    return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
+
+
+def system_devices() -> set[str]:
+    """Devices holding / and /boot (if separate)."""
+    out: set[str] = set()
+    for path in ("/", "/boot", "/boot/efi"):
+        if os.path.isdir(path):
+            try:
+                out |= {d.name for d in devices_for_path(path)}
+            except IotuneError:
+                pass
+    return out
+
+
+def inspect(dev: BlockDevice) -> list[Finding]:
+    """Everything that makes writing `dev` destructive."""
+    found = []
+    if dev.name in system_devices():
+        found.append(Finding(dev.name, "holds the root or boot filesystem"))
+    found += [Finding(dev.name, f"mounted at {m}") for m in mounted_at(dev)]
+    found += [Finding(dev.name, f"in use as swap ({s})") for s in swap_users(dev)]
+    parts = partitions(dev)
+    if parts:
+        found.append(Finding(dev.name, f"has partitions ({', '.join(parts)})"))
+    found += [Finding(dev.name, f"held by {h}") for h in holders(dev)]
+    found += [Finding(dev.name, f"carries a {sig} signature" if not sig.startswith("unknown") else
+                      f"signature {sig}") for sig in signatures(dev)]
+    return found
+
+
+def require_safe(specs: list[str], destroy_data: list[str]) -> list[BlockDevice]:
+    """The devices, if each is safe to overwrite or was named in destroy_data."""
+    devices = [resolve_device(s) for s in specs]
+    allowed = {resolve_device(s).name for s in destroy_data}
+    problems = [f for d in devices if d.name not in allowed for f in inspect(d)]
+    if problems:
+        lines = "; ".join(f"{f.device} {f.what}" for f in problems)
+        names = " ".join(sorted({f.device for f in problems}))
+        raise DestroyRefused(f"refusing to overwrite devices that hold data or a system role: {lines}. "
+                             f"If you mean to destroy it, name it: --destroy-data {names}")
+    return devices
