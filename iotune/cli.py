@@ -357,6 +357,50 @@ def compare(run_paths: tuple[Path, ...], as_json: bool) -> None:
 
 
 @cli.command()
+@click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--model", "model_size", default=None, metavar="PRESET",
+              help="Model size preset (tiny … 16b) for the capacity and buffer-size checks.")
+@click.option("--params", type=click.IntRange(min=1), default=None,
+              help="Parameter count, for the nvme_path capacity check.")
+@click.option("--strict", is_flag=True, help="Exit non-zero on warnings too.")
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@library_errors
+def lint(config: Path, model_size: str | None, params: int | None, strict: bool, as_json: bool) -> None:
+    """Check a DeepSpeed config for NVMe-offload mistakes, each with its fix:
+    aio keys DeepSpeed ignores (num_threads), string booleans, a misplaced
+    aio block, pinned memory over `ulimit -l` or RAM, an nvme_path that is
+    missing, read-only, without O_DIRECT or too small, parameter-offload
+    settings that crash DeepSpeed 0.19.x, ZenFlow on a non-CPU device.
+
+    Exit status: 0 clean, 1 errors (or warnings with --strict), 2 bad input.
+    """
+    from .analysis.lint import lint as run_lint
+    from .doctor.facts import gather
+    from .render.lint import findings_json, render_findings
+    from .workloads.presets import PRESETS
+
+    try:
+        cfg = json.loads(config.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"{config} does not exist") from None
+    except json.JSONDecodeError as e:
+        raise UsageError(f"{config} is not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from None
+    if not isinstance(cfg, dict):
+        raise UsageError(f"{config}: a DeepSpeed config is a JSON object")
+    largest = None
+    if model_size is not None:
+        if model_size not in PRESETS:
+            raise UsageError(f"unknown --model '{model_size}': choose one of {', '.join(PRESETS)}")
+        shape = PRESETS[model_size]
+        params = params or shape.param_count()
+        largest = max(shape.vocab * shape.hidden, shape.hidden * shape.intermediate)
+    findings = run_lint(cfg, gather(cfg, params, largest))
+    click.echo(findings_json(str(config), findings) if as_json else render_findings(str(config), findings), nl=False)
+    if any(f.severity == "error" or strict for f in findings):
+        sys.exit(1)
+
+
+@cli.command()
 @click.option("--fix", is_flag=True, help="Apply the safe fixes (mount tracefs, link headers and bcc, apt-get install).")
 @click.option("--path", "odirect_path", type=click.Path(), default=None, metavar="DIR",
               help="Also check that DIR (your nvme_path) supports O_DIRECT.")
