@@ -213,3 +213,22 @@ def test_checkpoint_phase_is_recorded(swap_fs, tmp_path: Path) -> None:
     on_disk = sum(f.stat().st_size for f in ckpt.rglob("*") if f.is_file())
     assert on_disk >= 3 * 4 * PARAMS     # fp32 master + Adam moments at least
     assert 0 <= cp.until_end.write_bytes <= on_disk * 1.1 + 4_000_000
+
+
+@pytest.mark.parametrize("size", ["tiny", "small"])
+def test_plan_predicts_traced_bytes_within_5_percent(swap_fs, tmp_path: Path, size: str) -> None:
+    from iotune.analysis.calibration import check
+    from iotune.analysis.planner import make_plan
+    from iotune.model.plan import PlanInput
+    from iotune.workloads.presets import swappable_params
+
+    device, mnt = swap_fs
+    run, _, _ = traced(tmp_path, device, workload("nvme-opt", mnt / f"plan-{size}", "--size", size))
+    shape = PRESETS[size]
+    plan = make_plan(PlanInput(params=shape.param_count(), strategy="nvme-opt", precision="fp32",
+                               swappable_params=swappable_params(shape)))
+    rows = check(plan, run)
+    assert {r.category for r in rows} >= {"optimizer: fp32 master", "optimizer: exp_avg", "optimizer: exp_avg_sq",
+                                          "gradients", "block level (all)"}
+    for r in rows:
+        assert r.error_pct is not None and abs(r.error_pct) <= 5, (r.category, r.direction, r.error_pct)

@@ -42,3 +42,17 @@ PRESETS: dict[str, ModelShape] = {
     "8b": ModelShape(vocab=128256, hidden=4096, layers=32, heads=32, kv_heads=8, intermediate=14336, seq_len=4096),
     "16b": ModelShape(vocab=128256, hidden=5120, layers=44, heads=40, kv_heads=8, intermediate=17408, seq_len=4096),
 }
+
+
+def tensor_numels(shape: ModelShape) -> list[int]:
+    """Element counts of every parameter tensor of LlamaForCausalLM (untied)."""
+    h, kv = shape.hidden, shape.kv_heads * shape.head_dim
+    layer = [h * h, kv * h, kv * h, h * h, shape.intermediate * h, shape.intermediate * h,
+             h * shape.intermediate, h, h]
+    return [shape.vocab * h] + layer * shape.layers + [h, shape.vocab * h]
+
+
+def swappable_params(shape: ModelShape, min_bytes: int = 1 << 20, element_bytes: int = 4) -> int:
+    """Parameters in tensors DeepSpeed's swapper moves: at least `min_bytes`
+    (max(1 MiB, aio.block_size)) in the swap dtype (fp32 gradients: 4 B)."""
+    return sum(n for n in tensor_numels(shape) if n * element_bytes >= min_bytes)
