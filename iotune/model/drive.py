@@ -66,6 +66,19 @@ class DriveLimits:
             return float("inf")
         return self.parallelism * (self.latency_us + self.overhead_us) / self.latency_us
 
+    def describe(self) -> str:
+        """One line for people: '1000 µs per request, 8 at once, 200 MB/s
+        cap, 800 IOPS cap' (MB/s decimal); 'no limits' for none."""
+        parts = []
+        if self.latency_us > 0:
+            parts.append(f"{self.latency_us:g} µs per request")
+            parts.append(f"{self.parallelism} at once" if self.parallelism > 0 else "unbounded parallelism")
+        if self.bw_bytes_per_s > 0:
+            parts.append(f"{self.bw_bytes_per_s / 1e6:g} MB/s cap")
+        if self.iops > 0:
+            parts.append(f"{self.iops} IOPS cap")
+        return ", ".join(parts) or "no limits"
+
     def to_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,8 +83,18 @@ def _attach_loop(stack: contextlib.ExitStack, image: Path, sector_size: int = 0)
     sector size), detached on exit."""
     sector = ["--sector-size", str(sector_size)] if sector_size else []
     loop = _run(["losetup", "--direct-io=on", *sector, "-f", "--show", str(image)]).strip()
-    stack.callback(subprocess.run, ["losetup", "-d", loop], check=False)
+    stack.callback(_detach_loop, loop)
     return resolve_device(loop)
+
+
+def _detach_loop(loop: str, timeout_s: float = 5.0) -> None:
+    """Detach `loop`. The kernel defers a detach while something still holds
+    the device open (udev probing it, say), so wait until it is gone."""
+    subprocess.run(["losetup", "-d", loop], capture_output=True, check=False)
+    backing = Path("/sys/block") / Path(loop).name / "loop" / "backing_file"
+    deadline = time.monotonic() + timeout_s
+    while backing.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def _cap(stack: contextlib.ExitStack, device: BlockDevice, bytes_per_s: int, iops: int = 0) -> Path:
