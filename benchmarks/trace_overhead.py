@@ -29,6 +29,13 @@ order rotated from round to round:
   to ``bitesize-bpfcc``, which uses the block_rq_issue tracepoint. The choice
   and the reason are printed and saved (``--reference`` overrides it).
 
+Every run starts after the same idle time on the device (``--settle``,
+default 5 s, counted from the end of the previous run; the reference tool's
+start-up falls inside it, iotune's ~0.5 s probe compile comes on top): on the
+development VM sequential reads are bimodal (~1 or 2-2.7 GB/s) and the fast
+mode came more often after a pause, which the tracers' start-up would
+otherwise hand them. It does not remove the bimodality.
+
 fio writes its JSON to a file (``--output``) in every condition, and the
 numbers come from ``jobs[0].read`` (``--group_reporting``). The overhead ratio
 of a round is traced IOPS / untraced IOPS of that same round (with a fixed
@@ -36,12 +43,18 @@ block size the bandwidth ratio is the same). The table gives the median and
 the spread (min-max and IQR) over rounds, next to the issue's targets (>= 0.99
 for 4K random, >= 0.995 for 512K sequential). The verdict says "met" or
 "missed" only when the whole IQR of the ratios lies on one side of the
-target, and "unresolved" when the run-to-run noise is larger than the margin.
+target, "unresolved" when the run-to-run noise is larger than the margin, and
+"invalid" when the whole IQR is above 1 (traced runs faster than untraced:
+the measurement, not the tracer).
 
 Finally the 4K random case runs once more under ``iotune trace --json``,
 without ramp time, and iotune's JSON is checked: ``run.drops`` must all be 0
 and the read requests iotune counted on the loop device must equal fio's
 ``total_ios``.
+
+With ``--bpf-stats`` that run also turns on ``kernel.bpf_stats_enabled``
+(restored afterwards) and records the CPU time iotune's two BPF programs
+spent, per traced request. ``--rounds 0`` runs only this check.
 
 Raw per-round numbers go to ``--out`` (default
 ``benchmarks/results/trace_overhead-<date>.json``).
@@ -53,8 +66,11 @@ The development VM has 2 cores, and the loop device sits on a virtio disk
 cent from run to run, independently of tracing, hence the paired rounds and
 medians. ``--dir /dev/shm`` puts the image on tmpfs instead (O_DIRECT works
 there on kernels >= 6.6): no vda I/O, reads become memory copies, and the
-measurement turns CPU-bound, which is the worst case for a tracer and much
-less noisy. A single round's ratio means little; look at the median and the
+measurement turns CPU-bound, which is the worst case for a tracer, free of
+the host's disk noise (CPU contention still shows). Before and after each
+round the script samples other processes' CPU use (``--max-background``),
+waits up to ``--quiet-wait`` seconds for a quiet machine, and flags rounds
+run under load. A single round's ratio means little; look at the median and the
 spread, and run more rounds if the spread is wide. Both tracers see every
 request twice (on the loop device and on vda, which serves it); iotune's
 device filter drops the vda events after one hash lookup. fio's own CPU time
@@ -296,23 +312,42 @@ def measure(cond: str, workload: str, loop: LoopDevice, args: argparse.Namespace
     fio = fio_argv(loop.dev or "", workload, fio_out, args.runtime, args.ramp_time)
     t0 = time.monotonic()
     if cond == "untraced":
+        idle = settle(args.settle)
         res = run(fio, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     elif cond == "iotune":
+        idle = settle(args.settle)
         res = run([args.iotune, "trace", "--no-save", "--json", "--as-root", "-d", loop.name, "--", *fio],
                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     else:
         assert ref is not None
         ref.start()
         try:
+            idle = settle(args.settle)
             res = run(fio, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         finally:
             ref.stop()
+    _IO_END[0] = time.monotonic()
     wall = time.monotonic() - t0
     if res.returncode != 0:
         raise BenchError(f"{cond}/{workload}: exit status {res.returncode}: {res.stderr.strip()[-500:]}")
     out = parse_fio(fio_out)
     out["wall_s"] = round(wall, 3)
+    out["idle_before_s"] = round(idle, 2)
     return out
+
+
+_IO_END = [0.0]   # when the previous measured command returned (monotonic)
+
+
+def settle(seconds: float) -> float:
+    """Sleep until `seconds` have passed since the previous run ended, so that
+    every condition starts after the same idle time on the device (the host's
+    virtio backend runs faster after a pause); returns the idle time. iotune's
+    own probe compile (~0.5 s) comes on top of it."""
+    left = seconds - (time.monotonic() - _IO_END[0])
+    if left > 0:
+        time.sleep(left)
+    return time.monotonic() - _IO_END[0]
 
 
 def lost_events_check(loop: LoopDevice, args: argparse.Namespace, fio_out: str) -> dict[str, Any]:
@@ -321,10 +356,24 @@ def lost_events_check(loop: LoopDevice, args: argparse.Namespace, fio_out: str) 
         os.unlink(fio_out)
     fio = fio_argv(loop.dev or "", "randread-4k", fio_out, args.runtime, 0)
     argv = [args.iotune, "trace", "--no-save", "--json", "--as-root", "-d", loop.name, "--", *fio]
-    res = run(argv, capture_output=True)
-    if res.returncode != 0:
-        raise BenchError(f"lost-events run: exit status {res.returncode}: {res.stderr.strip()[-500:]}")
-    doc = json.loads(res.stdout)
+    stats_was = enable_bpf_stats() if args.bpf_stats else None
+    try:
+        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+            proc = subprocess.Popen(argv, stdout=out, stderr=err, text=True)
+            progs: list[dict[str, int]] = []
+            while proc.poll() is None:
+                if args.bpf_stats:   # the last sample before iotune detaches
+                    progs = prog_stats(proc.pid) or progs
+                time.sleep(0.2)
+            out.seek(0)
+            err.seek(0)
+            stdout, stderr = out.read(), err.read()
+    finally:
+        if stats_was is not None:
+            Path(BPF_STATS).write_text(stats_was)
+    if proc.returncode != 0:
+        raise BenchError(f"lost-events run: exit status {proc.returncode}: {stderr.strip()[-500:]}")
+    doc = json.loads(stdout)
     fio_res = parse_fio(fio_out)
     rd: dict[str, Any] = {}
     for dev in doc["run"]["devices"]:
@@ -344,7 +393,42 @@ def lost_events_check(loop: LoopDevice, args: argparse.Namespace, fio_out: str) 
         "requests_match": rd.get("requests") == fio_res["total_ios"],
         "bytes_match": rd.get("bytes") == fio_res["io_bytes"],
         "bcc_version": doc["run"]["host"].get("bcc_version"),
+        "bpf_programs": progs or None,
+        "bpf_ns_per_traced_request": (round(sum(p["run_time_ns"] for p in progs) / rd["requests"])
+                                      if progs and rd.get("requests") else None),
     }
+
+
+BPF_STATS = "/proc/sys/kernel/bpf_stats_enabled"
+
+
+def enable_bpf_stats() -> str:
+    """Turn on the kernel's per-program run-time accounting; returns the old value."""
+    was = Path(BPF_STATS).read_text().strip()
+    Path(BPF_STATS).write_text("1")
+    return was
+
+
+def prog_stats(pid: int) -> list[dict[str, int]]:
+    """run_cnt / run_time_ns of the BPF programs process `pid` holds (fdinfo)."""
+    found = []
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return []
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") != "anon_inode:bpf-prog":
+                continue
+            info = dict(ln.split(":", 1) for ln in Path(f"/proc/{pid}/fdinfo/{fd}").read_text().splitlines()
+                        if ":" in ln)
+        except OSError:
+            continue
+        info = {k.strip(): v.strip() for k, v in info.items()}
+        if "run_cnt" in info:
+            found.append({"prog_id": int(info.get("prog_id", -1)), "run_cnt": int(info["run_cnt"]),
+                          "run_time_ns": int(info["run_time_ns"])})
+    return sorted(found, key=lambda p: p["prog_id"])
 
 
 # ---------------------------------------------------------------- statistics and table
@@ -354,9 +438,11 @@ def spread(xs: list[float]) -> dict[str, float]:
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "q1": q[0], "q3": q[2], "n": len(xs)}
 
 
-def verdict(st: dict[str, float], target: float) -> str:
+def verdict(st: dict[str, Any], target: float) -> str:
     """'met' / 'missed' only when the whole IQR of the ratios is on one side of
     the target; otherwise the noise is too large to tell."""
+    if st["q1"] > 1.0 and st["n"] >= 3:   # tracing cannot speed I/O up: biased or bimodal setup
+        return "invalid (traced faster)"
     if st["q1"] >= target:
         return "met"
     if st["q3"] < target:
@@ -380,7 +466,7 @@ def summarize(rounds: list[dict[str, Any]], conds: list[str]) -> dict[str, Any]:
             }
             if c != "untraced":
                 ratios = [r["results"][c]["iops"] / r["results"]["untraced"]["iops"] for r in rows]
-                st = spread(ratios)
+                st: dict[str, Any] = dict(spread(ratios))
                 st["median_meets_target"] = st["median"] >= WORKLOADS[w]["target"]
                 st["verdict"] = verdict(st, WORKLOADS[w]["target"])
                 s["ratio"][c] = st
@@ -443,6 +529,12 @@ def parse_args() -> argparse.Namespace:
                    help="background bcc tool to compare with (default auto: biolatency, else bitesize)")
     p.add_argument("--ref-wait", type=float, default=3.0,
                    help="seconds to let the reference tool compile/attach before fio starts (default 3)")
+    p.add_argument("--settle", type=float, default=5.0,
+                   help="idle seconds on the device before every run, all conditions alike; the "
+                        "reference tool's start-up counts towards it (default 5)")
+    p.add_argument("--bpf-stats", action="store_true",
+                   help="during the lost-events run, turn on kernel.bpf_stats_enabled (restored "
+                        "afterwards) and record the CPU time of iotune's BPF programs per request")
     p.add_argument("--max-background", type=float, default=0.10,
                    help="CPU share (0-1) used by others above which the machine counts as busy; "
                         "each round waits for it to drop, and rounds that start or end busy are "
@@ -455,8 +547,8 @@ def parse_args() -> argparse.Namespace:
                    default=REPO / "benchmarks" / "results" / f"trace_overhead-{dt.date.today().isoformat()}.json",
                    help="raw results JSON (default benchmarks/results/trace_overhead-<date>.json)")
     a = p.parse_args()
-    if a.rounds < 1:
-        p.error("--rounds must be >= 1")
+    if a.rounds < 0:
+        p.error("--rounds must be >= 0 (0: only the lost-events check)")
     return a
 
 
@@ -480,7 +572,7 @@ def main() -> int:
         "machine": machine_info(args.iotune),
         "params": {"rounds": args.rounds, "runtime_s": args.runtime, "ramp_time_s": args.ramp_time,
                    "size": args.size, "ref_wait_s": args.ref_wait,
-                   "max_background": args.max_background,
+                   "max_background": args.max_background, "settle_s": args.settle,
                    "workloads": {w: v["fio"] for w, v in WORKLOADS.items()}},
         "rounds": [],
         "complete": False,
@@ -508,7 +600,7 @@ def main() -> int:
         log(f"{dev} over {tmp}/img ({args.size}); writing it once in full...")
         fill(dev)
         log("warm-up (one untraced run per workload, not counted)...")
-        for w in WORKLOADS:
+        for w in WORKLOADS if args.rounds else []:
             measure("untraced", w, loop, args, fio_out, None)
 
         for rnd in range(args.rounds):
@@ -570,6 +662,9 @@ def main() -> int:
               f"(completed {le['iotune_read_completed']:,}) vs fio total_ios {le['fio_total_ios']:,} -> "
               f"{'equal' if le['requests_match'] else 'DIFFERENT'}; bytes "
               f"{'equal' if le['bytes_match'] else 'DIFFERENT'}")
+        if le.get("bpf_ns_per_traced_request"):
+            print(f"iotune's BPF programs: {le['bpf_ns_per_traced_request']:,} ns of CPU per traced request "
+                  f"(issue + complete, filtered-out events included; {le['bpf_programs']})")
     print(f"\nraw numbers: {args.out}")
     return status
 

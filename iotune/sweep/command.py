@@ -22,6 +22,8 @@ from .space import Profile, load_profile
 # small blocks (latency): sensible configs reach 200 MB/s, bad ones a fraction.
 BUILTIN_LIMITS = {"bw_bytes_per_s": 200_000_000, "iops": 800, "latency_us": 4000.0, "parallelism": 8}
 BUILTIN_SIZE = 1 << 30
+BUILTIN_RUNTIME_S = 2.0     # used when the profile sets none
+BUILTIN_RAMP_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,8 @@ def build_profile(args: SweepArgs) -> Profile:
 def sweep_target(args: SweepArgs, prof: Profile, say: Callable[[str], None]) -> Iterator[tuple[Target, float | None]]:
     """(target, known ceiling in bytes/s or None)."""
     if args.target_dir is not None:
-        yield Target(args.target_dir, prof.run.file_bytes, prof.run.files), None
+        yield Target(args.target_dir, prof.run.file_bytes, prof.run.files, None, prof.run.runtime_s,
+                     prof.run.ramp_s), None
         return
     from ..model.drive import DriveLimits
     from ..volumes.emulated import emulated_drive
@@ -67,8 +70,11 @@ def sweep_target(args: SweepArgs, prof: Profile, say: Callable[[str], None]) -> 
     limits = DriveLimits(**BUILTIN_LIMITS)
     with emulated_drive(None, BUILTIN_SIZE, limits, fstype="ext4") as drive:
         say(f"sweep: built-in emulated drive {drive.device.path}: {limits.describe()}, ext4 at {drive.path}")
-        yield (Target(Path(drive.path), prof.run.file_bytes, prof.run.files, drive.cgroup),
-               limits.ceiling_bytes_per_s(max(prof.space.block_size), 1 << 30))
+        # time-based trials: blkio throttling lets a burst through at the start of each
+        # direction, which ramp time leaves out, so trials measure the steady rate
+        runtime, ramp = prof.run.runtime_s or BUILTIN_RUNTIME_S, prof.run.ramp_s or BUILTIN_RAMP_S
+        yield (Target(Path(drive.path), prof.run.file_bytes, prof.run.files, drive.cgroup, runtime, ramp),
+               drive.limits.ceiling_bytes_per_s(max(prof.space.block_size), 1 << 30))
 
 
 def run_sweep_command(args: SweepArgs, say: Callable[[str], None],

@@ -29,6 +29,8 @@ class Target:
     file_bytes: int = 64 << 20
     files: int = 3
     cgroup: str | None = None     # run trials in this cgroup (v1 directory), e.g. a capped drive's
+    runtime_s: float = 0.0        # fio: measure each direction for this long (0: move the bytes once)
+    ramp_s: float = 0.0           # fio: and leave this much out at the start (throttle bursts, warm-up)
 
 
 class Executor(Protocol):

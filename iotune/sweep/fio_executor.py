@@ -37,7 +37,8 @@ def job_options(point: SweepPoint, target: Target) -> list[tuple[str, str]]:
         ("iodepth_batch_submit", "1" if point.single_submit else str(point.queue_depth)),
         ("numjobs", str(point.intra_op_parallelism)), ("ioengine", point.engine), ("direct", "1"),
         ("file_service_type", "sequential"), ("group_reporting", "1"), ("unlink", "1"),
-    ]
+    ] + ([("time_based", "1"), ("runtime", f"{target.runtime_s:g}"), ("ramp_time", f"{target.ramp_s:g}")]
+         if target.runtime_s > 0 else [])
 
 
 def fio_argv(point: SweepPoint, target: Target, output: Path) -> list[str]:

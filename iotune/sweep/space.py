@@ -36,6 +36,8 @@ class RunSettings:
     finalists: int = 3                # adaptive: points that get the full repeats
     confirm_top: int = 2              # candidates confirmed with real training steps (0: none)
     steps: int = 6                    # training steps per confirmation trial
+    runtime_s: float = 0.0            # fio: time-based trials of this length per direction (0: size-based)
+    ramp_s: float = 0.0               # fio: excluded from the start of each direction
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,10 @@ def _run(raw: dict[str, Any], path: Path, text: str) -> RunSettings:
                 raise _bad(path, text, "run", key, str(e)) from None
             if vals[key] % 4096:
                 raise _bad(path, text, "run", key, "must be a multiple of 4096 (O_DIRECT)")
+        elif key in ("runtime_s", "ramp_s"):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise _bad(path, text, "run", key, "expected seconds >= 0, e.g. 2.0")
+            vals[key] = float(v)
         elif isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise _bad(path, text, "run", key, "expected a whole number >= 0")
         else:
