@@ -310,8 +310,13 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
                                 "overlap_events": overlap_events, "engine": engines},
                      grid=grid, repeats=repeats, file_bytes=file_bytes, confirm_top=confirm_top, out=out,
                      fresh=fresh)
-    with sweep_progress() as on_trial:
-        outcome, target = run_sweep_command(args, lambda msg: click.echo(msg, err=True), on_trial)
+    try:
+        with sweep_progress() as on_trial:
+            outcome, target = run_sweep_command(args, lambda msg: click.echo(msg, err=True), on_trial)
+    except KeyboardInterrupt:
+        click.echo("interrupted: every finished trial is in the journal; run the same command again "
+                   "to resume", err=True)
+        sys.exit(130)
     from .render.sweep import render_sweep, sweep_json
 
     if export_to is not None:

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 
 from ..model.sweep import SweepPoint, Trial
 
-MIN_NOISE = 0.02     # two configs within 2% are never told apart
+# Two configs within 5% are never told apart: run-to-run variation of storage
+# measurements (throttle bursts, writeback, device housekeeping) is of that order.
+MIN_NOISE = 0.05
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,9 @@ def rank(rows: list[Ranked], noise: float = MIN_NOISE) -> list[Ranked]:
     while ok:
         head = ok[0]
         tier = [r for r in ok if tie(head, r, noise)]
-        tier.sort(key=lambda r: (r.cost, -r.median))
+        # inside a tie the measurements say nothing: order by cost alone (then block
+        # size and the point's key), so the same measurements always rank the same way
+        tier.sort(key=lambda r: (r.cost, r.point.block_size, r.point.key()))
         out += tier
         ok = [r for r in ok if r not in tier]
     return out + [r for r in rows if not r.scores]

@@ -82,8 +82,7 @@ def run_sweep_command(args: SweepArgs, say: Callable[[str], None],
     prof = build_profile(args)
     out = args.out or Path("iotune-sweeps") / f"{prof.name}-{args.executor}"
     with sweep_target(args, prof, say) as (target, ceiling):
+        drive = {"path": str(args.target_dir)} if args.target_dir else {"emulated": BUILTIN_LIMITS}
         req = SweepRequest(profile=prof, executor=args.executor, out_dir=out, fresh=args.fresh,
-                           ceiling_bytes_per_s=ceiling)
-        if args.target_dir is None and not args.fresh:
-            req = replace(req, fresh=True)     # a new emulated drive each time: old trials are another drive's
+                           ceiling_bytes_per_s=ceiling, drive=drive)
         return run_sweep(req, target, on_trial, say), target

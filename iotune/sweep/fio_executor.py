@@ -11,7 +11,10 @@ equivalent and is ignored here (the aio executor measures it).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import shutil
 import subprocess
 from pathlib import Path
@@ -42,7 +45,7 @@ def job_options(point: SweepPoint, target: Target) -> list[tuple[str, str]]:
 
 
 def fio_argv(point: SweepPoint, target: Target, output: Path) -> list[str]:
-    argv = ["fio", "--output-format=json", f"--output={output}"]
+    argv = ["fio", "--thread", "--output-format=json", f"--output={output}"]
     for name, rw in JOBS:
         argv += [f"--name={name}", f"--rw={rw}"] + [f"--{k}={v}" for k, v in job_options(point, target)]
         if name == "swap-in":
@@ -52,7 +55,8 @@ def fio_argv(point: SweepPoint, target: Target, output: Path) -> list[str]:
 
 def fio_jobfile(point: SweepPoint, target: Target) -> str:
     """The same trial as a fio job file (`fio FILE` runs it)."""
-    lines = [f"# iotune sweep point {point.key()}: {json.dumps(point.to_json(), sort_keys=True)}", ""]
+    lines = [f"# iotune sweep point {point.key()}: {json.dumps(point.to_json(), sort_keys=True)}", "",
+             "[global]", "thread", ""]
     for name, rw in JOBS:
         lines.append(f"[{name}]")
         lines.append(f"rw={rw}")
@@ -99,8 +103,7 @@ class FioExecutor:
             raise TrialFailed("fio is not installed: run scripts/setup.sh or `iotune doctor --fix`")
         output = target.directory / f".iotune-fio-{point.key()}.json"
         try:
-            proc = subprocess.run(fio_argv(point, target, output), capture_output=True, text=True,
-                                  timeout=self.timeout_s, preexec_fn=join_cgroup_preexec(target.cgroup))
+            proc = run_in_own_group(fio_argv(point, target, output), self.timeout_s, target.cgroup)
             text = output.read_text() if output.exists() else ""
         except subprocess.TimeoutExpired:
             raise TrialFailed(f"fio did not finish within {self.timeout_s:.0f} s") from None
@@ -114,6 +117,22 @@ class FioExecutor:
         except ValueError:
             raise TrialFailed("fio wrote no JSON result", {"stdout": text[-4000:]}) from None
         return parse_fio_json(doc), {"fio": doc}
+
+
+def run_in_own_group(argv: list[str], timeout_s: float, cgroup: str | None) -> subprocess.CompletedProcess[str]:
+    """Run argv in a process group of its own; on timeout or any interruption
+    (Ctrl-C) the whole group is killed and reaped before this returns, so no
+    worker is left holding files on the drive under test."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=join_cgroup_preexec(cgroup))
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def _last_line(text: str) -> str:

@@ -47,6 +47,7 @@ class Sweeper:
         self.journal, self.on_trial = journal, on_trial
         self.done = 0
         self.planned = self.estimate()
+        self._seen: set[tuple[str, int]] = set()      # consulted in this run
 
     def estimate(self) -> int:
         s, r = self.space, self.settings
@@ -56,7 +57,12 @@ class Sweeper:
         return len(s.block_size) + len(s.queue_depth) - 1 + variations + 4 + (r.finalists + 1) * (r.repeats - 1)
 
     def measure(self, point: SweepPoint, repeat: int = 0) -> Trial:
+        """The trial of (point, repeat): from the journal if there is one,
+        else run now and journaled. Progress is reported once per trial."""
         found = self.journal.done(self.executor.name, point.key(), repeat)
+        if found is not None and (point.key(), repeat) in self._seen:
+            return found
+        self._seen.add((point.key(), repeat))
         if found is None:
             found = self._run(point, repeat)
             self.journal.record(found)
@@ -81,10 +87,17 @@ class Sweeper:
     def ranking(self) -> list[Ranked]:
         return rank(summarize_trials(self.journal.trials, self.executor.name))
 
-    def _best(self, points: Iterable[SweepPoint]) -> SweepPoint:
-        keys = {p.key() for p in points}
-        rows = [r for r in self.ranking() if r.point.key() in keys]
-        return rows[0].point if rows and rows[0].scores else next(iter(points))
+    def _first_pass(self, keys: set[str] | None = None) -> list[Ranked]:
+        """Ranking from repeat 0 only (of `keys`, or of every point). The search's
+        decisions use exactly what an uninterrupted run had at that moment, so
+        replaying a journal — after a crash or Ctrl-C — takes the same path."""
+        trials = [t for t in self.journal.trials if t.executor == self.executor.name and t.repeat == 0
+                  and (keys is None or t.point.key() in keys)]
+        return rank(summarize_trials(trials, self.executor.name))
+
+    def _best(self, points: list[SweepPoint]) -> SweepPoint:
+        rows = self._first_pass({p.key() for p in points})
+        return rows[0].point if rows and rows[0].scores else points[0]
 
     def grid(self) -> Iterable[SweepPoint]:
         s = self.space
@@ -111,6 +124,7 @@ class Sweeper:
         )
 
     def _sweep_dim(self, best: SweepPoint, field: str, values: Iterable[object]) -> SweepPoint:
+        """Measure `best` with each of `values` in `field`; the best of them."""
         pts = [replace(best, **{field: v}) for v in values]
         for p in pts:
             self.measure(p)
@@ -124,7 +138,7 @@ class Sweeper:
             best = self._sweep_dim(best, field, getattr(s, field))
         for p in _diagonal(best, s):
             self.measure(p)
-        finalists = [row.point for row in self.ranking()[: r.finalists] if row.scores]
+        finalists = [row.point for row in self._first_pass()[: r.finalists] if row.scores]
         reference = self.default_point()
         self.measure(reference, 0)
         for rep in range(1, r.repeats):

@@ -42,6 +42,7 @@ class SweepRequest:
     fresh: bool = False
     validate: bool = True
     ceiling_bytes_per_s: float | None = None     # known limits of the drive, if any
+    drive: dict[str, object] | None = None       # what the trials run on; a journal resumes only on the same
 
 
 def check_target(directory: Path) -> None:
@@ -61,7 +62,7 @@ def open_journal(out_dir: Path, fresh: bool) -> Journal:
     return Journal(path)
 
 
-def environment(target: Target, executor: str) -> dict[str, object]:
+def environment(target: Target, executor: str, drive: dict[str, object] | None) -> dict[str, object]:
     def version(argv: list[str]) -> str:
         try:
             return subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout.strip()
@@ -69,8 +70,9 @@ def environment(target: Target, executor: str) -> dict[str, object]:
             return ""
 
     return {"kernel": platform.release(), "target": str(target.directory), "executor": executor,
+            "drive": drive or {"path": str(target.directory)},
             "fio": version(["fio", "--version"]) if shutil.which("fio") else "",
-            "file_bytes": target.file_bytes, "files": target.files,
+            "file_bytes": target.file_bytes, "files": target.files, "runtime_s": target.runtime_s,
             "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
 
 
@@ -78,7 +80,13 @@ def run_sweep(req: SweepRequest, target: Target, on_trial: Callable[[Progress], 
               say: Callable[[str], None] = lambda s: None) -> SweepOutcome:
     check_target(target.directory)
     journal = open_journal(req.out_dir, req.fresh)
-    journal.start(environment(target, req.executor))
+    env = environment(target, req.executor, req.drive)
+    recorded = journal.header.get("env", {})
+    for key in ("drive", "executor", "file_bytes", "files", "runtime_s"):
+        if journal.header and recorded.get(key) != env[key]:
+            raise UsageError(f"the journal in {req.out_dir} was recorded with {key} {recorded.get(key)!r}, not "
+                             f"{env[key]!r}: resume with the same settings, or use --fresh or another --out")
+    journal.start(env)
     before = len(journal.trials)
     sweeper = Sweeper(EXECUTORS[req.executor](), target, req.profile.space, req.profile.run, journal, on_trial)
     ranking = sweeper.run()

@@ -136,7 +136,22 @@ def _format_and_mount(stack: contextlib.ExitStack, device: BlockDevice, workdir:
     _run([*MKFS[fstype], device.path])
     mnt = workdir / f"iotune-mnt-{device.name}"
     mnt.mkdir(exist_ok=True)
-    stack.callback(mnt.rmdir)
+    stack.callback(_unmount, mnt)
     _run(["mount", "-o", "noatime", device.path, str(mnt)])
-    stack.callback(subprocess.run, ["umount", str(mnt)], check=False)
     return mnt
+
+
+def _unmount(mnt: Path, attempts: int = 20) -> None:
+    """Unmount and remove the mount point, waiting out processes that are
+    still closing files there (killed children finishing in-flight I/O);
+    a last resort detaches it lazily so nothing stays mounted."""
+    for _ in range(attempts):
+        if not os.path.ismount(mnt):
+            break
+        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode == 0:
+            break
+        time.sleep(0.25)
+    else:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+    with contextlib.suppress(OSError):
+        mnt.rmdir()
