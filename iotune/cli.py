@@ -508,21 +508,26 @@ def doctor(fix: bool, odirect_path: str | None, as_json: bool) -> None:
               help="Bandwidth cap of the scratch drive in bytes/s (e.g. 200MB); 0 for none.")
 @click.option("-o", "--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Save the run here (default: ./iotune-runs/<time>-demo).")
+@click.option("--workload", type=click.Choice(["train", "fio"]), default="train", show_default=True,
+              help="train: the built-in DeepSpeed workload (ZeRO-3, optimizer on the drive); fio: a "
+                   "swap-like fio job (no DeepSpeed needed).")
+@click.option("--steps", type=click.IntRange(2, 1000), default=8, show_default=True)
 @output_options
 @library_errors
-def demo(workdir: Path | None, cap: int, out: Path | None, as_json: bool, block_size: int | None,
-         width: int | None) -> None:
-    """Trace a built-in offload-like workload on a capped scratch drive.
+def demo(workdir: Path | None, cap: int, out: Path | None, workload: str, steps: int, as_json: bool,
+         block_size: int | None, width: int | None) -> None:
+    """Trace the built-in offload workload on a capped scratch drive.
 
-    Creates a loop drive over a file (direct I/O, bandwidth-capped with
-    cgroup blkio, like an NVMe drive with a known limit), runs fio writing and
-    reading tensor-sized swap files with 512 KiB O_DIRECT requests, as
-    DeepSpeed's swapper does, traces it, and prints the report. Everything it
-    creates is removed afterwards, also on Ctrl-C.
+    Creates a loop drive over a file (direct I/O, ext4, bandwidth-capped with
+    cgroup blkio: an NVMe stand-in with a known limit), trains the built-in
+    tiny Llama with ZeRO-3 and the optimizer state swapped to that drive
+    through DeepSpeed's aio (512 KiB blocks), traces it with phase and swap
+    attribution, and prints the report. Everything it creates is removed
+    afterwards, also on Ctrl-C.
     """
     from .demo import run_demo
 
-    run = run_demo(workdir, cap, lambda msg: click.echo(msg, err=True))
+    run = run_demo(workdir, cap, lambda msg: click.echo(msg, err=True), workload, steps)
     where = out or Path("iotune-runs") / f"{run.started_at.replace(':', '')[:15]}-demo"
     save_run(run, where)
     click.echo(f"saved {where}  (iotune report {where})", err=True)

@@ -3,7 +3,9 @@ composes the layers (volumes + trace); nothing imports it but cli.py."""
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,16 +31,36 @@ def swap_like_fio(directory: Path) -> list[str]:
             "--name=swap-in", "--stonewall", "--rw=read", *common]
 
 
-def run_demo(workdir: Path | None, cap_bytes_per_s: int, say: Callable[[str], None]) -> TraceRun:
-    if shutil.which("fio") is None:
+def training_argv(directory: Path, steps: int) -> list[str]:
+    """The built-in workload: ZeRO-3 with the optimizer state on the scratch
+    drive, DeepSpeed's aio block at 512 KiB (as in background document 001)."""
+    swap = directory / "swap"
+    swap.mkdir(exist_ok=True)
+    return [sys.executable, "-W", "ignore", "-m", "iotune.workloads.train", "--strategy", "nvme-opt",
+            "--size", "tiny", "--steps", str(steps), "--nvme-path", str(swap),
+            "--aio-block-size", str(BLOCK_BYTES)]
+
+
+def run_demo(workdir: Path | None, cap_bytes_per_s: int, say: Callable[[str], None],
+             workload: str = "train", steps: int = 8) -> TraceRun:
+    if workload == "train" and importlib.util.find_spec("deepspeed") is None:
+        raise IotuneError("the training demo needs DeepSpeed: run scripts/setup.sh (or use --workload fio)")
+    if workload == "fio" and shutil.which("fio") is None:
         raise IotuneError("fio is not installed: run scripts/setup.sh or `iotune doctor --fix`")
     with scratch_drive(workdir, size_bytes=1 << 30, cap_bytes_per_s=cap_bytes_per_s, fstype="ext4") as drive:
         cap = f"capped at {cap_bytes_per_s / 1e6:g} MB/s" if cap_bytes_per_s else "uncapped"
         say(f"demo: scratch drive {drive.device.path} (1 GiB loop, direct I/O, ext4, {cap}) "
             f"at {drive.mount_point}")
-        say(f"demo: fio writes then reads {len(SWAP_FILES)} × {FILE_BYTES >> 20} MiB swap files "
-            f"in {BLOCK_BYTES >> 10} KiB O_DIRECT requests")
-        argv = swap_like_fio(drive.mount_point or drive.image.parent)
-        opts = TraceOptions(devices=(drive.device,), stdout_to_stderr=True,
+        where = drive.mount_point or drive.image.parent
+        if workload == "train":
+            say(f"demo: {steps} steps of the built-in tiny Llama with ZeRO-3, optimizer state on the drive "
+                f"(aio block {BLOCK_BYTES >> 10} KiB), traced with phase and swap attribution")
+            argv = training_argv(where, steps)
+        else:
+            say(f"demo: fio writes then reads {len(SWAP_FILES)} × {FILE_BYTES >> 20} MiB swap files "
+                f"in {BLOCK_BYTES >> 10} KiB O_DIRECT requests")
+            argv = swap_like_fio(where)
+        opts = TraceOptions(devices=(drive.device,), stdout_to_stderr=True, inject=workload == "train",
+                            interval_s=0.01 if workload == "train" else 1.0,
                             cgroup=str(drive.cgroup) if drive.cgroup else None)
         return trace_command(argv, opts)

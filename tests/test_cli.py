@@ -162,7 +162,8 @@ def test_duration_window(loop_drive: BlockDevice) -> None:
 
 @needs_root
 def test_demo_traces_and_cleans_up(tmp_path: Path) -> None:
-    r = invoke("demo", "--dir", str(tmp_path), "--cap", "0", "-o", str(tmp_path / "run"), "--json")
+    r = invoke("demo", "--workload", "fio", "--dir", str(tmp_path), "--cap", "0", "-o", str(tmp_path / "run"),
+               "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     [row] = doc["patterns"]
