@@ -1,0 +1,133 @@
+"""Layouts on real loop devices: btrfs raid0 (md is missing here), mount
+options and geometry read back, queue tunables restored, drive-count scaling
+against a known cap, safety and teardown."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from iotune.blockdev.devices import resolve_device
+from iotune.errors import UsageError
+from iotune.model.sweep import SweepPoint
+from iotune.sweep.executor import Target
+from iotune.sweep.fio_executor import FioExecutor
+from iotune.volumes.layout import LayoutSpec, _mkfs, build_layout, md_available, plan_layout
+from iotune.volumes.safety import DestroyRefused
+
+from .conftest import make_loops, needs_root
+
+CAP = 100_000_000
+
+
+def test_md_missing_is_detected_and_btrfs_is_used_instead(tmp_path: Path) -> None:
+    ok, why = md_available()
+    if ok:
+        pytest.skip("this kernel has md RAID; the fallback is not exercised")
+    assert why == "this kernel has no md RAID (/proc/mdstat is missing)"
+    plan = plan_layout(LayoutSpec(devices=("/dev/a", "/dev/b"), raid0=True, fstype="xfs"), tmp_path)
+    assert plan.backend == "btrfs" and plan.fstype == "btrfs" and plan.stripe_bytes == 64 << 10
+    assert plan.reason.endswith("using btrfs raid0 (data stripe fixed at 64 KiB, filesystem btrfs)")
+    with pytest.raises(UsageError, match="md RAID requested but this kernel has no md RAID"):
+        plan_layout(LayoutSpec(devices=("/dev/a", "/dev/b"), raid0=True, backend="md"), tmp_path)
+
+
+def test_stripe_alignment_follows_the_raid_geometry() -> None:
+    assert _mkfs("xfs", ["/dev/md0"], False, 512 << 10, 3) == ("mkfs.xfs", "-q", "-f", "-K", "-d", "su=512k,sw=3",
+                                                              "/dev/md0")
+    assert _mkfs("ext4", ["/dev/md0"], False, 512 << 10, 3) == ("mkfs.ext4", "-q", "-F", "-E",
+                                                               "nodiscard,stride=128,stripe_width=384", "/dev/md0")
+
+
+def mounts_of(mnt: Path) -> list[str]:
+    return [line for line in Path("/proc/mounts").read_text().splitlines() if line.split()[1] == str(mnt)]
+
+
+@pytest.fixture
+def loops(tmp_path: Path):
+    devs = make_loops(tmp_path, 3, 512 << 20)
+    yield devs
+    for d in devs:
+        subprocess.run(["losetup", "-d", d], check=False)
+
+
+@needs_root
+def test_btrfs_raid0_with_mount_options(loops: list[str], tmp_path: Path) -> None:
+    mnt = tmp_path / "vol"
+    spec = LayoutSpec(devices=tuple(loops[:2]), raid0=True, mount_options=("noatime", "nodatacow"))
+    with build_layout(spec, mnt, scratch=True) as vol:
+        [line] = mounts_of(mnt)
+        assert line.split()[2] == "btrfs" and "noatime" in line and "nodatacow" in line
+        show = subprocess.run(["btrfs", "filesystem", "show", str(mnt)], capture_output=True, text=True).stdout
+        assert all(d in show for d in loops[:2]) and "Total devices 2" in show
+        assert vol.plan.backend == "btrfs"
+    assert mounts_of(mnt) == []
+
+
+@needs_root
+@pytest.mark.parametrize("fstype,options,expect", [
+    ("xfs", ("noatime", "logbsize=256k"), "logbsize=256k"),
+    ("ext4", ("noatime", "data=writeback"), "data=writeback"),
+])
+def test_filesystem_options_are_applied(loops: list[str], tmp_path: Path, fstype: str, options: tuple,
+                                        expect: str) -> None:
+    mnt = tmp_path / "vol"
+    with build_layout(LayoutSpec(devices=(loops[0],), fstype=fstype, mount_options=options), mnt, scratch=True):
+        [line] = mounts_of(mnt)
+        assert line.split()[2] == fstype and expect in line
+    assert mounts_of(mnt) == []
+
+
+@needs_root
+def test_queue_tunables_are_restored_even_after_an_error(loops: list[str], tmp_path: Path) -> None:
+    knob = Path(f"/sys/block/{Path(loops[0]).name}/queue/read_ahead_kb")
+    before = knob.read_text().strip()
+    spec = LayoutSpec(devices=(loops[0],), fstype="ext4", queue={"read_ahead_kb": "4096"})
+    with pytest.raises(RuntimeError), build_layout(spec, tmp_path / "vol", scratch=True):
+        assert knob.read_text().strip() == "4096"
+        raise RuntimeError("trial failed")
+    assert knob.read_text().strip() == before and mounts_of(tmp_path / "vol") == []
+
+
+@needs_root
+def test_a_device_with_data_is_refused_untouched(loops: list[str], tmp_path: Path) -> None:
+    subprocess.run(["mkfs.ext4", "-q", "-F", loops[0]], check=True)
+    digest = hashlib.sha256(Path(loops[0]).read_bytes()).hexdigest()
+    with pytest.raises(DestroyRefused, match="carries a ext4 signature"), \
+            build_layout(LayoutSpec(devices=(loops[0],)), tmp_path / "vol"):
+        pass
+    assert hashlib.sha256(Path(loops[0]).read_bytes()).hexdigest() == digest
+
+
+@contextlib.contextmanager
+def capped(devs: list[str], bytes_per_s: int):
+    cg = Path("/sys/fs/cgroup/blkio") / f"iotune-test-{os.getpid()}"
+    cg.mkdir()
+    try:
+        for d in devs:
+            num = resolve_device(d).number
+            for knob in ("read_bps_device", "write_bps_device"):
+                (cg / f"blkio.throttle.{knob}").write_text(f"{num} {bytes_per_s}\n")
+        yield str(cg)
+    finally:
+        cg.rmdir()
+
+
+@needs_root
+def test_raid0_read_bandwidth_scales_with_drives(loops: list[str], tmp_path: Path) -> None:
+    """btrfs raid0 over 1, 2, 3 drives capped at 100 MB/s each reads at 1x, 2x, 3x the cap (within 5%)."""
+    ratios = []
+    for n in (1, 2, 3):
+        mnt = tmp_path / f"vol{n}"
+        with capped(loops[:n], CAP) as cg, build_layout(LayoutSpec(devices=tuple(loops[:n]), raid0=n > 1,
+                                                                    fstype="btrfs"), mnt, scratch=True):
+            target = Target(mnt, 32 << 20, 3, cg, runtime_s=2.0, ramp_s=0.5)
+            m, _ = FioExecutor().run(SweepPoint(block_size=1 << 20, queue_depth=16), target)
+        ratios.append(m.read_bytes_per_s / CAP)
+    for n, ratio in zip((1, 2, 3), ratios):
+        assert abs(ratio - n) <= 0.05 * n, ratios
