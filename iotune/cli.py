@@ -3,6 +3,7 @@ IotuneError to exit codes. Nothing else in iotune imports this module."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -474,6 +475,95 @@ def plan(model_size: str | None, params: int | None, strategy: str, precision: s
     click.echo(render_plan(result), nl=False)
     if rows is not None:
         click.echo(render_check(rows), nl=False)
+
+
+@cli.group()
+def volumes() -> None:
+    """Test volumes: capped scratch drives and RAID0/filesystem layouts."""
+
+
+def _wait_for_ctrl_c(message: str) -> None:
+    import signal
+    import threading
+
+    click.echo(message, err=True)
+    stop = threading.Event()
+    old = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        stop.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    click.echo("tearing down", err=True)
+
+
+@volumes.command("scratch")
+@click.option("--drives", type=click.IntRange(1, 16), default=1, show_default=True)
+@click.option("--size", type=SIZE, default=1 << 30, show_default=True, help="Per drive, e.g. 2G.")
+@click.option("--cap", type=RateType(), default=200e6, show_default=True,
+              help="Bandwidth cap per drive (cgroup blkio), e.g. 200MB/s; 0 for none.")
+@click.option("--dir", "workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the image files go (default: a temporary directory).")
+@library_errors
+def volumes_scratch(drives: int, size: int, cap: float, workdir: Path | None) -> None:
+    """Create N loop drives with direct I/O and a bandwidth cap each, print
+    them, and keep them until Ctrl-C (then everything is removed). Run
+    commands in the printed cgroup for the cap to apply to them."""
+    from .volumes.scratch import scratch_drive
+
+    with contextlib.ExitStack() as stack:
+        made = [stack.enter_context(scratch_drive(workdir, size, int(cap))) for _ in range(drives)]
+        for d in made:
+            click.echo(f"{d.device.path}\t{d.image}\tcgroup {d.cgroup or '-'}")
+        _wait_for_ctrl_c("drives ready; Ctrl-C to remove them")
+
+
+@volumes.command("build")
+@click.argument("devices", nargs=-1, required=True)
+@click.option("--raid0", is_flag=True, help="Stripe the devices (md, or btrfs raid0 where md is missing).")
+@click.option("--backend", type=click.Choice(["auto", "md", "btrfs"]), default="auto", show_default=True)
+@click.option("--chunk", type=SIZE, default=512 << 10, show_default=True, help="md RAID0 chunk size.")
+@click.option("--fs", "fstype", type=click.Choice(["xfs", "ext4", "btrfs"]), default="xfs", show_default=True)
+@click.option("-o", "--mount-options", default="noatime", show_default=True, help="Comma-separated.")
+@click.option("--queue", "queue", multiple=True, metavar="KNOB=VALUE",
+              help="Per-member sysfs queue setting, e.g. read_ahead_kb=4096 (restored afterwards).")
+@click.option("--mount-point", type=click.Path(file_okay=False, path_type=Path), default=Path("/mnt/iotune"),
+              show_default=True)
+@click.option("--destroy-data", multiple=True, metavar="DEV",
+              help="Allow overwriting DEV even though it holds data or a system role. Repeat per device.")
+@click.option("--dry-run", is_flag=True, help="Print every command it would run; touch nothing.")
+@library_errors
+def volumes_build(devices: tuple[str, ...], raid0: bool, backend: str, chunk: int, fstype: str,
+                  mount_options: str, queue: tuple[str, ...], mount_point: Path, destroy_data: tuple[str, ...],
+                  dry_run: bool) -> None:
+    """Build a volume on DEVICES (mkfs, optional RAID0, mount), keep it until
+    Ctrl-C, then tear it down. Devices that are mounted, partitioned, hold a
+    signature, swap or the root filesystem are refused unless named with
+    --destroy-data."""
+    from .volumes.layout import LayoutSpec, build_layout, plan_layout
+
+    knobs = {}
+    for q in queue:
+        k, sep, v = q.partition("=")
+        if not sep:
+            raise UsageError(f"--queue {q}: write KNOB=VALUE, e.g. read_ahead_kb=4096")
+        knobs[k] = v
+    from .blockdev.devices import resolve_device
+
+    spec = LayoutSpec(devices=tuple(resolve_device(d).path for d in devices), raid0=raid0, backend=backend, chunk_bytes=chunk, fstype=fstype,
+                      mount_options=tuple(o for o in mount_options.split(",") if o), queue=knobs)
+    plan = plan_layout(spec, mount_point)
+    if dry_run:
+        click.echo(f"# backend: {plan.backend} ({plan.reason})")
+        for k, v in knobs.items():
+            click.echo(f"# for each member: echo {v} > /sys/block/<dev>/queue/{k}")
+        for argv in plan.commands:
+            click.echo(" ".join(argv))
+        return
+    with build_layout(spec, mount_point, destroy_data) as vol:
+        click.echo(f"{vol.path}\t{vol.plan.backend}: {vol.plan.reason}")
+        _wait_for_ctrl_c("volume ready; Ctrl-C to tear it down")
 
 
 @cli.command()

@@ -131,3 +131,37 @@ def test_raid0_read_bandwidth_scales_with_drives(loops: list[str], tmp_path: Pat
         ratios.append(m.read_bytes_per_s / CAP)
     for n, ratio in zip((1, 2, 3), ratios):
         assert abs(ratio - n) <= 0.05 * n, ratios
+
+
+@needs_root
+def test_cli_dry_run_touches_nothing(loops: list[str]) -> None:
+    from click.testing import CliRunner
+
+    from iotune.cli import cli
+
+    if md_available()[0]:
+        pytest.skip("expects the btrfs fallback (this kernel has md)")
+    subprocess.run(["mkfs.ext4", "-q", "-F", loops[0]], check=True)      # data: a real build would be refused
+    digest = hashlib.sha256(Path(loops[0]).read_bytes()).hexdigest()
+    r = CliRunner().invoke(cli, ["volumes", "build", loops[0], loops[1], "--raid0", "-o", "noatime,nodatacow",
+                                 "--mount-point", "/mnt/iotune-test", "--dry-run"])
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines[1:] == [f"mkfs.btrfs -q -f --nodiscard -d raid0 -m raid1 {loops[0]} {loops[1]}",
+                         f"mount -o noatime,nodatacow {loops[0]} /mnt/iotune-test"]
+    assert hashlib.sha256(Path(loops[0]).read_bytes()).hexdigest() == digest
+    assert not Path("/mnt/iotune-test").exists()
+
+
+def test_cli_refuses_the_root_disk() -> None:
+    from click.testing import CliRunner
+
+    from iotune.blockdev.devices import devices_for_path
+    from iotune.cli import cli
+
+    [root] = devices_for_path("/")
+    r = CliRunner().invoke(cli, ["volumes", "build", root.name, "--mount-point", "/mnt/iotune-test"])
+    assert r.exit_code == 1
+    assert r.stderr.startswith(f"Error: refusing to overwrite devices that hold data or a system role: {root.name} "
+                               f"holds the root or boot filesystem")
+    assert r.stderr.rstrip().endswith(f"If you mean to destroy it, name it: --destroy-data {root.name}")
