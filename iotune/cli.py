@@ -60,6 +60,18 @@ class SizeType(click.ParamType):
 SIZE = SizeType()
 
 
+class RateType(click.ParamType):
+    name = "RATE"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        text = str(value).strip()
+        text = text[:-2] if text.lower().endswith("/s") else text
+        try:
+            return float(parse_size(text))
+        except ValueError:
+            self.fail(f"'{value}' is not a rate: use e.g. 3GB/s, 200MB/s (decimal) or 2GiB/s", param, ctx)
+
+
 def output_options(fn: F) -> F:
     """--json and --block-size, shared by every command that renders a run."""
     fn = click.option("--json", "as_json", is_flag=True,
@@ -216,6 +228,31 @@ def report(run_path: Path, as_json: bool, block_size: int | None, width: int | N
     emit(load_run(run_path), as_json, block_size, width)
 
 
+def _sweep_layouts(args: Any, drives: int, cap: int, as_json: bool) -> None:
+    from .render.progress import sweep_progress
+    from .render.sweep import render_layouts, sweep_json
+    from .sweep.command import build_profile
+    from .sweep.layouts import effects, quick_profile, sweep_layouts
+
+    prof = quick_profile(build_profile(args))
+    out = args.out or Path("iotune-sweeps") / f"{prof.name}-{args.executor}-layouts"
+    try:
+        with sweep_progress() as on_trial:
+            results = sweep_layouts(prof, args.executor, drives, cap, out, ("noatime", "nodatacow"), args.fresh,
+                                    lambda msg: click.echo(msg, err=True), on_trial)
+    except KeyboardInterrupt:
+        click.echo("interrupted: finished trials are in the journals; run again to resume", err=True)
+        sys.exit(130)
+    eff = effects(results)
+    if as_json:
+        docs = [{"layout": r.name, "drives": r.drives, "backend": r.backend, "reason": r.reason,
+                 "outcome": json.loads(sweep_json(r.outcome))} for r in results]
+        click.echo(json.dumps({"layouts": docs, "layout_effect": eff.layout, "aio_effect": eff.aio,
+                               "dominant": eff.dominant}, indent=1))
+    else:
+        click.echo(render_layouts(results, eff), nl=False)
+
+
 def _csv_list(convert: Callable[[str], Any]) -> Callable[[Any, Any, str | None], tuple[Any, ...] | None]:
     def parse(ctx: Any, param: Any, value: str | None) -> tuple[Any, ...] | None:
         if not value:
@@ -278,13 +315,18 @@ def _bool_word(text: str) -> bool:
               metavar="FILE", help="All trials as a table: .csv or .parquet.")
 @click.option("--export-jobs", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
               help="Write the fio job file of every ranked point into DIR.")
+@click.option("--layouts", "layout_drives", type=click.IntRange(1, 8), default=None, metavar="N",
+              help="Also sweep storage layouts: RAID0 over 1..N capped scratch drives (btrfs raid0 where md "
+                   "is missing), the search on each, ranked together.")
+@click.option("--drive-cap", type=RateType(), default=100e6, show_default=True,
+              help="With --layouts: bandwidth cap per scratch drive, e.g. 100MB/s.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON on stdout.")
 @library_errors
 def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any, queue_depths: Any,
           threads: Any, single_submit: Any, overlap_events: Any, engines: Any, grid: bool,
           repeats: int | None, file_bytes: int | None, confirm_top: int | None, out: Path | None, fresh: bool,
           apply_to: Path | None, in_place: bool, export_to: Path | None, export_jobs: Path | None,
-          as_json: bool) -> None:
+          layout_drives: int | None, drive_cap: float, as_json: bool) -> None:
     """Tune DeepSpeed's aio settings (block size, queue depth, threads, submit
     modes) for a drive, and hand over a config DeepSpeed accepts as pasted.
 
@@ -303,7 +345,7 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
       sudo iotune sweep --path /mnt/nvme/swap --executor aio --apply ds_config.json
     """
     from .render.progress import sweep_progress
-    from .sweep.command import SweepArgs, run_sweep_command
+    from .sweep.command import SweepArgs, build_profile, run_sweep_command
 
     args = SweepArgs(target_dir=target_dir, profile=profile, executor=executor,
                      overrides={"block_size": block_sizes, "queue_depth": queue_depths,
@@ -311,6 +353,9 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
                                 "overlap_events": overlap_events, "engine": engines},
                      grid=grid, repeats=repeats, file_bytes=file_bytes, confirm_top=confirm_top, out=out,
                      fresh=fresh)
+    if layout_drives is not None:
+        _sweep_layouts(args, layout_drives, int(drive_cap), as_json)
+        return
     try:
         with sweep_progress() as on_trial:
             outcome, target = run_sweep_command(args, lambda msg: click.echo(msg, err=True), on_trial)
@@ -404,18 +449,6 @@ def lint(config: Path, model_size: str | None, params: int | None, strict: bool,
     click.echo(findings_json(str(config), findings) if as_json else render_findings(str(config), findings), nl=False)
     if any(f.severity == "error" or strict for f in findings):
         sys.exit(1)
-
-
-class RateType(click.ParamType):
-    name = "RATE"
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> float:
-        text = str(value).strip()
-        text = text[:-2] if text.lower().endswith("/s") else text
-        try:
-            return float(parse_size(text))
-        except ValueError:
-            self.fail(f"'{value}' is not a rate: use e.g. 3GB/s, 200MB/s (decimal) or 2GiB/s", param, ctx)
 
 
 @cli.command()

@@ -102,3 +102,33 @@ def sweep_json(o: SweepOutcome) -> str:
     doc["gain_over_default"] = gain(next((r for r in o.ranking if o.recommended and
                                           r.point.key() == o.recommended.key()), None), o.default)
     return json.dumps(doc, indent=1) + "\n"
+
+
+def render_layouts(results: list[Any], eff: Any, width: int = 130) -> str:
+    """Layouts x aio settings: the best configuration per layout, side by side."""
+    t = Table(title="Layouts x aio settings (best per layout; MB/s decimal)", title_justify="left",
+              show_edge=False, pad_edge=False)
+    for col in ("layout", "drives", "backend", "best block", "qd", "threads", "score MB/s", "read MB/s",
+                "write MB/s", "× 1 drive", "ceiling"):
+        t.add_column(col, justify="left" if col in ("layout", "backend") else "right")
+    base = None
+    for r in results:
+        best = r.outcome.ranking[0] if r.outcome.ranking and r.outcome.ranking[0].scores else None
+        if best is None:
+            t.add_row(r.name, str(r.drives), r.backend, "-", "-", "-", "failed", "-", "-", "-", "-")
+            continue
+        base = base or best.median
+        ceiling = r.outcome.ceiling_bytes_per_s
+        t.add_row(r.name, str(r.drives), r.backend, units.size(best.point.block_size), str(best.point.queue_depth),
+                  str(best.point.intra_op_parallelism), units.rate(best.median), units.rate(best.read_bytes_per_s),
+                  units.rate(best.write_bytes_per_s), f"{best.median / base:.2f}",
+                  "-" if not ceiling else units.rate(ceiling))
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, color_system=None, highlight=False)
+    console.print(t)
+    layout, aio = getattr(eff, "layout"), getattr(eff, "aio")
+    buf.write(f"What mattered most: the {getattr(eff, 'dominant')} ({layout:.2f}× between layouts, "
+              f"{aio:.2f}× between aio settings within a layout)\n")
+    if results:
+        buf.write(f"{results[-1].reason}\n")
+    return buf.getvalue()

@@ -1,0 +1,95 @@
+"""Sweeping storage layouts together with the aio settings: RAID0 over 1..N
+capped scratch drives (btrfs raid0 where md is missing), the issue-4 search
+on each, and which dimension mattered most."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ..analysis.sweep import SweepOutcome
+from ..blockdev.devices import BlockDevice
+from ..volumes.layout import LayoutSpec, build_layout
+from ..volumes.scratch import BLKIO, scratch_drive
+from .executor import Target
+from .search import Progress
+from .session import SweepRequest, run_sweep
+from .space import Profile
+
+
+@dataclass(frozen=True)
+class LayoutResult:
+    name: str
+    drives: int
+    backend: str
+    reason: str
+    outcome: SweepOutcome
+
+
+@contextlib.contextmanager
+def shared_cap(devices: list[BlockDevice], bytes_per_s: int) -> Iterator[str]:
+    """One blkio cgroup capping each device at bytes_per_s (read and write)."""
+    cg = BLKIO / f"iotune-layouts-{os.getpid()}"
+    cg.mkdir()
+    try:
+        for d in devices:
+            for knob in ("read_bps_device", "write_bps_device"):
+                (cg / f"blkio.throttle.{knob}").write_text(f"{d.number} {bytes_per_s}\n")
+        yield str(cg)
+    finally:
+        with contextlib.suppress(OSError):
+            cg.rmdir()
+
+
+def sweep_layouts(profile: Profile, executor: str, drives: int, cap_bytes_per_s: int, out_dir: Path,
+                  mount_options: tuple[str, ...], fresh: bool, say: Callable[[str], None],
+                  on_trial: Callable[[Progress], None] | None = None) -> list[LayoutResult]:
+    results = []
+    with contextlib.ExitStack() as stack:
+        made = [stack.enter_context(scratch_drive(None, 1 << 30)) for _ in range(drives)]
+        devs = [d.device for d in made]
+        cg = stack.enter_context(shared_cap(devs, cap_bytes_per_s)) if cap_bytes_per_s else None
+        for n in range(1, drives + 1):
+            name = f"btrfs-raid0-{n}" if n > 1 else "btrfs-1"
+            spec = LayoutSpec(devices=tuple(d.path for d in devs[:n]), raid0=n > 1, fstype="btrfs",
+                              mount_options=mount_options)
+            mnt = made[0].image.parent / f"iotune-layout-{n}"
+            with build_layout(spec, mnt, scratch=True) as vol:
+                say(f"layout {name}: {vol.plan.reason}")
+                target = Target(mnt, profile.run.file_bytes, profile.run.files, cg,
+                                profile.run.runtime_s or 2.0, profile.run.ramp_s or 0.5)
+                req = SweepRequest(profile=profile, executor=executor, out_dir=out_dir / name, fresh=fresh,
+                                   ceiling_bytes_per_s=float(cap_bytes_per_s * n) if cap_bytes_per_s else None,
+                                   drive={"layout": name, "cap": cap_bytes_per_s})
+                outcome = run_sweep(req, target, on_trial, say)
+                results.append(LayoutResult(name, n, vol.plan.backend, vol.plan.reason, outcome))
+    return results
+
+
+@dataclass(frozen=True)
+class Effects:
+    layout: float      # best score of the best layout / best score of the worst layout
+    aio: float         # largest best/worst ratio of aio settings within one layout
+
+    @property
+    def dominant(self) -> str:
+        return "layout" if self.layout >= self.aio else "aio settings"
+
+
+def effects(results: list[LayoutResult]) -> Effects:
+    bests = [r.outcome.ranking[0].median for r in results if r.outcome.ranking and r.outcome.ranking[0].scores]
+    layout = max(bests) / min(bests) if bests and min(bests) > 0 else 1.0
+    aio = 1.0
+    for r in results:
+        scores = [x.median for x in r.outcome.ranking if x.scores and x.median > 0]
+        if scores:
+            aio = max(aio, max(scores) / min(scores))
+    return Effects(layout, aio)
+
+
+def quick_profile(profile: Profile) -> Profile:
+    """Layouts multiply the trials: no training-step confirmation per layout."""
+    return replace(profile, run=replace(profile.run, confirm_top=0))
