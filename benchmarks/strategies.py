@@ -83,6 +83,7 @@ def main() -> int:
     ap.add_argument("--sizes", default="tiny,small")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated; empty: none")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" /
                     f"strategies-{dt.date.today().isoformat()}.json")
     args = ap.parse_args()
@@ -93,13 +94,16 @@ def main() -> int:
         loop, mnt = make_drive(work)
         try:
             for size in args.sizes.split(","):
-                for strategy in STRATEGIES:
+                for strategy in [x for x in args.strategies.split(",") if x]:
                     r = traced_steps(loop, mnt, size, strategy, args.steps, True, work / f"run-{size}-{strategy}")
                     doc["results"].append({"size": size, "strategy": strategy, **r})
                     print(json.dumps(doc["results"][-1]), flush=True)
                 for pair in range(args.pairs):
-                    on = traced_steps(loop, mnt, size, "nvme-opt", args.steps, True, work / f"on-{size}-{pair}")
-                    off = traced_steps(loop, mnt, size, "nvme-opt", args.steps, False, work / f"off-{size}-{pair}")
+                    # alternate which runs first, so drift on a shared machine cancels out
+                    order = (True, False) if pair % 2 == 0 else (False, True)
+                    got = {inj: traced_steps(loop, mnt, size, "nvme-opt", args.steps, inj,
+                                             work / f"{'on' if inj else 'off'}-{size}-{pair}") for inj in order}
+                    on, off = got[True], got[False]
                     ratio = on["step_s"] / off["step_s"] if "step_s" in on and "step_s" in off else None
                     doc["injection"].append({"size": size, "pair": pair, "with_hook_step_s": on.get("step_s"),
                                              "without_hook_step_s": off.get("step_s"), "ratio": ratio})
