@@ -430,14 +430,9 @@ def lint(config: Path, model_size: str | None, params: int | None, strict: bool,
     from .render.lint import findings_json, render_findings
     from .workloads.presets import PRESETS
 
-    try:
-        cfg = json.loads(config.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"{config} does not exist") from None
-    except json.JSONDecodeError as e:
-        raise UsageError(f"{config} is not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from None
-    if not isinstance(cfg, dict):
-        raise UsageError(f"{config}: a DeepSpeed config is a JSON object")
+    from .dsconfig import read_ds_config
+
+    cfg = read_ds_config(config)
     largest = None
     if model_size is not None:
         if model_size not in PRESETS:

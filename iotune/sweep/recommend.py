@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..dsconfig import read_ds_config
 from ..model.sweep import SweepPoint
 
 
@@ -42,14 +42,7 @@ def merge(config: dict[str, Any], fragment: dict[str, Any]) -> dict[str, Any]:
 def apply_to_file(config_path: Path, fragment: dict[str, Any], in_place: bool) -> Path:
     """Write the user's DeepSpeed config with the fragment applied: to
     NAME.iotune.json beside it, or over it with in_place."""
-    try:
-        config = json.loads(config_path.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"{config_path} does not exist: give your DeepSpeed config JSON") from None
-    except json.JSONDecodeError as e:
-        raise UsageError(f"{config_path} is not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from None
-    if not isinstance(config, dict):
-        raise UsageError(f"{config_path}: a DeepSpeed config is a JSON object")
+    config = read_ds_config(config_path)
     out = config_path if in_place else config_path.with_name(config_path.stem + ".iotune.json")
     if out.exists() and not in_place and out != config_path:
         out.unlink()
