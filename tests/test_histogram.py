@@ -49,9 +49,30 @@ def test_log2_from_sizes() -> None:
     assert h.log2_from_sizes({4096: 29, 524288: 23, 6000: 1}) == {13: 30, 20: 23}
 
 
-def test_probe_header_matches_python_layout() -> None:
-    """probes/blockio.h and iotune/model agree on op numbering and slots."""
+def header_defines(prefix: str) -> dict[str, int]:
     text = (PROBES / "blockio.h").read_text()
-    ops = {m.group(1).lower(): int(m.group(2)) for m in re.finditer(r"#define OP_(\w+)\s+(\d+)", text)}
+    return {m.group(1): int(m.group(2)) for m in re.finditer(rf"#define {prefix}(\w+)\s+(\d+)\b", text)}
+
+
+def test_probe_header_matches_python_layout() -> None:
+    """probes/blockio.h, iotune/model and iotune/trace/probe.py agree on op
+    numbering, slots, row sizes and drop counters."""
+    from iotune.trace import probe
+
+    ops = {k.lower(): v for k, v in header_defines("OP_").items()}
     assert [op for op, _ in sorted(ops.items(), key=lambda kv: kv[1])] == list(OPS)
-    assert int(re.search(r"#define LAT_SUB_BITS (\d+)", text).group(1)) == h.LAT_SUB_BITS
+    consts = header_defines("")
+    assert consts["LAT_SUB_BITS"] == h.LAT_SUB_BITS and consts["NOPS"] == probe.NOPS == len(OPS)
+    assert (consts["LAT_SLOTS"], consts["DEPTH_SLOTS"]) == (probe.LAT_SLOTS, probe.DEPTH_SLOTS)
+    assert (consts["SIZE_SLOTS"], consts["SIZE_UNIT"]) == (probe.SIZE_SLOTS, probe.SIZE_UNIT)
+    drops = {k.lower(): v for k, v in header_defines("DROP_").items() if k != "SLOTS"}
+    assert [d for d, _ in sorted(drops.items(), key=lambda kv: kv[1])] == list(probe.DROP_NAMES)
+    assert header_defines("DROP_")["SLOTS"] == len(probe.DROP_NAMES)
+
+
+def test_latency_rows_hold_everything_under_2_to_the_35_ns() -> None:
+    """Latencies below 2**35 ns (34 s) fit the per-CPU row; longer ones go to
+    the overflow map, so none is lost."""
+    from iotune.trace.probe import LAT_SLOTS
+
+    assert h.lat_slot(2**35 - 1) == LAT_SLOTS - 1 and h.lat_slot(2**35) == LAT_SLOTS

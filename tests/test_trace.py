@@ -7,15 +7,21 @@ exactly N and M, at those sizes, on that device and nowhere else.
 
 from __future__ import annotations
 
+import json
 import os
+import struct
 import subprocess
+from pathlib import Path
+
+import pytest
 
 from iotune.analysis.summary import totals
 from iotune.blockdev.devices import BlockDevice, lower_devices
 from iotune.model.histogram import lat_slot_bounds
+from iotune.trace.probe import CONST_DEVS, VMLINUX_BTF, KernelLayout, read_btf
 from iotune.trace.session import TraceOptions, trace_command
 
-from .conftest import needs_root
+from .conftest import make_loops, needs_root
 
 KiB = 1024
 N_WRITES, M_READS = 23, 29
@@ -75,14 +81,87 @@ def test_backing_disk_is_seen_but_not_double_counted(loop_drive: BlockDevice) ->
 @needs_root
 def test_fio_random_reads_are_counted_exactly(loop_drive: BlockDevice, tmp_path) -> None:
     n = 31
+    out = tmp_path / "fio.json"
     argv = ["fio", "--name=r", f"--filename={loop_drive.path}", "--rw=randread", "--bs=4k",
             f"--number_ios={n}", "--direct=1", "--ioengine=libaio", "--iodepth=4", "--size=16m",
-            f"--output={tmp_path / 'fio.txt'}"]
+            "--output-format=json", f"--output={out}"]
     run = trace_command(argv, TraceOptions(devices=(loop_drive,)))
     assert run.exit_status == 0
+    fio_ios = json.loads(out.read_text())["jobs"][0]["read"]["total_ios"]
     r = run.devices[0].direction("read")
-    assert r.sizes == {4 * KiB: n}
-    assert max(r.depth) <= 4
+    assert (r.sizes, r.requests, fio_ios) == ({4 * KiB: n}, n, n)
+    # every request is timed, or counted as having had no completion event
+    lost = run.drops["no_completion"]
+    assert r.completed + lost == n == sum(r.lat_slots.values()) + lost
+    assert sum(r.depth.values()) == n and max(r.depth) <= 4 + lost
+    assert run.drops["missed_issue"] == run.drops["missed_complete"] == 0
+
+
+@needs_root
+def test_more_devices_than_compiled_in_constants(tmp_path: Path) -> None:
+    """Beyond CONST_DEVS devices the filter falls back to a map: a device
+    found there is counted as exactly as one compared as a constant."""
+    from iotune.blockdev.devices import resolve_device
+
+    paths = make_loops(tmp_path, CONST_DEVS + 1, 4 << 20)
+    try:
+        devs = tuple(resolve_device(p) for p in paths)
+        io = " && ".join(f"dd if={d.path} of=/dev/null bs=4K count={k} iflag=direct status=none"
+                         for d, k in ((devs[0], 7), (devs[-1], 11)))
+        run = trace_command(["sh", "-c", io], TraceOptions(devices=devs))
+        assert run.exit_status == 0
+        got = {d.name: (d.direction("read").requests, d.direction("read").completed) for d in run.devices}
+        assert got == {devs[0].name: (7, 7), devs[-1].name: (11, 11)}
+        assert not any(run.drops.values())
+    finally:
+        for p in paths:
+            subprocess.run(["losetup", "-d", p], check=False)
+
+
+def btf_blob(types: list[bytes], strings: list[str]) -> tuple[bytes, dict[str, int]]:
+    """A minimal raw BTF image: header, type section, string section."""
+    offs, table = {}, b"\0"
+    for name in strings:
+        offs[name] = len(table)
+        table += name.encode() + b"\0"
+    body = b"".join(types)
+    header = struct.pack("<HBBIIIII", 0xEB9F, 1, 0, 24, 0, len(body), len(body), len(table))
+    return header + body + table, offs
+
+
+def test_btf_reader_finds_member_offsets_and_enumerators() -> None:
+    names = ["int", "request", "q", "cmd_flags", "__sector", "gendisk", "major", "first_minor",
+             "req_op", "REQ_OP_WRITE", "__REQ_META", "other"]
+    _, o = btf_blob([], names)
+
+    def info(kind: int, vlen: int, kflag: int = 0) -> int:
+        return kflag << 31 | kind << 24 | vlen
+
+    types = [
+        struct.pack("<III", o["int"], info(1, 0), 4) + struct.pack("<I", 32),          # INT
+        struct.pack("<III", o["request"], info(4, 3), 64)                               # STRUCT
+        + struct.pack("<III", o["q"], 1, 0) + struct.pack("<III", o["cmd_flags"], 1, 192)
+        + struct.pack("<III", o["__sector"], 1, 384),
+        struct.pack("<III", 0, info(13, 2), 1) + struct.pack("<II", 0, 1) * 2,          # FUNC_PROTO
+        struct.pack("<III", o["gendisk"], info(4, 2, kflag=1), 16)                      # bitfield offsets
+        + struct.pack("<III", o["major"], 1, 32 << 24 | 0) + struct.pack("<III", o["first_minor"], 1, 32 << 24 | 32),
+        struct.pack("<III", o["req_op"], info(6, 2), 4)                                 # ENUM
+        + struct.pack("<Ii", o["REQ_OP_WRITE"], 1) + struct.pack("<Ii", o["__REQ_META"], 12),
+        struct.pack("<III", o["other"], info(4, 1), 8) + struct.pack("<III", o["q"], 1, 0),
+    ]
+    data, _ = btf_blob(types, names)
+    members, enums = read_btf(data, {"request", "gendisk"}, {"REQ_OP_WRITE", "__REQ_META", "absent"})
+    assert members == {"request": {"q": 0, "cmd_flags": 24, "__sector": 48},
+                       "gendisk": {"major": 0, "first_minor": 4}}
+    assert enums == {"REQ_OP_WRITE": 1, "__REQ_META": 12}
+
+
+@pytest.mark.skipif(not VMLINUX_BTF.exists(), reason=f"needs the kernel's BTF ({VMLINUX_BTF})")
+def test_kernel_layout_of_the_running_kernel() -> None:
+    v = KernelLayout.from_btf().values
+    assert v["RQ_Q_OFF"] == 0 < v["RQ_FLAGS_OFF"] < v["RQ_SECTOR_OFF"]
+    assert (v["KOP_READ"], v["KOP_WRITE"], v["KOP_FLUSH"], v["KOP_DISCARD"]) == (0, 1, 2, 3)
+    assert v["REQ_OP_BITS"] == 8 and v["REQ_META_BIT"] > v["REQ_OP_BITS"]
 
 
 @needs_root
