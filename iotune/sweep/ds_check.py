@@ -25,9 +25,9 @@ def main() -> int:
     try:
         check(json.loads(sys.stdin.read()))
     except Exception as e:  # noqa: BLE001 - report whatever DeepSpeed says
-        print(json.dumps({"ok": False, "error": f"{type(e).__name__}: {e}"}))
+        sys.stdout.write(json.dumps({"ok": False, "error": f"{type(e).__name__}: {e}"}) + "\n")
         return 1
-    print(json.dumps({"ok": True}))
+    sys.stdout.write(json.dumps({"ok": True}) + "\n")
     return 0
 
 

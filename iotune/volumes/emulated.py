@@ -1,6 +1,6 @@
 """Emulated drives: a loop device that behaves like an NVMe drive with known
-limits (iotune.model.drive.DriveLimits), so sweeps, tests and benchmarks can
-assert against them.
+limits (iotune.model.drive.DriveLimits), which sweeps, tests and benchmarks
+can check their results against.
 
 The stack, bottom up:
   backing file     a sparse regular file holding the data

@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spec = spec_from_args(args)
         if args.print_config:
-            print(json.dumps(ds_config(spec), indent=1))
+            sys.stdout.write(json.dumps(ds_config(spec), indent=1) + "\n")
             return 0
         single_process_env()
         train(spec, args.steps, args.seed, args.checkpoint_dir, not args.no_zenflow_workaround)
