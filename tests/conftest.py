@@ -44,11 +44,16 @@ def loop_drive(tmp_path: Path) -> Iterator[BlockDevice]:
 
 
 def make_loops(tmp_path: Path, n: int, size: int = 256 << 20) -> list[str]:
+    """n loop devices with direct I/O over fresh files. Partition nodes a
+    previous user of the same loop number left behind (the kernel keeps them
+    across detach) are dropped, so each device starts blank."""
     out = []
     for i in range(n):
         image = tmp_path / f"member{i}.img"
         with image.open("wb") as fh:
             fh.truncate(size)
-        out.append(subprocess.run(["losetup", "--direct-io=on", "-f", "--show", str(image)],
-                                  capture_output=True, text=True, check=True).stdout.strip())
+        dev = subprocess.run(["losetup", "--direct-io=on", "-f", "--show", str(image)],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        subprocess.run(["partx", "-d", dev], check=False, capture_output=True)
+        out.append(dev)
     return out

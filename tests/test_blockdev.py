@@ -42,6 +42,9 @@ def test_partition_resolves_to_its_disk(tmp_path: Path) -> None:
         part = resolve_device(f"{loop}p1")
         assert part == resolve_device(loop) == whole_disk(part)
     finally:
+        # the kernel keeps partition nodes across detach: a later loop device with this
+        # number would show them (and be refused as partitioned)
+        subprocess.run(["partx", "-d", loop], check=False, capture_output=True)
         subprocess.run(["losetup", "-d", loop], check=False)
 
 

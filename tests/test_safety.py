@@ -26,6 +26,7 @@ def loop(tmp_path: Path):
     yield dev
     subprocess.run(["swapoff", dev], check=False, capture_output=True)
     subprocess.run(["umount", str(tmp_path / "mnt")], check=False, capture_output=True)
+    subprocess.run(["partx", "-d", dev], check=False, capture_output=True)   # partition nodes outlive detach
     subprocess.run(["losetup", "-d", dev], check=False)
 
 
