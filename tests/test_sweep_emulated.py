@@ -99,6 +99,10 @@ def test_killed_sweep_resumes_without_rerunning(tmp_path: Path) -> None:
         '[space]\nblock_size = ["64K", "256K", "1M"]\nqueue_depth = [1, 4, 16]\nintra_op_parallelism = [1]\n'
         'single_submit = [false]\noverlap_events = [true]\n'
         '[run]\nrepeats = 2\nfinalists = 2\nconfirm_top = 0\nfile_bytes = "8M"\nruntime_s = 1.0\nramp_s = 0.25\n')
+    def emulated_mounts() -> set[str]:
+        return {m for m in Path("/proc/mounts").read_text().splitlines() if "iotune-emulated" in m}
+
+    before = emulated_mounts()       # e.g. this module's own drive fixture
     whole = run_cli([], tmp_path / "whole")
     whole_out, err = whole.communicate(timeout=600)
     assert whole.returncode == 0, err[-2000:]
@@ -135,4 +139,4 @@ def test_killed_sweep_resumes_without_rerunning(tmp_path: Path) -> None:
     replayed = json.loads(out)
     assert replayed["trials_run_now"] == 0
     assert [r["key"] for r in replayed["ranking"]] == [r["key"] for r in resumed["ranking"]]
-    assert not [m for m in Path("/proc/mounts").read_text().splitlines() if "iotune-emulated" in m]
+    assert emulated_mounts() <= before         # every drive the CLI made was torn down
