@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from iotune.analysis.attribution import cross_check, median_step, step_breakdowns, swap_by_category
@@ -29,7 +30,17 @@ def test_step_breakdown_from_phases_and_timeline() -> None:
         assert round(r.block_by_phase["optimizer"].write_bytes) == 12_000_000
         assert r.block_by_phase["forward"].write_bytes == 0
     med = median_step(rows)
-    assert abs(med["total_s"] - 0.4) < 1e-9 and abs(med["optimizer_s"] - 0.2) < 1e-9
+    assert med is not None and med.steps == 2                      # steps 1 and 2 are steady
+    assert (med.total_s, med.forward_s, med.backward_s, med.accumulate_s, med.optimizer_s) == pytest.approx(
+        (0.4, 0.1, 0.1, 0.0, 0.2), abs=1e-9)
+    assert (round(med.read_bytes), round(med.write_bytes)) == (12_000_000, 12_000_000)
+    assert (med.swap_read_bytes, med.swap_write_bytes) == (12_000_000, 12_000_000)
+    assert [med.phase_s(p) for p in ("forward", "backward", "accumulate", "optimizer")] == [
+        med.forward_s, med.backward_s, med.accumulate_s, med.optimizer_s]
+
+
+def test_median_step_of_too_few_steps() -> None:
+    assert median_step([]) is None
 
 
 def test_swap_categories_and_cross_check() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..model.attribution import PhaseSpan
@@ -28,13 +29,17 @@ class Window:
     read_requests: float = 0.0
     write_requests: float = 0.0
 
+    def __add__(self, other: Window) -> Window:
+        return Window(self.read_bytes + other.read_bytes, self.write_bytes + other.write_bytes,
+                      self.read_requests + other.read_requests, self.write_requests + other.write_requests)
+
 
 def block_window(run: TraceRun, t0_ns: int, t1_ns: int) -> Window:
     """Block bytes and requests issued on top-level devices in [t0, t1)."""
     top = {d.name for d in run.devices if not d.is_lower}
     lo = (t0_ns - run.clock_origin_ns) / 1e9
     hi = (t1_ns - run.clock_origin_ns) / 1e9
-    acc: dict[str, float] = defaultdict(float)
+    read_bytes = write_bytes = read_requests = write_requests = 0.0
     for p in run.timeline:
         if p.device not in top or p.op not in ("read", "write"):
             continue
@@ -42,9 +47,13 @@ def block_window(run: TraceRun, t0_ns: int, t1_ns: int) -> Window:
         if overlap <= 0:
             continue
         share = min(1.0, overlap / run.interval_s)
-        acc[p.op + "_bytes"] += p.bytes * share
-        acc[p.op + "_requests"] += p.requests * share
-    return Window(**acc)
+        if p.op == "read":
+            read_bytes += p.bytes * share
+            read_requests += p.requests * share
+        else:
+            write_bytes += p.bytes * share
+            write_requests += p.requests * share
+    return Window(read_bytes, write_bytes, read_requests, write_requests)
 
 
 @dataclass(frozen=True)
@@ -91,11 +100,7 @@ def step_breakdowns(run: TraceRun, rank: int = 0) -> list[StepBreakdown]:
         by_phase: dict[str, Window] = {}
         for p in spans:
             phase_s[p.phase] += p.seconds
-            w = block_window(run, p.t0_ns, p.t1_ns)
-            prev = by_phase.get(p.phase, Window())
-            by_phase[p.phase] = Window(prev.read_bytes + w.read_bytes, prev.write_bytes + w.write_bytes,
-                                       prev.read_requests + w.read_requests,
-                                       prev.write_requests + w.write_requests)
+            by_phase[p.phase] = by_phase.get(p.phase, Window()) + block_window(run, p.t0_ns, p.t1_ns)
         rows.append(StepBreakdown(step, (t1 - t0) / 1e9, dict(phase_s), block_window(run, t0, t1), by_phase,
                                   swap_by_step[(step, "read")], swap_by_step[(step, "write")]))
     return rows
@@ -177,20 +182,47 @@ def cross_check(run: TraceRun) -> CrossCheck | None:
     )
 
 
-def median_step(rows: list[StepBreakdown]) -> dict[str, float]:
-    """Median seconds and bytes per step over steady steps."""
+@dataclass(frozen=True)
+class MedianStep:
+    """Median seconds and bytes per step over the steady steps, each field
+    its own median (so the phases need not add up to total_s)."""
+
+    steps: int                  # steady steps the medians are over
+    total_s: float
+    forward_s: float
+    backward_s: float
+    accumulate_s: float
+    optimizer_s: float
+    read_bytes: float           # block level, top-level devices
+    write_bytes: float
+    swap_read_bytes: float      # DeepSpeed swap level
+    swap_write_bytes: float
+
+    def phase_s(self, phase: str) -> float:
+        """Median seconds of one of STEP_PHASES."""
+        return {"forward": self.forward_s, "backward": self.backward_s, "accumulate": self.accumulate_s,
+                "optimizer": self.optimizer_s}[phase]
+
+
+def median_step(rows: list[StepBreakdown]) -> MedianStep | None:
+    """Medians over the steady steps of `rows`; None when there are none."""
     rows = steady(rows)
     if not rows:
-        return {}
-    med = statistics.median
-    out = {"total_s": med(r.total_s for r in rows),
-           "read_bytes": med(r.block.read_bytes for r in rows),
-           "write_bytes": med(r.block.write_bytes for r in rows),
-           "swap_read_bytes": med(r.swap_read_bytes for r in rows),
-           "swap_write_bytes": med(r.swap_write_bytes for r in rows)}
-    for phase in STEP_PHASES:
-        out[f"{phase}_s"] = med(r.phase_s.get(phase, 0.0) for r in rows)
-    return out
+        return None
+
+    def med(values: Iterable[float]) -> float:
+        return float(statistics.median(values))
+
+    def phase(name: str) -> float:
+        return med(r.phase_s.get(name, 0.0) for r in rows)
+
+    return MedianStep(
+        steps=len(rows), total_s=med(r.total_s for r in rows),
+        forward_s=phase("forward"), backward_s=phase("backward"), accumulate_s=phase("accumulate"),
+        optimizer_s=phase("optimizer"),
+        read_bytes=med(r.block.read_bytes for r in rows), write_bytes=med(r.block.write_bytes for r in rows),
+        swap_read_bytes=med(r.swap_read_bytes for r in rows), swap_write_bytes=med(r.swap_write_bytes for r in rows),
+    )
 
 
 @dataclass(frozen=True)

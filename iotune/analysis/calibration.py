@@ -8,6 +8,8 @@ from ..model.plan import Plan
 from ..model.run import TraceRun
 from .attribution import median_step, step_breakdowns, swap_by_category
 
+BLOCK_LEVEL = "block level (all)"       # the category of the block-level rows
+
 
 @dataclass(frozen=True)
 class CheckRow:
@@ -35,7 +37,7 @@ def check(plan: Plan, run: TraceRun) -> list[CheckRow]:
         rows.append(CheckRow(cat, "read", pred.read.get(cat, 0.0), m.read_bytes_per_step if m else 0.0))
         rows.append(CheckRow(cat, "write", pred.write.get(cat, 0.0), m.write_bytes_per_step if m else 0.0))
     med = median_step(step_breakdowns(run))
-    if med:
-        rows.append(CheckRow("block level (all)", "read", pred.total_read, med["read_bytes"]))
-        rows.append(CheckRow("block level (all)", "write", pred.total_write, med["write_bytes"]))
+    if med is not None:
+        rows.append(CheckRow(BLOCK_LEVEL, "read", pred.total_read, med.read_bytes))
+        rows.append(CheckRow(BLOCK_LEVEL, "write", pred.total_write, med.write_bytes))
     return rows

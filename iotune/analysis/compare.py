@@ -41,9 +41,10 @@ def compare_row(run: TraceRun, label: str) -> CompareRow:
     sizes = [dominant_size(d) for d in run.devices if not d.is_lower]
     moved = t.read_bytes + t.write_bytes
     return CompareRow(
-        label=label, steps=len(rows), step_s=med.get("total_s"), optimizer_s=med.get("optimizer_s"),
-        read_bytes_per_step=med.get("read_bytes"), write_bytes_per_step=med.get("write_bytes"),
-        swap_bytes_per_step=(med["swap_read_bytes"] + med["swap_write_bytes"]) if med else None,
+        label=label, steps=len(rows), step_s=med.total_s if med else None,
+        optimizer_s=med.optimizer_s if med else None,
+        read_bytes_per_step=med.read_bytes if med else None, write_bytes_per_step=med.write_bytes if med else None,
+        swap_bytes_per_step=med.swap_read_bytes + med.swap_write_bytes if med else None,
         dominant_size_bytes=max((s for s in sizes if s), default=None),
         bytes_per_s=moved / run.duration_s if run.duration_s > 0 else 0.0, total_bytes=moved,
     )

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import math
 
+from ..model.attribution import GRADIENTS, OPTIMIZER_CATEGORIES, PARAMETERS
 from ..model.plan import Plan, PlanInput, Traffic
 
 WEIGHT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -57,12 +58,11 @@ def traffic(inp: PlanInput) -> Traffic:
     p_opt = inp.params / inp.gpus
     p_swap = (inp.swappable_params if inp.swappable_params is not None else inp.params) / inp.gpus
     w = WEIGHT_BYTES[inp.precision]
-    read = {"optimizer: fp32 master": 4 * p_opt, "optimizer: exp_avg": 4 * p_opt,
-            "optimizer: exp_avg_sq": 4 * p_opt, "gradients": 4 * p_swap}
+    read = {**{cat: 4 * p_opt for cat in OPTIMIZER_CATEGORIES}, GRADIENTS: 4 * p_swap}
     write = dict(read)
     if inp.strategy == "nvme-all":
-        read["parameters"] = 2 * w * p_swap
-        write["parameters"] = w * p_swap
+        read[PARAMETERS] = 2 * w * p_swap
+        write[PARAMETERS] = w * p_swap
     return Traffic(read, write)
 
 

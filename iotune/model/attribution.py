@@ -32,7 +32,7 @@ class SwapTotal:
     rank: int
     step: int
     phase: str         # the phase the swap was issued in ("" outside any)
-    category: str      # see analysis.attribution.CATEGORIES
+    category: str      # one of CATEGORIES (below)
     direction: str     # read | write
     bytes: int
     tensors: int
@@ -69,22 +69,29 @@ class Attribution:
 #   ...                                    /exp_avg_sq-<id>.tensor.swp  Adam second moment
 #   ...                            /<id>_gradient_<offset>_<len>.tensor.swp  gradients
 #   <nvme_path>/zero_stage_3/<dtype>params/rank<r>/<id>_param.tensor.swp    parameters
-CATEGORIES: tuple[str, ...] = ("optimizer: fp32 master", "optimizer: exp_avg", "optimizer: exp_avg_sq",
-                               "gradients", "parameters", "other")
+FP32_MASTER = "optimizer: fp32 master"
+EXP_AVG = "optimizer: exp_avg"
+EXP_AVG_SQ = "optimizer: exp_avg_sq"
+GRADIENTS = "gradients"
+PARAMETERS = "parameters"
+OTHER = "other"
+OPTIMIZER_CATEGORIES: tuple[str, ...] = (FP32_MASTER, EXP_AVG, EXP_AVG_SQ)
+CATEGORIES: tuple[str, ...] = (*OPTIMIZER_CATEGORIES, GRADIENTS, PARAMETERS, OTHER)
 
 
 def categorize_swap_path(path: str) -> str:
+    """One of CATEGORIES for a swap file's path."""
     parts = path.replace("\\", "/").split("/")
     name = parts[-1]
     parent = parts[-3] if len(parts) >= 3 else ""
     if "_gradient_" in name:
-        return "gradients"
+        return GRADIENTS
     if parent.endswith("params") or name.endswith("_param.tensor.swp"):
-        return "parameters"
+        return PARAMETERS
     if parent == "optimizer":
         if name.startswith("exp_avg_sq"):
-            return "optimizer: exp_avg_sq"
+            return EXP_AVG_SQ
         if name.startswith("exp_avg"):
-            return "optimizer: exp_avg"
-        return "optimizer: fp32 master"
-    return "other"
+            return EXP_AVG
+        return FP32_MASTER
+    return OTHER

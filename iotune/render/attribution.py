@@ -49,10 +49,12 @@ def step_table(run: TraceRun) -> RenderableType:
         table.add_row(str(r.step), f"{r.total_s:.3f} s", *(f"{r.phase_s.get(p, 0.0):.3f} s" for p in phases),
                       f"{r.block.read_bytes / 1e9:.3f}", f"{r.block.write_bytes / 1e9:.3f}")
     med = median_step(rows)
-    n = len(steady(rows))
-    table.add_row(f"median ({n})", f"{med['total_s']:.3f} s", *(f"{med[p + '_s']:.3f} s" for p in phases),
-                  f"{med['read_bytes'] / 1e9:.3f}", f"{med['write_bytes'] / 1e9:.3f}", style="bold")
-    note = Text("median over steady steps: all but the first (warm-up) and the last (cut off)\n" if n < len(rows) else "\n", style="dim")
+    if med is not None:
+        table.add_row(f"median ({med.steps})", f"{med.total_s:.3f} s", *(f"{med.phase_s(p):.3f} s" for p in phases),
+                      f"{med.read_bytes / 1e9:.3f}", f"{med.write_bytes / 1e9:.3f}", style="bold")
+    cut = med is not None and med.steps < len(rows)
+    note = Text("median over steady steps: all but the first (warm-up) and the last (cut off)\n" if cut else "\n",
+                style="dim")
     return Group(table, note)
 
 
