@@ -9,7 +9,7 @@ import pytest
 from iotune.errors import UsageError
 from iotune.model.aio import AioSettings
 from iotune.model.attribution import categorize_swap_path
-from iotune.workloads.presets import PRESETS
+from iotune.workloads.presets import PRESETS, get_preset
 from iotune.workloads.strategies import STRATEGIES, WorkloadSpec, ds_config
 
 
@@ -68,6 +68,13 @@ def test_every_strategy_is_described() -> None:
 
 def test_tiny_preset_parameter_count() -> None:
     assert PRESETS["tiny"].param_count() == 3_688_704
+
+
+def test_get_preset() -> None:
+    assert get_preset("8b") is PRESETS["8b"] and get_preset("8b").hidden == 4096
+    with pytest.raises(UsageError) as e:
+        get_preset("70b")
+    assert str(e.value) == "unknown --model '70b': choose one of tiny, small, medium, 1b, 3b, 8b, 16b"
 
 
 @pytest.mark.parametrize("path,category", [

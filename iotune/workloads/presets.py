@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import UsageError
+
 
 @dataclass(frozen=True)
 class ModelShape:
@@ -42,6 +44,14 @@ PRESETS: dict[str, ModelShape] = {
     "8b": ModelShape(vocab=128256, hidden=4096, layers=32, heads=32, kv_heads=8, intermediate=14336, seq_len=4096),
     "16b": ModelShape(vocab=128256, hidden=5120, layers=44, heads=40, kv_heads=8, intermediate=17408, seq_len=4096),
 }
+
+
+def get_preset(name: str) -> ModelShape:
+    """The preset called `name`; UsageError naming the choices otherwise."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise UsageError(f"unknown --model '{name}': choose one of {', '.join(PRESETS)}") from None
 
 
 def tensor_numels(shape: ModelShape) -> list[int]:

@@ -28,9 +28,9 @@ from typing import Any
 
 from iotune.blockdev.directio import direct_io_problem
 from iotune.errors import IotuneError, UsageError
-from iotune.model.aio import AioSettings, OffloadBuffers
+from iotune.model.aio import DEEPSPEED_AIO_DEFAULTS, AioSettings, OffloadBuffers
 from iotune.workloads.data import token_blocks
-from iotune.workloads.presets import PRESETS
+from iotune.workloads.presets import PRESETS, ModelShape
 from iotune.workloads.strategies import NVME_STRATEGIES, STRATEGIES, WorkloadSpec, ds_config
 
 STEP_PREFIX = "IOTUNE_STEP "
@@ -47,9 +47,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--grad-accum", type=int, default=1, help="micro-steps per optimizer step (1, 4, 8)")
     p.add_argument("--activation-checkpointing", action="store_true")
     p.add_argument("--zenflow-topk", type=float, default=0.1)
-    p.add_argument("--aio-block-size", type=int, default=1_048_576)
-    p.add_argument("--aio-queue-depth", type=int, default=8)
-    p.add_argument("--aio-intra-op-parallelism", type=int, default=1)
+    p.add_argument("--aio-block-size", type=int, default=DEEPSPEED_AIO_DEFAULTS.block_size)
+    p.add_argument("--aio-queue-depth", type=int, default=DEEPSPEED_AIO_DEFAULTS.queue_depth)
+    p.add_argument("--aio-intra-op-parallelism", type=int, default=DEEPSPEED_AIO_DEFAULTS.intra_op_parallelism)
     p.add_argument("--param-buffer-count", type=int, default=5,
                    help="nvme-all: pinned parameter swap buffers (offload_param.buffer_count)")
     p.add_argument("--param-buffer-size", type=int, default=10_000_000,
@@ -103,17 +103,22 @@ def single_process_env() -> None:
                       MASTER_PORT=str(port))
 
 
+def llama_config(shape: ModelShape) -> Any:
+    """transformers' LlamaConfig for a preset: untied embeddings, no KV cache."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(vocab_size=shape.vocab, hidden_size=shape.hidden, num_hidden_layers=shape.layers,
+                       num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
+                       intermediate_size=shape.intermediate, max_position_embeddings=shape.seq_len,
+                       tie_word_embeddings=False, use_cache=False)
+
+
 def build_model(spec: WorkloadSpec, seed: int) -> Any:
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
-    shape = PRESETS[spec.size]
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=shape.vocab, hidden_size=shape.hidden, num_hidden_layers=shape.layers,
-                         num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
-                         intermediate_size=shape.intermediate, max_position_embeddings=shape.seq_len,
-                         tie_word_embeddings=False, use_cache=False)
-    model = LlamaForCausalLM(config)
+    model = LlamaForCausalLM(llama_config(PRESETS[spec.size]))
     if spec.precision == "bf16":
         model = model.to(torch.bfloat16)
     if spec.activation_checkpointing:
