@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ from click.testing import CliRunner
 
 from iotune.analysis.attribution import cross_check, median_step, step_breakdowns, swap_by_category
 from iotune.cli import cli
+from iotune.model.attribution import EXP_AVG, Attribution, PhaseSpan, SwapTotal
+from iotune.model.run import TimelinePoint, TraceRun
 from iotune.model.runfile import load_run, save_run
 from iotune.render.console import ConsoleRenderer
 from iotune.trace.attribution import INJECT_DIR, inject_env, read_events
@@ -41,6 +44,34 @@ def test_step_breakdown_from_phases_and_timeline() -> None:
 
 def test_median_step_of_too_few_steps() -> None:
     assert median_step([]) is None
+
+
+def straddling_run(swaps: bool) -> TraceRun:
+    """Step 0's optimizer writes 1 MB per 10 ms interval from 0.100 s and ends
+    3 ms into the interval at 0.200 s; step 1 begins 5 ms into it and writes
+    nothing. Steps 1 and 2 swap nothing."""
+    ms = 1_000_000
+    origin = 10_000_000_000
+    spans = [(0, "forward", 0, 100), (0, "optimizer", 100, 203), (1, "forward", 205, 300),
+             (1, "optimizer", 300, 400), (2, "forward", 400, 450)]
+    phases = tuple(PhaseSpan(0, step, name, origin + a * ms, origin + b * ms) for step, name, a, b in spans)
+    timeline = tuple(TimelinePoint(t / 1000, "loop0", "write", 1, 1_000_000) for t in range(100, 210, 10))
+    swapped = (SwapTotal(0, 0, "optimizer", EXP_AVG, "write", 11_000_000, 1),) if swaps else ()
+    return replace(attributed_run(), timeline=timeline, interval_s=0.01,
+                   attribution=Attribution(phases, swapped, (0,), {}))
+
+
+def test_an_interval_across_a_step_edge_goes_to_the_phase_that_swapped() -> None:
+    rows = step_breakdowns(straddling_run(swaps=True))
+    assert [(r.step, r.block.write_bytes) for r in rows] == [(0, 11_000_000), (1, 0), (2, 0)]
+    assert rows[0].block_by_phase["optimizer"].write_bytes == 11_000_000
+    assert rows[0].block_by_phase["optimizer"].write_requests == 11
+
+
+def test_without_swaps_an_interval_across_an_edge_is_split_by_time() -> None:
+    rows = step_breakdowns(straddling_run(swaps=False))
+    assert [(r.step, round(r.block.write_bytes)) for r in rows] == [(0, 10_500_000), (1, 500_000), (2, 0)]
+    assert round(rows[0].block_by_phase["optimizer"].write_bytes) == 10_300_000    # 3 ms of the last 10
 
 
 def test_swap_categories_and_cross_check() -> None:

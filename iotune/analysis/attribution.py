@@ -1,10 +1,10 @@
 """Joining the job's phases and swap records with the block trace.
 
 Block-level bytes are attributed to a time window (a step, a phase) from the
-run's timeline: each interval's bytes are split by how much of the interval
-the window covers, so attribution is exact for whole intervals and
-proportional at the edges (the timeline is 10 ms when attributing). Only
-top-level devices count, as in the totals. Swap-level bytes (what
+run's timeline (10 ms intervals when attributing): exactly for the intervals
+a window covers, and at its edges by splitting an interval in proportion to
+the swap bytes issued on each side of the edge (by time if none were), see
+BlockTimeline. Only top-level devices count, as in the totals. Swap-level bytes (what
 DeepSpeed's swapper handed to aio, per tensor file) are exact per step,
 phase and category.
 """
@@ -34,26 +34,80 @@ class Window:
                       self.read_requests + other.read_requests, self.write_requests + other.write_requests)
 
 
-def block_window(run: TraceRun, t0_ns: int, t1_ns: int) -> Window:
-    """Block bytes and requests issued on top-level devices in [t0, t1)."""
-    top = {d.name for d in run.devices if not d.is_lower}
-    lo = (t0_ns - run.clock_origin_ns) / 1e9
-    hi = (t1_ns - run.clock_origin_ns) / 1e9
-    read_bytes = write_bytes = read_requests = write_requests = 0.0
-    for p in run.timeline:
-        if p.device not in top or p.op not in ("read", "write"):
-            continue
-        overlap = min(hi, p.t_s + run.interval_s) - max(lo, p.t_s)
-        if overlap <= 0:
-            continue
-        share = min(1.0, overlap / run.interval_s)
-        if p.op == "read":
-            read_bytes += p.bytes * share
-            read_requests += p.requests * share
-        else:
-            write_bytes += p.bytes * share
-            write_requests += p.requests * share
-    return Window(read_bytes, write_bytes, read_requests, write_requests)
+@dataclass(frozen=True)
+class _Activity:
+    """A phase span that swapped: its bytes per second in each direction."""
+
+    t0_s: float
+    t1_s: float
+    read_bytes_per_s: float
+    write_bytes_per_s: float
+
+    def weight(self, op: str, a_s: float, b_s: float) -> float:
+        """Swap bytes this span issued in [a, b) at its mean rate."""
+        overlap = min(b_s, self.t1_s) - max(a_s, self.t0_s)
+        rate = self.read_bytes_per_s if op == "read" else self.write_bytes_per_s
+        return overlap * rate if overlap > 0 else 0.0
+
+
+def _swap_activity(run: TraceRun) -> tuple[_Activity, ...]:
+    att = run.attribution
+    if att is None:
+        return ()
+    seconds: dict[tuple[int, int, str], float] = defaultdict(float)
+    for p in att.phases:
+        seconds[(p.rank, p.step, p.phase)] += p.seconds
+    moved: dict[tuple[int, int, str, str], int] = defaultdict(int)
+    for s in att.swaps:
+        moved[(s.rank, s.step, s.phase, s.direction)] += s.bytes
+    out = []
+    for p in att.phases:
+        key, secs = (p.rank, p.step, p.phase), seconds[(p.rank, p.step, p.phase)]
+        read, write = moved.get((*key, "read"), 0), moved.get((*key, "write"), 0)
+        if (read or write) and secs > 0:
+            out.append(_Activity((p.t0_ns - run.clock_origin_ns) / 1e9, (p.t1_ns - run.clock_origin_ns) / 1e9,
+                                 read / secs, write / secs))
+    return tuple(out)
+
+
+class BlockTimeline:
+    """Block I/O on top-level devices, by time window. An interval wholly
+    inside a window counts wholly; one across a window's edge is split in
+    proportion to the swap bytes the job's phases issued on each side (a swap
+    phase ending 3 ms into an interval issued its bytes, not the idle phase
+    after it), or by time when no phase in the interval swapped."""
+
+    def __init__(self, run: TraceRun) -> None:
+        top = {d.name for d in run.devices if not d.is_lower}
+        self.points = [p for p in run.timeline if p.device in top and p.op in ("read", "write")]
+        self.interval_s = run.interval_s
+        self.origin_ns = run.clock_origin_ns
+        self.activity = _swap_activity(run)
+
+    def _share(self, op: str, b0: float, lo: float, hi: float) -> float:
+        b1 = b0 + self.interval_s
+        a, b = max(lo, b0), min(hi, b1)
+        whole = sum(s.weight(op, b0, b1) for s in self.activity)
+        if whole > 0:
+            return sum(s.weight(op, a, b) for s in self.activity) / whole
+        return (b - a) / self.interval_s
+
+    def window(self, t0_ns: int, t1_ns: int) -> Window:
+        """Block bytes and requests issued in [t0, t1) (CLOCK_MONOTONIC ns)."""
+        lo, hi = (t0_ns - self.origin_ns) / 1e9, (t1_ns - self.origin_ns) / 1e9
+        read_bytes = write_bytes = read_requests = write_requests = 0.0
+        for p in self.points:
+            if p.t_s >= hi or p.t_s + self.interval_s <= lo:
+                continue
+            inside = lo <= p.t_s and p.t_s + self.interval_s <= hi
+            share = 1.0 if inside else self._share(p.op, p.t_s, lo, hi)
+            if p.op == "read":
+                read_bytes += p.bytes * share
+                read_requests += p.requests * share
+            else:
+                write_bytes += p.bytes * share
+                write_requests += p.requests * share
+        return Window(read_bytes, write_bytes, read_requests, write_requests)
 
 
 @dataclass(frozen=True)
@@ -89,6 +143,7 @@ def step_breakdowns(run: TraceRun, rank: int = 0) -> list[StepBreakdown]:
             swap_by_step[(s.step, s.direction)] += s.bytes
     steps = [(k, spans) for k, spans in sorted(_spans_by_step(att.phases, rank).items())
              if any(p.phase == "forward" for p in spans)]
+    block = BlockTimeline(run)
     rows = []
     for i, (step, spans) in enumerate(steps):
         # a step's period runs to the start of the next one, so I/O that a
@@ -100,8 +155,8 @@ def step_breakdowns(run: TraceRun, rank: int = 0) -> list[StepBreakdown]:
         by_phase: dict[str, Window] = {}
         for p in spans:
             phase_s[p.phase] += p.seconds
-            by_phase[p.phase] = by_phase.get(p.phase, Window()) + block_window(run, p.t0_ns, p.t1_ns)
-        rows.append(StepBreakdown(step, (t1 - t0) / 1e9, dict(phase_s), block_window(run, t0, t1), by_phase,
+            by_phase[p.phase] = by_phase.get(p.phase, Window()) + block.window(p.t0_ns, p.t1_ns)
+        rows.append(StepBreakdown(step, (t1 - t0) / 1e9, dict(phase_s), block.window(t0, t1), by_phase,
                                   swap_by_step[(step, "read")], swap_by_step[(step, "write")]))
     return rows
 
@@ -242,8 +297,9 @@ def checkpoints(run: TraceRun, rank: int = 0) -> list[CheckpointRow]:
     if att is None:
         return []
     end_ns = run.clock_origin_ns + int((max((p.t_s for p in run.timeline), default=0.0) + run.interval_s) * 1e9)
+    block = BlockTimeline(run)
     return [
-        CheckpointRow((p.t0_ns - run.clock_origin_ns) / 1e9, p.seconds, block_window(run, p.t0_ns, p.t1_ns),
-                      block_window(run, p.t0_ns, max(end_ns, p.t1_ns)))
+        CheckpointRow((p.t0_ns - run.clock_origin_ns) / 1e9, p.seconds, block.window(p.t0_ns, p.t1_ns),
+                      block.window(p.t0_ns, max(end_ns, p.t1_ns)))
         for p in att.phases if p.rank == rank and p.phase == "checkpoint"
     ]
