@@ -12,6 +12,7 @@ phase and category.
 from __future__ import annotations
 
 import statistics
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -79,25 +80,32 @@ class BlockTimeline:
 
     def __init__(self, run: TraceRun) -> None:
         top = {d.name for d in run.devices if not d.is_lower}
-        self.points = [p for p in run.timeline if p.device in top and p.op in ("read", "write")]
+        self.points = sorted((p for p in run.timeline if p.device in top and p.op in ("read", "write")),
+                             key=lambda p: p.t_s)
+        self.starts_s = [p.t_s for p in self.points]
         self.interval_s = run.interval_s
         self.origin_ns = run.clock_origin_ns
-        self.activity = _swap_activity(run)
+        self.activity = sorted(_swap_activity(run), key=lambda a: a.t0_s)
+        self.activity_starts_s = [a.t0_s for a in self.activity]
+        self.longest_s = max((a.t1_s - a.t0_s for a in self.activity), default=0.0)
 
     def _share(self, op: str, b0: float, lo: float, hi: float) -> float:
         b1 = b0 + self.interval_s
         a, b = max(lo, b0), min(hi, b1)
-        whole = sum(s.weight(op, b0, b1) for s in self.activity)
+        near = self.activity[bisect_left(self.activity_starts_s, b0 - self.longest_s):
+                             bisect_left(self.activity_starts_s, b1)]
+        whole = sum(s.weight(op, b0, b1) for s in near)
         if whole > 0:
-            return sum(s.weight(op, a, b) for s in self.activity) / whole
+            return sum(s.weight(op, a, b) for s in near) / whole
         return (b - a) / self.interval_s
 
     def window(self, t0_ns: int, t1_ns: int) -> Window:
         """Block bytes and requests issued in [t0, t1) (CLOCK_MONOTONIC ns)."""
         lo, hi = (t0_ns - self.origin_ns) / 1e9, (t1_ns - self.origin_ns) / 1e9
         read_bytes = write_bytes = read_requests = write_requests = 0.0
-        for p in self.points:
-            if p.t_s >= hi or p.t_s + self.interval_s <= lo:
+        first, last = bisect_left(self.starts_s, lo - self.interval_s), bisect_left(self.starts_s, hi)
+        for p in self.points[first:last]:
+            if p.t_s + self.interval_s <= lo:
                 continue
             inside = lo <= p.t_s and p.t_s + self.interval_s <= hi
             share = 1.0 if inside else self._share(p.op, p.t_s, lo, hi)
