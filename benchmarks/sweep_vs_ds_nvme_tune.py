@@ -52,7 +52,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from iotune.analysis.sweep import Ranked, rank, summarize_trials  # noqa: E402
+from iotune.analysis.sweep import rank, summarize_trials
+from iotune.model.sweep_result import Ranked  # noqa: E402
 from iotune.blockdev.cgroup import join_cgroup_preexec  # noqa: E402
 from iotune.model.aio import DEEPSPEED_AIO_DEFAULTS  # noqa: E402
 from iotune.model.drive import DriveLimits  # noqa: E402
@@ -61,7 +62,8 @@ from iotune.sweep.command import BUILTIN_LIMITS, BUILTIN_RAMP_S, BUILTIN_RUNTIME
 from iotune.sweep.executor import Executor, Target  # noqa: E402
 from iotune.sweep.fio_executor import FioExecutor  # noqa: E402
 from iotune.sweep.journal import Journal  # noqa: E402
-from iotune.sweep.search import Progress, Sweeper  # noqa: E402
+from iotune.model.sweep_result import Progress
+from iotune.sweep.search import Sweeper  # noqa: E402
 from iotune.sweep.space import Profile, load_profile  # noqa: E402
 from iotune.sweep.steps_executor import StepsExecutor  # noqa: E402
 from iotune.volumes.emulated import emulated_drive  # noqa: E402

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from iotune.analysis.sweep import Ranked, rank, summarize_trials
+from iotune.analysis.sweep import rank, summarize_trials
+from iotune.model.sweep_result import Ranked
 from iotune.cli import cli
 from iotune.errors import UsageError
 from iotune.model.sweep import Measurement, SweepPoint, Trial

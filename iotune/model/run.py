@@ -10,16 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from ..errors import RecordError
+
 from .attribution import Attribution
 
 SCHEMA_VERSION = 1
 
 # Index = OP_* in probes/blockio.h.
 OPS: tuple[str, ...] = ("read", "write", "flush", "discard", "other")
-
-
-class RecordFormatError(ValueError):
-    """A record that cannot be loaded; the message says why."""
 
 
 def _int_keys(d: dict[str, Any] | None) -> dict[int, int]:
@@ -172,16 +170,16 @@ class TraceRun:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TraceRun:
         if not isinstance(data, dict):
-            raise RecordFormatError("not a trace record: expected a JSON object")
+            raise RecordError("not a trace record: expected a JSON object")
         schema = data.get("schema", 1)
         if not isinstance(schema, int) or schema > SCHEMA_VERSION:
-            raise RecordFormatError(
+            raise RecordError(
                 f"record schema {schema} is newer than this iotune understands "
                 f"({SCHEMA_VERSION}); upgrade iotune to read it"
             )
         missing = [k for k in ("run_id", "started_at", "duration_s") if k not in data]
         if missing:
-            raise RecordFormatError(f"not a trace record: missing {', '.join(missing)}")
+            raise RecordError(f"not a trace record: missing {', '.join(missing)}")
         d = _known(cls, data)
         d["schema"] = SCHEMA_VERSION
         d["command"] = tuple(d.get("command", ()))

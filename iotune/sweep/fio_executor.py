@@ -22,6 +22,7 @@ from typing import Any
 
 from ..blockdev.cgroup import join_cgroup_preexec
 from ..model.sweep import Measurement, SweepPoint
+from ..model.sweep_result import Ranked
 from .executor import Target, TrialFailed
 
 JOBS = (("swap-out", "write"), ("swap-in", "read"))
@@ -65,6 +66,14 @@ def fio_jobfile(point: SweepPoint, target: Target) -> str:
             lines.append("stonewall")
         lines.append("")
     return "\n".join(lines)
+
+
+def export_jobfiles(ranking: list[Ranked], target: Target, directory: Path) -> int:
+    """Write the fio job file of every ranked point into `directory`; returns how many."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for r in ranking:
+        (directory / f"{r.point.key()}.fio").write_text(fio_jobfile(r.point, target))
+    return len(ranking)
 
 
 def parse_fio_json(doc: dict[str, Any]) -> Measurement:

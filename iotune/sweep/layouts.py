@@ -7,26 +7,16 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
-from ..analysis.sweep import SweepOutcome
 from ..blockdev.devices import BlockDevice
+from ..model.sweep_result import Effects, LayoutResult, Progress
 from ..volumes.layout import LayoutSpec, build_layout
 from ..volumes.scratch import BLKIO, scratch_drive
 from .executor import Target
-from .search import Progress
 from .session import SweepRequest, run_sweep
 from .space import Profile
-
-
-@dataclass(frozen=True)
-class LayoutResult:
-    name: str
-    drives: int
-    backend: str
-    reason: str
-    outcome: SweepOutcome
 
 
 @contextlib.contextmanager
@@ -67,16 +57,6 @@ def sweep_layouts(profile: Profile, executor: str, drives: int, cap_bytes_per_s:
                 outcome = run_sweep(req, target, on_trial, say)
                 results.append(LayoutResult(name, n, vol.plan.backend, vol.plan.reason, outcome))
     return results
-
-
-@dataclass(frozen=True)
-class Effects:
-    layout: float      # best score of the best layout / best score of the worst layout
-    aio: float         # largest best/worst ratio of aio settings within one layout
-
-    @property
-    def dominant(self) -> str:
-        return "layout" if self.layout >= self.aio else "aio settings"
 
 
 def effects(results: list[LayoutResult]) -> Effects:

@@ -22,22 +22,15 @@ import datetime as dt
 import itertools
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from ..analysis.sweep import Ranked, rank, summarize_trials
+from ..analysis.sweep import rank, summarize_trials
 from ..model.aio import DEEPSPEED_AIO_DEFAULTS
 from ..model.sweep import SweepPoint, Trial
+from ..model.sweep_result import Progress, Ranked
 from .executor import Executor, Target, TrialFailed
 from .journal import Journal
 from .space import RunSettings, SearchSpace
-
-
-@dataclass(frozen=True)
-class Progress:
-    done: int
-    planned: int
-    trial: Trial
-    reused: bool          # taken from the journal, not run now
 
 
 class Sweeper:

@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..analysis.sweep import SweepOutcome, rank, summarize_trials
+from ..analysis.sweep import rank, summarize_trials
+from ..model.sweep_result import Progress, SweepOutcome
 from ..blockdev.directio import direct_io_problem
 from ..errors import UsageError
 from ..model.sweep import SweepPoint
@@ -21,7 +22,7 @@ from .executor import Executor, Target
 from .fio_executor import FioExecutor
 from .journal import Journal
 from .recommend import ds_fragment, validate_with_deepspeed
-from .search import Progress, Sweeper
+from .search import Sweeper
 from .space import Profile
 from .steps_executor import StepsExecutor
 

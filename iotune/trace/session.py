@@ -153,9 +153,3 @@ def _host() -> HostInfo:
 
 def _utcnow() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def default_run_dir(base: str, argv: list[str]) -> str:
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    what = os.path.basename(argv[0]) if argv else "window"
-    return os.path.join(base, f"{stamp}-{what}")

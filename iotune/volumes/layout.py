@@ -18,11 +18,12 @@ import contextlib
 import os
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..blockdev.devices import SYS_BLOCK, BlockDevice, resolve_device
 from ..errors import IotuneError, UsageError
+from ..model.layout import BuildPlan, LayoutSpec
 from .safety import require_safe
 
 BTRFS_STRIPE_BYTES = 64 << 10
@@ -30,26 +31,15 @@ FILESYSTEMS = ("xfs", "ext4", "btrfs")
 QUEUE_KNOBS = ("max_sectors_kb", "scheduler", "nr_requests", "read_ahead_kb", "nomerges", "rotational")
 
 
-@dataclass(frozen=True)
-class LayoutSpec:
-    devices: tuple[str, ...]
-    raid0: bool = False
-    backend: str = "auto"                      # auto | md | btrfs
-    chunk_bytes: int = 512 << 10               # md RAID0 chunk
-    fstype: str = "xfs"
-    mount_options: tuple[str, ...] = ("noatime",)
-    discard: bool = False                      # mkfs discard (slow on loop devices)
-    queue: dict[str, str] = field(default_factory=dict)   # sysfs queue knob -> value, per member
-
-
-@dataclass(frozen=True)
-class BuildPlan:
-    backend: str                               # single | md | btrfs
-    reason: str
-    fstype: str
-    commands: tuple[tuple[str, ...], ...]
-    mount_source: str
-    stripe_bytes: int | None
+def parse_queue_settings(items: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """KNOB=VALUE strings (sysfs queue settings) -> {knob: value}."""
+    knobs = {}
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise UsageError(f"--queue {item}: write KNOB=VALUE, e.g. read_ahead_kb=4096")
+        knobs[k] = v
+    return knobs
 
 
 def md_available() -> tuple[bool, str]:
