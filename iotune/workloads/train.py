@@ -31,9 +31,9 @@ from iotune.errors import IotuneError, UsageError
 from iotune.model.aio import AioSettings, OffloadBuffers
 from iotune.workloads.data import token_blocks
 from iotune.workloads.presets import PRESETS
+from iotune.model.steps import STEP_PREFIX
 from iotune.workloads.strategies import NVME_STRATEGIES, STRATEGIES, WorkloadSpec, ds_config
 
-STEP_PREFIX = "IOTUNE_STEP "
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

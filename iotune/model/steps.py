@@ -1,0 +1,41 @@
+"""The step-record protocol between a training process and iotune: one line
+per finished step on stdout, `IOTUNE_STEP {json}`, written by the built-in
+workload and read by the sweep's steps executor."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+STEP_PREFIX = "IOTUNE_STEP "
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    step: int
+    loss: float
+    step_s: float
+    optimizer_step_s: float
+
+    def line(self) -> str:
+        """The protocol line (without the newline)."""
+        return STEP_PREFIX + json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StepRecord:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def parse_steps(text: str) -> list[StepRecord]:
+    """Every step record in a process's stdout, in order; other lines are
+    the program's own output and are skipped."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith(STEP_PREFIX):
+            try:
+                out.append(StepRecord.from_json(json.loads(line[len(STEP_PREFIX):])))
+            except (ValueError, TypeError):
+                continue
+    return out
