@@ -8,7 +8,6 @@ request itself (raw tracepoints), at offsets taken from the kernel's BTF.
 
 from __future__ import annotations
 
-import os
 import struct
 import time
 from array import array
@@ -21,7 +20,9 @@ from ..blockdev.devices import BlockDevice, list_devices
 from ..errors import ProbeError
 from ..model.histogram import log2_from_sizes
 from ..model.run import OPS, DirectionStats
-from .kernel import import_bcc, require_headers, require_privileges
+from ..resources import probes_dir
+from .kernel import (VMLINUX_BTF, import_bcc, require_headers, require_kernel_features, require_privileges,
+                     tracefs_events)
 
 # DROP_* in blockio.h, in index order.
 DROP_NAMES = ("sizes", "start", "timeline", "other", "no_completion", "devices")
@@ -38,18 +39,9 @@ SIZE_UNIT = 4096                # bytes per size_hist slot
 DEVICE_HEADROOM = 8             # no filter: index slots for disks that appear while tracing
 MAX_DEV_INDEX = 128             # per-CPU rows cost ~26 KB per device index on every CPU
 START_SLOTS_MIN, START_SLOTS_MAX = 1024, 65536   # 32 bytes each, shared
-VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")
 SYS_BLOCK = Path("/sys/block")
 TIMELINE_FIELDS = ("requests", "bytes", "sequential", "meta")
 DONE_FIELDS = ("completed", "lat_sum_ns", "errors")
-
-
-def probes_dir() -> Path:
-    env = os.environ.get("IOTUNE_PROBES_DIR")
-    d = Path(env) if env else Path(__file__).resolve().parents[2] / "probes"
-    if not (d / "blockio.c").exists():
-        raise ProbeError(f"probe sources not found in {d}: set IOTUNE_PROBES_DIR to iotune's probes/ directory")
-    return d
 
 
 @dataclass(frozen=True)
@@ -259,6 +251,7 @@ class BlockProbe:
         require_privileges()
         require_headers()
         bcc = import_bcc()
+        require_kernel_features(tracefs_events())
         src = probes_dir()
         self.config = config
         cflags = config.cflags(src, KernelLayout.from_btf())
