@@ -55,6 +55,7 @@ class ProbeConfig:
     interval_ns: int = 1_000_000_000
     t0_ns: int = 0                          # CLOCK_MONOTONIC origin of the timeline
     max_devices: int | None = None          # no filter: devices indexed
+    timeline_entries: int | None = None     # timeline map size (MAX_BUCKETS; default in blockio.c)
 
     def kdevs(self) -> list[int]:
         """Kernel dev_t of each selected device, without repeats: index order."""
@@ -81,6 +82,8 @@ class ProbeConfig:
     def cflags(self, probes: Path, layout: KernelLayout) -> list[str]:
         flags = [f"-I{probes}", f"-DT0_NS={self.t0_ns}ULL", f"-DBUCKET_NS={self.interval_ns}ULL",
                  f"-DMAX_INFLIGHT={self.start_slots()}", *layout.cflags()]
+        if self.timeline_entries is not None:
+            flags.append(f"-DMAX_BUCKETS={self.timeline_entries}")
         kdevs = self.kdevs()
         if not kdevs:
             return flags + [f"-DMAX_DEVS={self.device_slots()}"]
