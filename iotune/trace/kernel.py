@@ -103,13 +103,13 @@ def ensure_tracefs() -> Path:
         if Path(target).is_dir() and not os.path.ismount(target):
             subprocess.run(["mount", "-t", fstype, "nodev", target],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    found = tracefs_events()
-    if not found:
-        raise ProbeError(
-            "tracefs is not mounted and could not be mounted: run "
-            "`mount -t tracefs nodev /sys/kernel/tracing` (needs a kernel with CONFIG_FTRACE)"
-        )
-    return found
+        found = tracefs_events()
+        if found:       # debugfs only when tracefs alone did not do
+            return found
+    raise ProbeError(
+        "tracefs is not mounted and could not be mounted: run "
+        "`mount -t tracefs nodev /sys/kernel/tracing` (needs a kernel with CONFIG_FTRACE)"
+    )
 
 
 def headers_dir() -> Path | None:
