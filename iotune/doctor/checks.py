@@ -7,13 +7,13 @@ import importlib.util
 import os
 import platform
 import shutil
-import subprocess
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
 from ..blockdev.directio import direct_io_problem
-from ..blockdev.proc import not_installed
+from ..blockdev.proc import not_installed, run
+from ..errors import IotuneError
 from ..model.checks import CheckResult
 from ..trace import kernel
 
@@ -88,8 +88,11 @@ def check_fio() -> CheckResult:
     exe = shutil.which("fio")
     if not exe:
         return CheckResult("fio", "fail", not_installed("fio"), APT_FIX.format(pkgs="fio"), fixable=True)
-    out = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False)
-    return CheckResult("fio", "ok", f"{out.stdout.strip()} ({exe})")
+    try:
+        version = run([exe, "--version"], timeout_s=30).strip()
+    except IotuneError as e:
+        return CheckResult("fio", "fail", str(e), APT_FIX.format(pkgs="fio"), fixable=True)
+    return CheckResult("fio", "ok", f"{version} ({exe})")
 
 
 def check_libaio() -> CheckResult:
@@ -107,7 +110,9 @@ def check_blkio_cgroup() -> CheckResult:
 
 
 def check_loop() -> CheckResult:
-    if shutil.which("losetup") and Path("/dev/loop-control").exists():
+    if shutil.which("losetup") is None:
+        return CheckResult("loop devices", "warn", not_installed("losetup"), APT_FIX.format(pkgs="mount"))
+    if Path("/dev/loop-control").exists():
         return CheckResult("loop devices", "ok", "/dev/loop-control")
     return CheckResult("loop devices", "warn", "no /dev/loop-control: scratch drives unavailable")
 

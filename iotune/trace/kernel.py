@@ -7,17 +7,17 @@ to fix it."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import platform
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from ..blockdev.proc import CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, effective_caps, has_cap, not_installed
-from ..errors import PrivilegeError, ProbeError
+from ..blockdev.proc import CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, effective_caps, has_cap, not_installed, run
+from ..errors import IotuneError, PrivilegeError, ProbeError
 
 TRACEFS_DIRS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 SYSTEM_BCC = Path("/usr/lib/python3/dist-packages/bcc")
@@ -101,8 +101,8 @@ def ensure_tracefs() -> Path:
         return found
     for fstype, target in (("tracefs", "/sys/kernel/tracing"), ("debugfs", "/sys/kernel/debug")):
         if Path(target).is_dir() and not os.path.ismount(target):
-            subprocess.run(["mount", "-t", fstype, "nodev", target],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+            with contextlib.suppress(IotuneError):     # not found afterwards: the error below
+                run(["mount", "-t", fstype, "nodev", target])
         found = tracefs_events()
         if found:       # debugfs only when tracefs alone did not do
             return found
