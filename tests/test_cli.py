@@ -18,6 +18,7 @@ from iotune.cli import cli
 from iotune.model.runfile import load_run, save_run
 
 from .conftest import needs_root
+from .test_trace_cli import default_signals
 from .records import offload_run
 
 IOTUNE = [sys.executable, "-m", "iotune"]
@@ -136,8 +137,9 @@ def test_sigint_mid_run_saves_what_was_collected(loop_drive: BlockDevice, tmp_pa
     out = tmp_path / "run"
     script = (f"dd if={loop_drive.path} of=/dev/null bs=4K count=13 iflag=direct; "
               f"touch {tmp_path}/ready; sleep 60")
+    # default SIGINT/SIGTERM in the child even when this suite runs as a background job (SIGINT ignored)
     p = subprocess.Popen([*IOTUNE, "trace", "-o", str(out), "-d", loop_drive.name, "--", "sh", "-c", script],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
     deadline = time.monotonic() + 60
     while not (tmp_path / "ready").exists():
         assert time.monotonic() < deadline and p.poll() is None, p.stderr.read() if p.stderr else ""

@@ -8,9 +8,8 @@ import shutil
 from typing import Any
 
 from ..blockdev.directio import direct_io_problem
+from ..blockdev.proc import CAP_IPC_LOCK, has_cap
 from ..model.lint import LintEnv, PathFacts
-
-CAP_IPC_LOCK = 14
 
 
 def ram_bytes() -> int | None:
@@ -30,11 +29,7 @@ def memlock_bytes() -> int | None:
 
 
 def can_lock_unlimited() -> bool:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("CapEff:"):
-                return bool(int(line.split()[1], 16) & (1 << CAP_IPC_LOCK))
-    return os.geteuid() == 0
+    return has_cap(CAP_IPC_LOCK)
 
 
 def path_facts(path: str) -> PathFacts:

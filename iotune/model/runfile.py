@@ -36,7 +36,8 @@ def save_run(run: TraceRun, directory: Path) -> Path:
         writer = csv.writer(fh)
         writer.writerow(TIMELINE_COLUMNS)
         for p in run.timeline:
-            writer.writerow((f"{p.t_s:g}", p.device, p.op, p.requests, p.bytes))
+            # repr of a float: always a decimal point ("0.0"), so pandas reads a float column
+            writer.writerow((repr(float(p.t_s)), p.device, p.op, p.requests, p.bytes))
     os.replace(tmp, directory / TIMELINE_FILE)
     tmp = directory / (RUN_FILE + ".tmp")
     tmp.write_text(json.dumps(run.to_json(include_timeline=False), indent=1) + "\n")
