@@ -83,3 +83,41 @@ def _check_direct_read(device: str) -> None:
     finally:
         os.close(fd)
     assert buf[:] == bytes(MiB)
+
+
+@needs_root
+def test_blkio_cgroup_sets_caps_and_moves_stragglers_out(loop_drive) -> None:
+    """The one way iotune makes a throttled cgroup: the caps as given, and on
+    exit a process still inside is moved to the root cgroup, not left
+    holding the cgroup (which could then never be removed)."""
+    from iotune.blockdev.cgroup import BLKIO, Throttle, blkio_cgroup
+
+    sleeper = None
+    try:
+        with blkio_cgroup("test", [Throttle(loop_drive.number, 1_000_000, 2_000_000, 30, 40)]) as cg:
+            assert cg.parent == BLKIO and cg.name == f"iotune-{os.getpid()}-test"
+            knobs = {k: (cg / f"blkio.throttle.{k}").read_text().split()
+                     for k in ("read_bps_device", "write_bps_device", "read_iops_device", "write_iops_device")}
+            assert knobs == {"read_bps_device": [loop_drive.number, "1000000"],
+                             "write_bps_device": [loop_drive.number, "2000000"],
+                             "read_iops_device": [loop_drive.number, "30"],
+                             "write_iops_device": [loop_drive.number, "40"]}
+            sleeper = subprocess.Popen(["sleep", "30"], preexec_fn=join_cgroup_preexec(cg))
+            assert (cg / "cgroup.procs").read_text().split() == [str(sleeper.pid)]
+        assert not cg.exists() and sleeper.poll() is None
+        assert str(sleeper.pid) in (BLKIO / "cgroup.procs").read_text().split()
+    finally:
+        if sleeper is not None:
+            sleeper.kill()
+            sleeper.wait()
+
+
+@needs_root
+def test_blkio_cgroup_names_a_bad_device() -> None:
+    from iotune.blockdev.cgroup import BLKIO, Throttle, blkio_cgroup
+    from iotune.errors import IotuneError
+
+    with pytest.raises(IotuneError, match=r"cannot set blkio.throttle.read_bps_device to 5 for device 999:999: "):
+        with blkio_cgroup("bad", [Throttle("999:999", read_bps=5)]):
+            pass
+    assert not (BLKIO / f"iotune-{os.getpid()}-bad").exists()
