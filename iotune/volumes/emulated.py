@@ -15,12 +15,13 @@ The stack, bottom up:
 The daemon is compiled on first use into ~/.cache/iotune (keyed by a hash of
 its source and flags). What the daemon cannot emulate is the round trip
 through the block layer, the loop device and FUSE: each request costs some
-more than `latency_us` (about 150 µs for 4-128 KiB requests on the machine
-this was written on, more for large requests and on a busy machine),
-without holding a parallelism slot. That overhead is measured when the drive
-starts (`measure_overhead_us`: queue-depth-1 reads of OVERHEAD_BLOCK_BYTES,
-less `latency_us`) and carried in the yielded `limits.overhead_us`, so
-`limits.ceiling_bytes_per_s` predicts what fio measures. Copying data costs
+more than `latency_us`, without holding a parallelism slot. It is no
+constant: for 128 KiB requests it measured 70, 156 and 233 µs at a latency
+of 0.1, 1 and 4 ms on this project's machine (idle CPUs; less when they are
+busy), and 350-700 µs at 1 MiB. So it is measured when the drive starts
+(`measure_overhead_us`: queue-depth-1 reads of OVERHEAD_BLOCK_BYTES, less
+`latency_us`) and carried in the yielded `limits.overhead_us`, and
+`limits.ceiling_bytes_per_s` predicts what fio measures (there within 4%). Copying data costs
 CPU: on 2 cores the drive tops out near 3 GB/s whatever its limits say.
 
 Everything is undone on exit, error or Ctrl-C: filesystem, cgroup, loop
@@ -280,7 +281,8 @@ def _startup_overhead_us(device: BlockDevice, size_bytes: int, latency_us: float
     """The per-request overhead, measured on the fresh drive within about
     OVERHEAD_BUDGET_S (fewer requests when each takes long)."""
     fewest, most = OVERHEAD_REQUESTS
-    requests = max(fewest, min(most, int(OVERHEAD_BUDGET_S * 1e6 / (latency_us + 150))))  # 150: a guess, for the budget
+    guess_us = latency_us + 150                 # only to fit the budget
+    requests = max(fewest, min(most, int(OVERHEAD_BUDGET_S * 1e6 / guess_us)))
     overhead_us = _median_qd1_us(device.path, size_bytes, OVERHEAD_BLOCK_BYTES, requests) - latency_us
     log.info("%s: %.0f µs per-request overhead (median of %d reads of %d KiB at qd 1)",
              device.path, overhead_us, requests, OVERHEAD_BLOCK_BYTES >> 10)
