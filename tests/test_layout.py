@@ -141,14 +141,26 @@ def test_cli_dry_run_touches_nothing(loops: list[str]) -> None:
 
     if md_available()[0]:
         pytest.skip("expects the btrfs fallback (this kernel has md)")
+    args = ["volumes", "build", loops[0], loops[1], "--raid0", "-o", "noatime,nodatacow",
+            "--mount-point", "/mnt/iotune-test", "--dry-run"]
+    commands = [f"mkfs.btrfs -q -f --nodiscard -d raid0 -m raid1 {loops[0]} {loops[1]}",
+                f"mount -o noatime,nodatacow {loops[0]} /mnt/iotune-test"]
+    r = CliRunner().invoke(cli, args)                                   # blank devices: the build would go ahead
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines()[1:] == commands and r.stderr == ""
     subprocess.run(["mkfs.ext4", "-q", "-F", loops[0]], check=True)      # data: a real build would be refused
     digest = hashlib.sha256(Path(loops[0]).read_bytes()).hexdigest()
-    r = CliRunner().invoke(cli, ["volumes", "build", loops[0], loops[1], "--raid0", "-o", "noatime,nodatacow",
-                                 "--mount-point", "/mnt/iotune-test", "--dry-run"])
-    assert r.exit_code == 0, r.output
-    lines = r.stdout.splitlines()
-    assert lines[1:] == [f"mkfs.btrfs -q -f --nodiscard -d raid0 -m raid1 {loops[0]} {loops[1]}",
-                         f"mount -o noatime,nodatacow {loops[0]} /mnt/iotune-test"]
+    r = CliRunner().invoke(cli, args)
+    name = Path(loops[0]).name
+    assert r.exit_code == 1, r.output
+    assert r.stdout.splitlines()[1:] == [
+        "# REFUSED: the real build would stop before running anything below:",
+        f"#   {name} carries a ext4 signature",
+        f"# to destroy that data anyway, add: --destroy-data {name}", *commands]
+    assert r.stderr == (f"Error: refusing to overwrite devices that hold data or a system role: {name} carries "
+                        f"a ext4 signature. If you mean to destroy it, name it: --destroy-data {name}\n")
+    r = CliRunner().invoke(cli, [*args, "--destroy-data", loops[0]])   # named: the build would go ahead
+    assert r.exit_code == 0 and r.stdout.splitlines()[1:] == commands
     assert hashlib.sha256(Path(loops[0]).read_bytes()).hexdigest() == digest
     assert not Path("/mnt/iotune-test").exists()
 

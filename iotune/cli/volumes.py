@@ -50,7 +50,8 @@ def volumes_scratch(drives: int, size: int, cap: float, workdir: Path | None) ->
 @click.option("--destroy-data", multiple=True, metavar="DEV",
               help="Allow overwriting DEV even though it holds data or a system role. Repeat per device.")
 @click.option("--dry-run", is_flag=True, help="Print every command it would run and what the safety "
-                                              "checks would refuse; touch nothing.")
+                                              "checks would refuse; touch nothing. Exits 1 when the real "
+                                              "build would be refused.")
 @library_errors
 def volumes_build(devices: tuple[str, ...], raid0: bool, backend: str, chunk: int, fstype: str,
                   mount_options: str, queue: tuple[str, ...], mount_point: Path, destroy_data: tuple[str, ...],
@@ -62,13 +63,17 @@ def volumes_build(devices: tuple[str, ...], raid0: bool, backend: str, chunk: in
     from ..blockdev.devices import resolve_device
     from ..render.volumes import render_build_plan
     from ..volumes.layout import LayoutSpec, build_layout, parse_queue_settings, plan_layout
+    from ..volumes.safety import refusals, refused_error
 
     spec = LayoutSpec(devices=tuple(resolve_device(d).path for d in devices), raid0=raid0, backend=backend,
                       chunk_bytes=chunk, fstype=fstype, mount_options=tuple(o for o in mount_options.split(",") if o),
                       queue=parse_queue_settings(queue))
     plan = plan_layout(spec, mount_point)
     if dry_run:
-        click.echo(render_build_plan(plan, spec), nl=False)
+        problems = refusals(spec.devices, destroy_data)
+        click.echo(render_build_plan(plan, spec, problems), nl=False)
+        if problems:      # exit as the real build would: a dry run that passes means the build would go ahead
+            raise refused_error(problems)
         return
     with build_layout(spec, mount_point, destroy_data) as vol:
         click.echo(f"{vol.path}\t{vol.plan.backend}: {vol.plan.reason}")

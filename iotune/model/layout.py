@@ -1,5 +1,6 @@
 """A storage layout to build (devices, RAID0, filesystem, mount options,
-queue settings) and the plan volumes/ makes of it."""
+queue settings), the plan volumes/ makes of it, and what the safety checks
+find on a device."""
 
 from __future__ import annotations
 
@@ -26,3 +27,11 @@ class BuildPlan:
     commands: tuple[tuple[str, ...], ...]
     mount_source: str
     stripe_bytes: int | None
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One reason overwriting a device would destroy something."""
+
+    device: str                                # kernel name: loop0, vda
+    what: str                                  # "mounted at /mnt/x", "carries a ext4 signature", ...

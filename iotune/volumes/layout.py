@@ -9,21 +9,25 @@ chosen backend and the reason are reported. DeepSpeed takes one nvme_path,
 so several drives mean one striped volume (DeepSpeed #2195).
 
 Every device is checked by volumes.safety first, unless it is a scratch drive
-iotune created; `dry_run` returns the commands without running any.
+iotune created; `plan_layout` gives the commands without running any (a dry
+run), and `safety.refusals` what the real build would refuse.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..blockdev.devices import SYS_BLOCK, BlockDevice, resolve_device
+from ..blockdev.proc import run
 from ..errors import IotuneError, UsageError
 from ..model.layout import BuildPlan, LayoutSpec
+from .parts import unmount
 from .safety import require_safe
 
 BTRFS_STRIPE_BYTES = 64 << 10
@@ -45,7 +49,7 @@ def parse_queue_settings(items: tuple[str, ...] | list[str]) -> dict[str, str]:
 def md_available() -> tuple[bool, str]:
     if not Path("/proc/mdstat").exists():
         return False, "this kernel has no md RAID (/proc/mdstat is missing)"
-    if subprocess.run(["which", "mdadm"], capture_output=True).returncode != 0:
+    if shutil.which("mdadm") is None:
         return False, "mdadm is not installed (apt-get install mdadm)"
     return True, "md RAID available"
 
@@ -118,21 +122,9 @@ def build_layout(spec: LayoutSpec, mount_point: Path, destroy_data: tuple[str, .
             if argv[0] == "mdadm":
                 stack.callback(_stop_md, argv[2])
             if argv[0] == "mount":
-                stack.callback(_umount, mount_point)
-            _run(list(argv))
+                stack.callback(unmount, mount_point)
+            run(list(argv))
         yield Volume(mount_point, plan, members)
-
-
-def _run(argv: list[str]) -> None:
-    proc = subprocess.run(argv, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise IotuneError(f"`{' '.join(argv)}` failed: {(proc.stderr or proc.stdout).strip()[-300:]}")
-
-
-def _umount(mount_point: Path) -> None:
-    from .scratch import _unmount
-
-    _unmount(mount_point)
 
 
 def _stop_md(md: str) -> None:
