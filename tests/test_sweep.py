@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from iotune.analysis.sweep import rank, summarize_trials
 from iotune.model.sweep_result import Ranked
 from iotune.cli import cli
 from iotune.errors import UsageError
@@ -18,7 +17,9 @@ from iotune.sweep.executor import Target, TrialFailed
 from iotune.sweep.fio_executor import FioExecutor, fio_jobfile, parse_fio_json
 from iotune.sweep.journal import Journal
 from iotune.sweep.recommend import apply_to_file, ds_fragment, merge
-from iotune.sweep.search import Sweeper
+from iotune.sweep.measure import Measurer
+from iotune.sweep.pipeline import search
+from iotune.sweep.rank import rank, summarize_trials
 from iotune.sweep.space import RunSettings, SearchSpace, load_profile
 
 MB = 1_000_000
@@ -84,13 +85,13 @@ def test_adaptive_search_resume_skips_completed_trials(tmp_path: Path) -> None:
                         intra_op_parallelism=(1, 2), single_submit=(False,), overlap_events=(True,))
     settings = RunSettings(repeats=2, finalists=2)
     first = CountingExecutor()
-    full = Sweeper(first, Target(tmp_path), space, settings, Journal(tmp_path / "a.jsonl")).run()
+    full = search(Measurer(first, Target(tmp_path), Journal(tmp_path / "a.jsonl")), space, settings)
     # the same sweep, "killed" after 5 trials, then resumed
     partial = Journal(tmp_path / "b.jsonl")
     for t in Journal(tmp_path / "a.jsonl").trials[:5]:
         partial.record(t)
     second = CountingExecutor()
-    resumed = Sweeper(second, Target(tmp_path), space, settings, Journal(tmp_path / "b.jsonl")).run()
+    resumed = search(Measurer(second, Target(tmp_path), Journal(tmp_path / "b.jsonl")), space, settings)
     assert len(second.calls) == len(first.calls) - 5        # the 5 journaled trials were not re-run
     resumed_trials = Journal(tmp_path / "b.jsonl").trials
     ids = [(t.executor, t.point.key(), t.repeat) for t in resumed_trials]

@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from iotune.analysis.sweep import rank, summarize_trials
 from iotune.model.drive import DriveLimits
 from iotune.model.sweep import SweepPoint
 from iotune.sweep.executor import Target
 from iotune.sweep.journal import Journal
-from iotune.sweep.search import Sweeper
+from iotune.sweep.measure import Measurer
+from iotune.sweep.pipeline import search
+from iotune.sweep.rank import rank, summarize_trials
 from iotune.sweep.space import RunSettings, SearchSpace
 from iotune.volumes.emulated import emulated_drive
 
@@ -43,10 +44,10 @@ def drive(tmp_path_factory: pytest.TempPathFactory):
 def sweep(executor, d, journal: Path, bad: SweepPoint, target_bytes: int = 8 << 20, runtime: float = 1.0) -> list:
     """The adaptive sweep, plus a deliberately bad point measured on purpose."""
     target = Target(Path(d.path), target_bytes, 3, d.cgroup, runtime, 0.25 if runtime else 0.0)
-    sweeper = Sweeper(executor, target, SPACE, SETTINGS, Journal(journal))
-    sweeper.run()
-    sweeper.measure(bad)
-    return sweeper.ranking()
+    measurer = Measurer(executor, target, Journal(journal))
+    search(measurer, SPACE, SETTINGS)
+    measurer.measure(bad)
+    return rank(summarize_trials(measurer.journal.trials, executor.name))
 
 
 @needs_fuse
@@ -76,10 +77,10 @@ def test_aio_sweep_reaches_the_ceiling(drive, tmp_path: Path) -> None:
     space = SearchSpace(block_size=(128 << 10, 1 << 20), queue_depth=(1, 8), intra_op_parallelism=(1,),
                         single_submit=(False,), overlap_events=(True,))
     target = Target(Path(drive.path), 32 << 20, 3, drive.cgroup)
-    sweeper = Sweeper(AioExecutor(), target, space, RunSettings(repeats=1, finalists=1), Journal(tmp_path / "j.jsonl"))
-    sweeper.run()
-    sweeper.measure(SweepPoint(block_size=128 << 10, queue_depth=1))      # deliberately bad: 128 KiB per 2 ms
-    ranking = sweeper.ranking()
+    measurer = Measurer(AioExecutor(), target, Journal(tmp_path / "j.jsonl"))
+    search(measurer, space, RunSettings(repeats=1, finalists=1))
+    measurer.measure(SweepPoint(block_size=128 << 10, queue_depth=1))      # deliberately bad: 128 KiB per 2 ms
+    ranking = rank(summarize_trials(measurer.journal.trials, "aio"))
     best = ranking[0]
     # size-based: the blkio throttle's initial burst can only make a trial faster than the cap
     assert best.median >= 0.95 * CEILING, best

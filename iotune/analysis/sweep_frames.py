@@ -1,13 +1,14 @@
-"""Sweep trials as a pandas DataFrame, exported to CSV or Parquet."""
+"""Sweep trials as a pandas DataFrame, exported to CSV or Parquet. The journal
+is read by model.journal, the same reader the sweep resumes with."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
 from ..errors import UsageError
+from ..model.journal import read_journal
 from ..model.sweep import Trial
 
 
@@ -23,20 +24,8 @@ def trials_frame(trials: list[Trial]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def read_journal_trials(path: Path) -> list[Trial]:
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if rec.get("kind") == "trial":
-            out.append(Trial.from_json(rec))
-    return out
-
-
 def export_trials(journal: Path, dest: Path) -> None:
-    df = trials_frame(read_journal_trials(journal))
+    df = trials_frame(list(read_journal(journal).trials))
     if dest.suffix == ".csv":
         df.to_csv(dest, index=False)
     elif dest.suffix == ".parquet":

@@ -13,7 +13,7 @@ from ..model.sweep_result import LayoutSweep, Progress, SweepOutcome
 from ..errors import UsageError
 from ..model.drive import DriveLimits
 from .executor import Target
-from .session import SweepRequest, run_sweep
+from .pipeline import SweepRequest, run_sweep
 from .space import Profile, load_profile
 
 # The built-in drive: 200 MB/s and 800 IOPS caps, 4 ms per request with at most
