@@ -91,7 +91,7 @@ def _adaptive(space: SearchSpace, settings: RunSettings, executor: str) -> Propo
 
 
 def _best(trials: Sequence[Trial], executor: str, points: list[SweepPoint]) -> SweepPoint:
-    rows = first_pass(list(trials), executor, {p.key() for p in points})
+    rows = first_pass(trials, executor, {p.key() for p in points})
     return rows[0].point if rows and rows[0].scores else points[0]
 
 

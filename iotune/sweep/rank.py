@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Sequence
 
 from ..model.sweep import Trial
 from ..model.sweep_result import Ranked
@@ -14,7 +15,7 @@ from ..model.sweep_result import Ranked
 MIN_NOISE = 0.05
 
 
-def summarize_trials(trials: list[Trial] | tuple[Trial, ...], executor: str) -> list[Ranked]:
+def summarize_trials(trials: Sequence[Trial], executor: str) -> list[Ranked]:
     groups: dict[str, list[Trial]] = defaultdict(list)
     for t in trials:
         if t.executor == executor:
@@ -62,7 +63,7 @@ def rank(rows: list[Ranked], noise: float = MIN_NOISE) -> list[Ranked]:
     return out + [r for r in rows if not r.scores]
 
 
-def first_pass(trials: list[Trial] | tuple[Trial, ...], executor: str,
+def first_pass(trials: Sequence[Trial], executor: str,
                keys: set[str] | None = None) -> list[Ranked]:
     """The ranking from repeat 0 only (of `keys`, or of every point). The
     adaptive search decides on exactly what an uninterrupted run had at that
