@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from iotune.sweep.steps_executor import StepsExecutor
 
 from .conftest import make_loops, needs_root
 
+needs_fio = pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio: scripts/setup.sh")
 needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
                                      reason="needs deepspeed and torch (pip install -e '.[train]')")
 
@@ -40,6 +42,7 @@ def small_fs(tmp_path: Path):
 
 
 @needs_root
+@needs_fio
 def test_disk_full_fails_the_trial_and_keeps_the_journal(small_fs: Path, tmp_path: Path) -> None:
     out = tmp_path / "journal"
     r = CliRunner().invoke(cli, ["sweep", "--path", str(small_fs), "--profile", "quick", "--block-sizes", "1M",

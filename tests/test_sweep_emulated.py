@@ -28,6 +28,9 @@ from iotune.volumes.emulated import emulated_drive
 
 from .test_emulated_drive import needs_fuse
 
+# the emulated drive mounts a FUSE filesystem and a loop device and caps it with a blkio cgroup
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (FUSE mount, loop device, blkio cgroup)")
+
 LIMITS = DriveLimits(latency_us=2000, parallelism=8, bw_bytes_per_s=200_000_000, iops=800)
 CEILING = 200_000_000
 SPACE = SearchSpace(block_size=(4 << 10, 64 << 10, 256 << 10, 1 << 20), queue_depth=(1, 4, 16),
@@ -50,6 +53,7 @@ def sweep(executor, d, journal: Path, bad: SweepPoint, target_bytes: int = 8 << 
     return rank(summarize_trials(measurer.journal.trials, executor.name))
 
 
+@needs_root
 @needs_fuse
 def test_fio_sweep_reaches_the_ceiling_and_ranks_by_the_limits(drive, tmp_path: Path) -> None:
     from iotune.sweep.fio_executor import FioExecutor
@@ -69,6 +73,7 @@ def test_fio_sweep_reaches_the_ceiling_and_ranks_by_the_limits(drive, tmp_path: 
                 assert a.median > b.median, (a.point, b.point)
 
 
+@needs_root
 @needs_fuse
 @pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="needs deepspeed (pip install -e '.[train]')")
 def test_aio_sweep_reaches_the_ceiling(drive, tmp_path: Path) -> None:
@@ -88,12 +93,20 @@ def test_aio_sweep_reaches_the_ceiling(drive, tmp_path: Path) -> None:
     assert slow.median < 0.5 * CEILING and ranking.index(slow) == len(ranking) - 1
 
 
+def _default_sigint() -> None:
+    # a suite started as a background job of a non-interactive shell inherits
+    # SIGINT ignored, and so would the child: give it the default, so Python
+    # installs its KeyboardInterrupt handler and the test's SIGINT reaches it
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_cli(args: list[str], out: Path) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "iotune", "sweep", "--profile", str(out.parent / "p.toml"),
                              "-o", str(out), "--json", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=_default_sigint)
 
 
+@needs_root
 @needs_fuse
 def test_killed_sweep_resumes_without_rerunning(tmp_path: Path) -> None:
     (tmp_path / "p.toml").write_text(
