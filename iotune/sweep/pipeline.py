@@ -83,7 +83,7 @@ def search(measurer: Measurer, space: SearchSpace, settings: RunSettings) -> lis
     while proposal is not None:
         measurer.measure_all(proposal)
         try:
-            proposal = proposals.send(measurer.journal.trials)
+            proposal = proposals.send(tuple(measurer.journal.trials))   # what was measured so far
         except StopIteration:
             proposal = None
     return rank(summarize_trials(measurer.journal.trials, name))
