@@ -80,6 +80,9 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
     from ..sweep.command import SpaceOverrides, SweepArgs, run_layouts_command, run_sweep_command
 
     fmt = chosen_format(fmt, as_json)
+    if export_to is not None:
+        from ..analysis.sweep_frames import check_export_path
+        check_export_path(export_to)      # before the sweep, not after it
     args = SweepArgs(target_dir=target_dir, profile=profile, executor=executor,
                      overrides=SpaceOverrides(block_size=block_sizes, queue_depth=queue_depths,
                                               intra_op_parallelism=threads, single_submit=single_submit,

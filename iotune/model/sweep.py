@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .aio import AioSettings
+from .record import from_fields
 
 
 @dataclass(frozen=True)
@@ -50,8 +51,7 @@ class SweepPoint:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SweepPoint:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return from_fields(cls, data)
 
 
 @dataclass(frozen=True)
@@ -89,8 +89,7 @@ class Measurement:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Measurement:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return from_fields(cls, data)
 
 
 @dataclass(frozen=True)
@@ -123,3 +122,11 @@ class Trial:
                    measurement=Measurement.from_json(m) if m else None, error=data.get("error", ""),
                    started_at=data.get("started_at", ""), seconds=float(data.get("seconds", 0.0)),
                    raw=data.get("raw") or {})
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """Points the search wants measured next, all at one repeat index."""
+
+    points: tuple[SweepPoint, ...]
+    repeat: int = 0

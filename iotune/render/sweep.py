@@ -60,7 +60,7 @@ def summary_text(o: SweepOutcome) -> Text:
     if o.recommended is None:
         t.append("No configuration could be measured: see the failed trials in the journal.\n", style="bold red")
         return t
-    best = next((r for r in o.ranking if r.point.key() == o.recommended.key()), None)
+    best = o.recommended_row()
     g = gain(best, o.default)
     t.append("Recommendation", style="bold")
     t.append(f" (profile {o.profile}, {o.trials} trials, {o.trials_run_now} run now, {o.failed} failed)\n")

@@ -8,12 +8,13 @@ import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import Any
 
 from ..model.sweep_result import LayoutSweep, Progress, SweepOutcome
 from ..errors import UsageError
 from ..model.drive import DriveLimits
 from .executor import Target
-from .session import SweepRequest, run_sweep
+from .pipeline import SweepRequest, run_sweep
 from .space import Profile, load_profile
 
 # The built-in drive: 200 MB/s and 800 IOPS caps, 4 ms per request with at most
@@ -36,7 +37,7 @@ class SpaceOverrides:
     overlap_events: tuple[bool, ...] | None = None
     engine: tuple[str, ...] | None = None
 
-    def given(self) -> dict[str, tuple[object, ...]]:
+    def given(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name)}
 
 
@@ -95,7 +96,8 @@ def run_sweep_command(args: SweepArgs, say: Callable[[str], None],
     prof = build_profile(args)
     out = args.out or Path("iotune-sweeps") / f"{prof.name}-{args.executor}"
     with sweep_target(args, prof, say) as (target, ceiling):
-        drive = {"path": str(args.target_dir)} if args.target_dir else {"emulated": BUILTIN_LIMITS.to_json()}
+        drive: dict[str, object] = ({"path": str(args.target_dir)} if args.target_dir
+                                    else {"emulated": BUILTIN_LIMITS.to_json()})
         req = SweepRequest(profile=prof, executor=args.executor, out_dir=out, fresh=args.fresh,
                            ceiling_bytes_per_s=ceiling, drive=drive)
         return run_sweep(req, target, on_trial, say), target

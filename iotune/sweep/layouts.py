@@ -11,17 +11,20 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..blockdev.devices import BlockDevice
+from ..model.layout import BuildPlan
 from ..model.sweep_result import Effects, LayoutResult, Progress
 from ..volumes.layout import LayoutSpec, build_layout
 from ..volumes.scratch import BLKIO, scratch_drive
 from .executor import Target
-from .session import SweepRequest, run_sweep
+from .pipeline import SweepRequest, run_sweep
 from .space import Profile
 
 
 @contextlib.contextmanager
 def shared_cap(devices: list[BlockDevice], bytes_per_s: int) -> Iterator[str]:
-    """One blkio cgroup capping each device at bytes_per_s (read and write)."""
+    """One blkio cgroup capping each device at bytes_per_s (read and write).
+    volumes/scratch.py makes its own per drive; both belong in one helper in
+    blockdev/cgroup.py once it has one."""
     cg = BLKIO / f"iotune-layouts-{os.getpid()}"
     cg.mkdir()
     try:
@@ -43,11 +46,11 @@ def sweep_layouts(profile: Profile, executor: str, drives: int, cap_bytes_per_s:
         devs = [d.device for d in made]
         cg = stack.enter_context(shared_cap(devs, cap_bytes_per_s)) if cap_bytes_per_s else None
         for n in range(1, drives + 1):
-            name = f"btrfs-raid0-{n}" if n > 1 else "btrfs-1"
             spec = LayoutSpec(devices=tuple(d.path for d in devs[:n]), raid0=n > 1, fstype="btrfs",
                               mount_options=mount_options)
             mnt = made[0].image.parent / f"iotune-layout-{n}"
             with build_layout(spec, mnt, scratch=True) as vol:
+                name = layout_name(vol.plan, n)
                 say(f"layout {name}: {vol.plan.reason}")
                 target = Target(mnt, profile.run.file_bytes, profile.run.files, cg,
                                 profile.run.runtime_s or 2.0, profile.run.ramp_s or 0.5)
@@ -57,6 +60,14 @@ def sweep_layouts(profile: Profile, executor: str, drives: int, cap_bytes_per_s:
                 outcome = run_sweep(req, target, on_trial, say)
                 results.append(LayoutResult(name, n, vol.plan.backend, vol.plan.reason, outcome))
     return results
+
+
+def layout_name(plan: BuildPlan, drives: int) -> str:
+    """Named by what was built: `<fs>-1` for one drive, else `md-raid0-N` or
+    `btrfs-raid0-N` by the RAID backend actually used."""
+    if drives == 1 or plan.backend == "single":
+        return f"{plan.fstype}-1"
+    return f"{plan.backend}-raid0-{drives}"
 
 
 def effects(results: list[LayoutResult]) -> Effects:

@@ -14,10 +14,11 @@ from dataclasses import asdict
 from typing import Any
 
 from ..blockdev.cgroup import join_cgroup_preexec
-from ..blockdev.proc import last_line
+from ..blockdev.proc import last_line, run_in_own_group
 from ..model.steps import parse_steps
 from ..model.sweep import Measurement, SweepPoint
 from .executor import Target, TrialFailed
+
 
 class StepsExecutor:
     name = "steps"
@@ -37,8 +38,8 @@ class StepsExecutor:
         if point.omp_threads:
             env["OMP_NUM_THREADS"] = str(point.omp_threads)
         try:
-            proc = subprocess.run(self.argv(point, target), capture_output=True, text=True, env=env,
-                                  timeout=self.timeout_s, preexec_fn=join_cgroup_preexec(target.cgroup))
+            proc = run_in_own_group(self.argv(point, target), self.timeout_s,
+                                    join_cgroup_preexec(target.cgroup), env=env)
         except subprocess.TimeoutExpired:
             raise TrialFailed(f"training did not finish within {self.timeout_s:.0f} s") from None
         records = parse_steps(proc.stdout)

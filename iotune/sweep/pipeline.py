@@ -1,30 +1,36 @@
-"""One `iotune sweep`: target, journal, search, confirmation with training
-steps, recommendation and its validation by DeepSpeed."""
+"""One `iotune sweep`, as one pipeline that runs one way:
+
+    propose points -> measure (executor + journal) -> rank
+        -> confirm on training steps -> recommend
+
+Each stage is a module of its own (propose, measure, rank, confirm,
+recommend); what passes between them are model records (Proposal, Trial,
+Ranked, SweepOutcome). This module checks the target, opens the journal and
+runs the stages in that order."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import os
 import platform
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..analysis.sweep import rank, summarize_trials
-from ..model.sweep_result import Progress, SweepOutcome
 from ..blockdev.directio import direct_io_problem
 from ..errors import UsageError
-from ..model.sweep import SweepPoint
+from ..model.sweep_result import Progress, Ranked, SweepOutcome
+from .confirm import confirm_on_steps
 from .executor import Executor, Target
 from .fio_executor import FioExecutor
-from .journal import Journal
-from .recommend import ds_fragment, validate_with_deepspeed
-from .search import Sweeper
-from .space import Profile
-from .steps_executor import StepsExecutor
+from .journal import Journal, open_journal
+from .measure import Measurer
+from .propose import default_point, planned_trials, propose
+from .rank import rank, summarize_trials
+from .recommend import ds_fragment, pick, validate_with_deepspeed
+from .space import Profile, RunSettings, SearchSpace
+
 
 def _aio() -> Executor:
     from .aio_executor import AioExecutor   # imports nothing heavy itself; the trials run DeepSpeed
@@ -55,14 +61,6 @@ def check_target(directory: Path) -> None:
                          f"directory on ext4, xfs or btrfs on the drive you will use")
 
 
-def open_journal(out_dir: Path, fresh: bool) -> Journal:
-    path = out_dir / "journal.jsonl"
-    if fresh and path.exists():
-        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        path.rename(path.with_name(f"journal.{stamp}.jsonl"))     # kept, never deleted
-    return Journal(path)
-
-
 def environment(target: Target, executor: str, drive: dict[str, object] | None) -> dict[str, object]:
     def version(argv: list[str]) -> str:
         try:
@@ -77,60 +75,43 @@ def environment(target: Target, executor: str, drive: dict[str, object] | None) 
             "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
 
 
+def search(measurer: Measurer, space: SearchSpace, settings: RunSettings) -> list[Ranked]:
+    """Propose -> measure until the search is done; the executor's ranking."""
+    name = measurer.executor.name
+    proposals = propose(space, settings, name)
+    proposal = next(proposals, None)
+    while proposal is not None:
+        measurer.measure_all(proposal)
+        try:
+            proposal = proposals.send(tuple(measurer.journal.trials))   # what was measured so far
+        except StopIteration:
+            proposal = None
+    return rank(summarize_trials(measurer.journal.trials, name))
+
+
 def run_sweep(req: SweepRequest, target: Target, on_trial: Callable[[Progress], None] | None = None,
               say: Callable[[str], None] = lambda s: None) -> SweepOutcome:
     check_target(target.directory)
     journal = open_journal(req.out_dir, req.fresh)
     env = environment(target, req.executor, req.drive)
-    recorded = journal.header.get("env", {})
-    for key in ("drive", "executor", "file_bytes", "files", "runtime_s"):
-        if journal.header and recorded.get(key) != env[key]:
-            raise UsageError(f"the journal in {req.out_dir} was recorded with {key} {recorded.get(key)!r}, not "
-                             f"{env[key]!r}: resume with the same settings, or use --fresh or another --out")
+    journal.check_resumable(env)
     journal.start(env)
     before = len(journal.trials)
-    sweeper = Sweeper(EXECUTORS[req.executor](), target, req.profile.space, req.profile.run, journal, on_trial)
-    ranking = sweeper.run()
-    default_key = sweeper.default_point().key()
-    default = next((r for r in ranking if r.point.key() == default_key), None)
-    confirmed = confirm(req, target, journal, ranking, sweeper.default_point(), on_trial, say)
-    recommended = pick(ranking, confirmed, sweeper.default_point())
+    space, run = req.profile.space, req.profile.run
+    measurer = Measurer(EXECUTORS[req.executor](), target, journal, on_trial, planned_trials(space, run))
+    ranking = search(measurer, space, run)
+    reference = default_point(space)
+    confirmed = confirm_on_steps(ranking, reference, run, target, journal, on_trial, say)
+    recommended = pick(ranking, confirmed)
     fragment = ds_fragment(recommended, str(target.directory)) if recommended else {}
     error = validate_with_deepspeed(fragment) if recommended and req.validate else None
     return SweepOutcome(
         target=str(target.directory), profile=req.profile.name, executor=req.executor, ranking=ranking,
-        confirmed=confirmed, recommended=recommended, default=default,
+        confirmed=confirmed, recommended=recommended,
+        default=next((r for r in ranking if r.point.key() == reference.key()), None),
         ceiling_bytes_per_s=req.ceiling_bytes_per_s,
         ceiling_source="known drive limits" if req.ceiling_bytes_per_s else "",
         fragment=fragment, validation_error=error, trials=len(journal.trials),
         trials_run_now=len(journal.trials) - before,
         failed=sum(t.status != "ok" for t in journal.trials), journal=str(journal.path),
     )
-
-
-def confirm(req: SweepRequest, target: Target, journal: Journal, ranking: list, default: SweepPoint,
-            on_trial: Callable[[Progress], None] | None, say: Callable[[str], None]) -> list:
-    """Closed loop: the top candidates and DeepSpeed's default, on real
-    training steps (nvme-opt, optimizer state swapped to the target)."""
-    n = req.profile.run.confirm_top
-    if n <= 0:
-        return []
-    candidates = [r.point for r in ranking[:n] if r.scores]
-    points = list(dict.fromkeys(candidates + [default]))
-    say(f"confirming {len(candidates)} candidate(s) and DeepSpeed's defaults with "
-        f"{req.profile.run.steps} training steps each")
-    steps = Sweeper(StepsExecutor(steps=req.profile.run.steps), target, req.profile.space, req.profile.run,
-                    journal, on_trial)
-    steps.planned = len(points)
-    for p in points:
-        steps.measure(p)
-    return rank(summarize_trials(journal.trials, "steps"))
-
-
-def pick(ranking: list, confirmed: list, default: SweepPoint) -> SweepPoint | None:
-    """The confirmed winner if training steps were run (ties inside the noise
-    go to the cheaper point, DeepSpeed's default included), else the
-    executor's best."""
-    if confirmed and confirmed[0].scores:
-        return confirmed[0].point
-    return ranking[0].point if ranking and ranking[0].scores else None

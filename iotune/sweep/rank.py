@@ -1,10 +1,11 @@
-"""Ranking sweep trials: medians and spread over repeats, ties inside the
-noise going to the cheaper configuration."""
+"""Stage 3 of a sweep, rank: trials -> Ranked rows, medians and spread over
+repeats, ties inside the noise going to the cheaper configuration."""
 
 from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Sequence
 
 from ..model.sweep import Trial
 from ..model.sweep_result import Ranked
@@ -14,7 +15,7 @@ from ..model.sweep_result import Ranked
 MIN_NOISE = 0.05
 
 
-def summarize_trials(trials: list[Trial], executor: str) -> list[Ranked]:
+def summarize_trials(trials: Sequence[Trial], executor: str) -> list[Ranked]:
     groups: dict[str, list[Trial]] = defaultdict(list)
     for t in trials:
         if t.executor == executor:
@@ -60,3 +61,12 @@ def rank(rows: list[Ranked], noise: float = MIN_NOISE) -> list[Ranked]:
         out += tier
         ok = [r for r in ok if r not in tier]
     return out + [r for r in rows if not r.scores]
+
+
+def first_pass(trials: Sequence[Trial], executor: str,
+               keys: set[str] | None = None) -> list[Ranked]:
+    """The ranking from repeat 0 only (of `keys`, or of every point). The
+    adaptive search decides on exactly what an uninterrupted run had at that
+    moment, so replaying a journal (after a crash or Ctrl-C) takes the same path."""
+    return rank(summarize_trials([t for t in trials if t.executor == executor and t.repeat == 0
+                                  and (keys is None or t.point.key() in keys)], executor))

@@ -1,0 +1,18 @@
+"""Loading records saved by any iotune version: a record's fields from a
+JSON object, ignoring keys the record no longer has (newer or older files)
+and leaving fields the file lacks at their defaults."""
+
+from __future__ import annotations
+
+from dataclasses import fields, is_dataclass
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def from_fields(cls: type[T], data: dict[str, Any]) -> T:
+    """cls(**data) with only the keys that are fields of cls."""
+    if not is_dataclass(cls):
+        raise TypeError(f"{cls!r} is not a dataclass")
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
