@@ -44,4 +44,4 @@ def test_an_upward_import_breaks_the_contract(tmp_path: Path, module: str, plant
     r = lint_imports(tmp_path)
     assert r.returncode == 1, r.stdout
     broken = [line for line in r.stdout.splitlines() if line.rstrip().endswith("BROKEN")]
-    assert len(broken) == 1 and contract in broken[0], r.stdout
+    assert any(contract in line for line in broken), r.stdout    # indirect imports may break others too

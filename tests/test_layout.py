@@ -177,28 +177,3 @@ def test_cli_refuses_the_root_disk() -> None:
     assert r.stderr.startswith(f"Error: refusing to overwrite devices that hold data or a system role: {root.name} "
                                f"holds the root or boot filesystem")
     assert r.stderr.rstrip().endswith(f"If you mean to destroy it, name it: --destroy-data {root.name}")
-
-
-@needs_root
-def test_sweep_ranks_layouts_and_aio_settings_together(tmp_path: Path) -> None:
-    import json
-
-    from click.testing import CliRunner
-
-    from iotune.cli import cli
-
-    (tmp_path / "p.toml").write_text(
-        '[space]\nblock_size = ["1M"]\nqueue_depth = [8]\nintra_op_parallelism = [1]\nsingle_submit = [false]\n'
-        'overlap_events = [true]\n[run]\nrepeats = 1\nfinalists = 1\nconfirm_top = 0\nfile_bytes = "8M"\n'
-        'runtime_s = 1.5\nramp_s = 0.5\n')
-    r = CliRunner().invoke(cli, ["sweep", "--layouts", "2", "--drive-cap", "100MB/s", "--profile",
-                                 str(tmp_path / "p.toml"), "-o", str(tmp_path / "j"), "--json"])
-    assert r.exit_code == 0, r.output
-    doc = json.loads(r.stdout)
-    assert [x["layout"] for x in doc["layouts"]] == ["btrfs-1", "btrfs-raid0-2"]
-    if not md_available()[0]:
-        assert doc["layouts"][1]["backend"] == "btrfs" and "no md RAID" in doc["layouts"][1]["reason"]
-    reads = [x["outcome"]["ranking"][0]["read_bytes_per_s"] for x in doc["layouts"]]
-    assert abs(reads[0] / CAP - 1) <= 0.05 and abs(reads[1] / CAP - 2) <= 0.10, reads
-    assert doc["dominant"] == "layout" and doc["layout_effect"] > 1.4
-    assert not [m for m in Path("/proc/mounts").read_text().splitlines() if "iotune-layout" in m]

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from .conftest import needs_fio, needs_root_for
 from click.testing import CliRunner
 
-from iotune.model.sweep_result import Ranked
 from iotune.cli import cli
 from iotune.errors import RecordError, UsageError
 from iotune.model.sweep import Measurement, SweepPoint, Trial
@@ -25,8 +24,7 @@ from iotune.sweep.rank import rank, summarize_trials
 from iotune.sweep.space import RunSettings, SearchSpace, load_profile
 
 MB = 1_000_000
-needs_fio = pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio: scripts/setup.sh")
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount -t ramfs)")
+needs_root = needs_root_for("mount -t ramfs")
 
 
 def trial(point: SweepPoint, mbps: float, repeat: int = 0, status: str = "ok") -> Trial:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from .conftest import needs_fio
 from click.testing import CliRunner, Result
 
 from iotune.cli import cli
@@ -21,7 +22,7 @@ from iotune.model.sweep import SweepPoint
 from iotune.sweep.fio_executor import parse_fio_json
 from iotune.sweep.journal import Journal
 
-pytestmark = pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio: scripts/setup.sh")
+pytestmark = needs_fio
 
 BLOCKS, DEPTHS = (64 << 10, 256 << 10), (1, 4)
 PROFILE = ('[space]\nblock_size = ["64K", "256K"]\nqueue_depth = [1, 4]\nintra_op_parallelism = [1]\n'

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,11 +16,8 @@ from iotune.sweep.journal import Journal
 from iotune.sweep.recommend import ds_fragment, validate_with_deepspeed
 from iotune.sweep.steps_executor import StepsExecutor
 
-from .conftest import make_loops, needs_root
+from .conftest import make_loops, needs_deepspeed, needs_fio, needs_root
 
-needs_fio = pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio: scripts/setup.sh")
-needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
-                                     reason="needs deepspeed and torch (pip install -e '.[train]')")
 
 
 @pytest.fixture

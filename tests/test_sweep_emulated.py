@@ -5,9 +5,7 @@ at most 8 served at once."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -15,6 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from .conftest import needs_deepspeed, needs_root_for
 
 from iotune.model.drive import DriveLimits
 from iotune.model.sweep import SweepPoint
@@ -29,7 +29,7 @@ from iotune.volumes.emulated import emulated_drive
 from .test_emulated_drive import needs_fuse
 
 # the emulated drive mounts a FUSE filesystem and a loop device and caps it with a blkio cgroup
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (FUSE mount, loop device, blkio cgroup)")
+needs_root = needs_root_for("FUSE mount, loop device, blkio cgroup")
 
 LIMITS = DriveLimits(latency_us=2000, parallelism=8, bw_bytes_per_s=200_000_000, iops=800)
 CEILING = 200_000_000
@@ -75,7 +75,7 @@ def test_fio_sweep_reaches_the_ceiling_and_ranks_by_the_limits(drive, tmp_path: 
 
 @needs_root
 @needs_fuse
-@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="needs deepspeed (pip install -e '.[train]')")
+@needs_deepspeed
 def test_aio_sweep_reaches_the_ceiling(drive, tmp_path: Path) -> None:
     from iotune.sweep.aio_executor import AioExecutor
 

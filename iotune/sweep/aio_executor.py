@@ -25,13 +25,13 @@ from typing import Any
 from ..blockdev.cgroup import join_cgroup_preexec
 from ..blockdev.proc import kill_group, last_line
 from ..model.sweep import Measurement, SweepPoint
+from ..resources import package_root
 from .aio_bench import BenchConfig, swap_paths
 from .executor import Target, TrialFailed
 
 BENCH_MODULE = "iotune.sweep.aio_bench"
 DEFAULT_TIMEOUT_S = 600.0        # a first run JIT-builds the async_io op: about 134 s on 2 cores
 STDERR_TAIL_CHARS = 4000
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]     # the directory holding the iotune package
 
 
 class AioExecutor:
@@ -118,7 +118,7 @@ def _measurement(data: dict[str, Any], block_size: int, raw: dict[str, Any]) -> 
 
 def _start(argv: list[str], cgroup: str | None) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(package_root()), env.get("PYTHONPATH", "")) if p)
     preexec = None
     if cgroup is not None:
         procs = Path(cgroup) / "cgroup.procs"

@@ -5,36 +5,18 @@ on each, and which dimension mattered most."""
 from __future__ import annotations
 
 import contextlib
-import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from ..blockdev.devices import BlockDevice
+from ..blockdev.cgroup import Throttle, blkio_cgroup
 from ..model.layout import BuildPlan
 from ..model.sweep_result import Effects, LayoutResult, Progress
 from ..volumes.layout import LayoutSpec, build_layout
-from ..volumes.scratch import BLKIO, scratch_drive
+from ..volumes.scratch import scratch_drive
 from .executor import Target
 from .pipeline import SweepRequest, run_sweep
 from .space import Profile
-
-
-@contextlib.contextmanager
-def shared_cap(devices: list[BlockDevice], bytes_per_s: int) -> Iterator[str]:
-    """One blkio cgroup capping each device at bytes_per_s (read and write).
-    volumes/scratch.py makes its own per drive; both belong in one helper in
-    blockdev/cgroup.py once it has one."""
-    cg = BLKIO / f"iotune-layouts-{os.getpid()}"
-    cg.mkdir()
-    try:
-        for d in devices:
-            for knob in ("read_bps_device", "write_bps_device"):
-                (cg / f"blkio.throttle.{knob}").write_text(f"{d.number} {bytes_per_s}\n")
-        yield str(cg)
-    finally:
-        with contextlib.suppress(OSError):
-            cg.rmdir()
 
 
 def sweep_layouts(profile: Profile, executor: str, drives: int, cap_bytes_per_s: int, out_dir: Path,
@@ -44,7 +26,8 @@ def sweep_layouts(profile: Profile, executor: str, drives: int, cap_bytes_per_s:
     with contextlib.ExitStack() as stack:
         made = [stack.enter_context(scratch_drive(None, 1 << 30)) for _ in range(drives)]
         devs = [d.device for d in made]
-        cg = stack.enter_context(shared_cap(devs, cap_bytes_per_s)) if cap_bytes_per_s else None
+        caps = [Throttle(d.number, read_bps=cap_bytes_per_s, write_bps=cap_bytes_per_s) for d in devs]
+        cg = str(stack.enter_context(blkio_cgroup("layouts", caps))) if cap_bytes_per_s else None
         for n in range(1, drives + 1):
             spec = LayoutSpec(devices=tuple(d.path for d in devs[:n]), raid0=n > 1, fstype="btrfs",
                               mount_options=mount_options)

@@ -24,7 +24,7 @@ from ..model.sweep_result import Progress, Ranked, SweepOutcome
 from .confirm import confirm_on_steps
 from .executor import Executor, Target
 from .fio_executor import FioExecutor
-from .journal import Journal, open_journal
+from .journal import open_journal
 from .measure import Measurer
 from .propose import default_point, planned_trials, propose
 from .rank import rank, summarize_trials

@@ -23,7 +23,6 @@ import os
 import socket
 import sys
 import time
-from dataclasses import replace
 from typing import Any
 
 from iotune.blockdev.directio import direct_io_problem
