@@ -61,6 +61,7 @@ from iotune.sweep.command import BUILTIN_LIMITS, BUILTIN_RAMP_S, BUILTIN_RUNTIME
 from iotune.sweep.executor import Executor, Target  # noqa: E402
 from iotune.sweep.fio_executor import FioExecutor  # noqa: E402
 from iotune.sweep.journal import Journal  # noqa: E402
+from iotune.model.journal import SweepEnv  # noqa: E402
 from iotune.model.sweep_result import Progress  # noqa: E402
 from iotune.sweep.measure import Measurer  # noqa: E402
 from iotune.sweep.pipeline import search  # noqa: E402
@@ -201,7 +202,7 @@ def run_search(label: str, executor: Executor, target: Target, prof: Profile, jo
                deadline: float | None) -> dict[str, Any]:
     """One search (propose -> measure -> rank) over a fresh journal; cut short (partial) at `deadline`."""
     journal = Journal(journal_dir / "journal.jsonl")
-    journal.start({"benchmark": label})
+    journal.start(SweepEnv(target=label))
     measurer = Measurer(executor, target, journal, progress(label, deadline), planned_trials(prof.space, prof.run))
     load, t0, partial = LoadMeter(), time.perf_counter(), False
     try:
@@ -440,7 +441,7 @@ def measure_picks(picks: dict[str, SweepPoint], target: Target, repeats: int, jo
     """Each distinct pick `repeats` times with the fio executor, the order
     rotated every round; labels sharing a point share its measurements."""
     journal = Journal(journal_dir / "journal.jsonl")
-    journal.start({"benchmark": "picks"})
+    journal.start(SweepEnv(target="picks"))
     measurer = Measurer(FioExecutor(), target, journal, progress("picks", None))
     distinct = list(dict.fromkeys(p.key() for p in picks.values()))
     by_key = {p.key(): p for p in picks.values()}

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from iotune.cli import cli
 from iotune.errors import RecordError, UsageError
+from iotune.model.journal import SweepEnv
 from iotune.model.sweep import Measurement, SweepPoint, Trial
 from iotune.sweep.executor import Target, TrialFailed
 from iotune.sweep.fio_executor import FioExecutor, fio_jobfile, parse_fio_json
@@ -56,20 +57,20 @@ def test_score_is_harmonic_mean_of_read_and_write() -> None:
 
 def test_journal_replays_and_survives_a_partial_line(tmp_path: Path) -> None:
     j = Journal(tmp_path / "journal.jsonl")
-    j.start({"kernel": "x"})
+    j.start(SweepEnv(kernel="x"))
     p = SweepPoint(block_size=512 << 10)
     j.record(trial(p, 100))
     with (tmp_path / "journal.jsonl").open("a") as fh:
         fh.write('{"kind": "trial", "executor": "fio", "poi')      # killed mid-write
     again = Journal(tmp_path / "journal.jsonl")
     assert len(again.trials) == 1 and again.done("fio", p.key(), 0) is not None
-    assert again.done("fio", p.key(), 1) is None and again.header["env"] == {"kernel": "x"}
+    assert again.done("fio", p.key(), 1) is None and again.env == SweepEnv(kernel="x")
 
 
 def test_a_damaged_journal_is_a_record_error_naming_file_line_and_fix(tmp_path: Path) -> None:
     path = tmp_path / "journal.jsonl"
     j = Journal(path)
-    j.start({"kernel": "x"})
+    j.start(SweepEnv(kernel="x"))
     j.record(trial(SweepPoint(), 100))
     with path.open("a") as fh:
         fh.write('{"kind": "trial", "executor": "fio", "point": 7}\n')

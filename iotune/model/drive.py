@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from .record import from_fields
+
 US_PER_S = 1_000_000
 
 
@@ -86,5 +88,4 @@ class DriveLimits:
     def from_json(cls, data: dict[str, Any]) -> DriveLimits:
         """Loads what `to_json` wrote; missing keys take their defaults and
         unknown keys (from newer files) are ignored."""
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return from_fields(cls, data)

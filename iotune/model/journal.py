@@ -10,19 +10,53 @@ partial last line, which reading skips.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import RecordError
+from .record import from_fields
 from .sweep import Trial
 
 JOURNAL_VERSION = 1
 
 
 @dataclass(frozen=True)
+class SweepEnv:
+    """What a journal's trials ran on and with (its header). A journal is
+    resumed only by a sweep whose RESUME_FIELDS are equal: the same trials
+    on the same drive."""
+
+    RESUME_FIELDS: ClassVar[tuple[str, ...]] = ("drive", "executor", "file_bytes", "files", "runtime_s")
+
+    kernel: str = ""
+    target: str = ""                                    # the directory trials ran in
+    executor: str = ""
+    drive: dict[str, Any] = field(default_factory=dict)  # the drive's identity: path, emulated limits, layout
+    fio: str = ""                                       # fio --version, when fio was there
+    file_bytes: int = 0
+    files: int = 0
+    runtime_s: float | None = None
+    started_at: str = ""
+
+    def differs_from(self, other: SweepEnv) -> tuple[str, object, object] | None:
+        """The first resume field whose value differs: (name, ours, theirs)."""
+        for name in self.RESUME_FIELDS:
+            if getattr(self, name) != getattr(other, name):
+                return name, getattr(self, name), getattr(other, name)
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SweepEnv:
+        return from_fields(cls, data)
+
+
+@dataclass(frozen=True)
 class JournalContents:
-    header: dict[str, Any] = field(default_factory=dict)     # {} when the file has none yet
+    env: SweepEnv | None = None          # None: the file has no header yet
     trials: tuple[Trial, ...] = ()
 
 
@@ -37,7 +71,7 @@ def read_journal(path: Path) -> JournalContents:
 
 
 def read_journal_lines(lines: list[str], path: Path) -> JournalContents:
-    header: dict[str, Any] = {}
+    env: SweepEnv | None = None
     trials: list[Trial] = []
     for n, line in enumerate(lines, 1):
         try:
@@ -52,13 +86,13 @@ def read_journal_lines(lines: list[str], path: Path) -> JournalContents:
                 raise RecordError(f"{path}:{n}: journal version {version!r} was written by a newer iotune "
                                   f"(this one reads version {JOURNAL_VERSION}): upgrade iotune, or start a new "
                                   f"journal with --fresh (the old one is kept) or another --out")
-            header = rec
+            env = SweepEnv.from_json(rec.get("env") or {})
         elif rec.get("kind") == "trial":
             try:
                 trials.append(Trial.from_json(rec))
             except (KeyError, TypeError, ValueError, AttributeError) as e:
                 raise _corrupt(path, n, f"not a trial record ({type(e).__name__}: {e})") from None
-    return JournalContents(header, tuple(trials))
+    return JournalContents(env, tuple(trials))
 
 
 def _corrupt(path: Path, line: int, why: str) -> RecordError:

@@ -10,9 +10,14 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-def from_fields(cls: type[T], data: dict[str, Any]) -> T:
-    """cls(**data) with only the keys that are fields of cls."""
+def known_fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    """The items of `data` whose keys are fields of the dataclass `cls`."""
     if not is_dataclass(cls):
         raise TypeError(f"{cls!r} is not a dataclass")
     names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in data.items() if k in names})
+    return {k: v for k, v in data.items() if k in names}
+
+
+def from_fields(cls: type[T], data: dict[str, Any]) -> T:
+    """cls(**data) with only the keys that are fields of cls."""
+    return cls(**known_fields(cls, data))

@@ -5,8 +5,10 @@ workload and read by the sweep's steps executor."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
+
+from .record import from_fields
 
 STEP_PREFIX = "IOTUNE_STEP "
 
@@ -24,8 +26,7 @@ class StepRecord:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StepRecord:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return from_fields(cls, data)
 
 
 def parse_steps(text: str) -> list[StepRecord]:

@@ -11,35 +11,31 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
-from ..model.journal import JOURNAL_VERSION, read_journal
+from ..model.journal import JOURNAL_VERSION, SweepEnv, read_journal
 from ..model.sweep import Trial
-
-# the settings a journal is only resumed with: the same trials on the same drive
-RESUME_KEYS = ("drive", "executor", "file_bytes", "files", "runtime_s")
-
 
 class Journal:
     def __init__(self, path: Path) -> None:
         self.path = path
         contents = read_journal(path) if path.exists() else None
-        self.header: dict[str, Any] = dict(contents.header) if contents else {}
+        self.env: SweepEnv | None = contents.env if contents else None
         self.trials: list[Trial] = list(contents.trials) if contents else []
 
-    def start(self, env: dict[str, Any]) -> None:
+    def start(self, env: SweepEnv) -> None:
         """Write the header of a new journal (no-op when resuming)."""
-        if self.header:
+        if self.env is not None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.header = {"kind": "header", "version": JOURNAL_VERSION, "env": env}
-        self._append(self.header)
+        self.env = env
+        self._append({"kind": "header", "version": JOURNAL_VERSION, "env": env.to_json()})
 
-    def check_resumable(self, env: dict[str, Any]) -> None:
+    def check_resumable(self, env: SweepEnv) -> None:
         """UsageError if this journal was recorded with other settings than `env`."""
-        recorded = self.header.get("env", {})
-        for key in RESUME_KEYS:
-            if self.header and recorded.get(key) != env[key]:
-                raise UsageError(f"the journal in {self.path.parent} was recorded with {key} {recorded.get(key)!r}, "
-                                 f"not {env[key]!r}: resume with the same settings, or use --fresh or another --out")
+        diff = self.env.differs_from(env) if self.env is not None else None
+        if diff is not None:
+            key, recorded, now = diff
+            raise UsageError(f"the journal in {self.path.parent} was recorded with {key} {recorded!r}, "
+                             f"not {now!r}: resume with the same settings, or use --fresh or another --out")
 
     def done(self, executor: str, key: str, repeat: int) -> Trial | None:
         for t in self.trials:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..blockdev.directio import direct_io_problem
 from ..errors import UsageError
+from ..model.journal import SweepEnv
 from ..model.sweep_result import Progress, Ranked, SweepOutcome
 from .confirm import confirm_on_steps
 from .executor import Executor, Target
@@ -61,18 +62,18 @@ def check_target(directory: Path) -> None:
                          f"directory on ext4, xfs or btrfs on the drive you will use")
 
 
-def environment(target: Target, executor: str, drive: dict[str, object] | None) -> dict[str, object]:
+def environment(target: Target, executor: str, drive: dict[str, object] | None) -> SweepEnv:
     def version(argv: list[str]) -> str:
         try:
             return subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout.strip()
         except (OSError, subprocess.TimeoutExpired):
             return ""
 
-    return {"kernel": platform.release(), "target": str(target.directory), "executor": executor,
-            "drive": drive or {"path": str(target.directory)},
-            "fio": version(["fio", "--version"]) if shutil.which("fio") else "",
-            "file_bytes": target.file_bytes, "files": target.files, "runtime_s": target.runtime_s,
-            "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    return SweepEnv(kernel=platform.release(), target=str(target.directory), executor=executor,
+                    drive=dict(drive or {"path": str(target.directory)}),
+                    fio=version(["fio", "--version"]) if shutil.which("fio") else "",
+                    file_bytes=target.file_bytes, files=target.files, runtime_s=target.runtime_s,
+                    started_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
 
 
 def search(measurer: Measurer, space: SearchSpace, settings: RunSettings) -> list[Ranked]:
