@@ -66,7 +66,8 @@ def gds_available(accelerator: str | None) -> bool | None:
         return False
     if ctypes.util.find_library("cufile"):
         return True
-    return bool(glob.glob("/usr/local/cuda*/lib64/libcufile.so*") or glob.glob("/usr/local/cuda*/targets/*/lib/libcufile.so*"))
+    return bool(glob.glob("/usr/local/cuda*/lib64/libcufile.so*")
+                or glob.glob("/usr/local/cuda*/targets/*/lib/libcufile.so*"))
 
 
 def nearest_existing(path: str) -> str:

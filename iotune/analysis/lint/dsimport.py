@@ -50,5 +50,6 @@ def import_deepspeed() -> ModuleType:
     """`deepspeed`, imported quietly (ImportError if it is not installed or
     cannot be imported)."""
     with deepspeed_quiet():
-        import deepspeed
-    return deepspeed
+        import deepspeed  # type: ignore[import-untyped]
+    module: ModuleType = deepspeed
+    return module

@@ -37,9 +37,9 @@ def committed_table(version: str | None = None) -> dict[str, Any]:
 def generate_table() -> dict[str, Any]:
     """The table for the installed DeepSpeed (imports it: seconds)."""
     deepspeed = import_deepspeed()
-    from deepspeed.runtime import config as ds_config
-    from deepspeed.runtime.swap_tensor.aio_config import AIO_DEFAULT_DICT
-    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+    from deepspeed.runtime import config as ds_config  # type: ignore[import-untyped]
+    from deepspeed.runtime.swap_tensor.aio_config import AIO_DEFAULT_DICT  # type: ignore[import-untyped]
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig  # type: ignore[import-untyped]
 
     models: dict[str, Any] = {}
     _describe_model(DeepSpeedZeroConfig, models)
@@ -53,7 +53,7 @@ def generate_table() -> dict[str, Any]:
 
 
 def _describe_model(model: Any, models: dict[str, Any]) -> str:
-    name = model.__name__
+    name = str(model.__name__)
     if name in models:
         return name
     models[name] = {}      # placeholder against recursion

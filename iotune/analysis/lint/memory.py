@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...model.lint import LintEnv, LintFinding
-from .view import (OPTIMIZER_DEFAULTS, PARAM_DEFAULTS, SUB_GROUP_SIZE_DEFAULT, as_int, device, element_bytes,
-                   finding, model_dtype, offload, setting, stage, zero)
+from .view import (OPTIMIZER_DEFAULTS, PARAM_DEFAULTS, SUB_GROUP_SIZE_DEFAULT, aio_block, as_int, device,
+                   element_bytes, finding, model_dtype, offload, setting, stage, zero)
 
 AIO_ALIGNED_BYTES = 1024
 
@@ -54,8 +54,7 @@ def mib(n: float) -> str:
 
 
 def _aligned(elements: int, elem_bytes: int, cfg: dict[str, Any]) -> int:
-    aio = cfg.get("aio") if isinstance(cfg.get("aio"), dict) else {}
-    intra = as_int(aio.get("intra_op_parallelism", 1)) or 1
+    intra = as_int(aio_block(cfg).get("intra_op_parallelism", 1)) or 1
     step = max(1, AIO_ALIGNED_BYTES * intra // elem_bytes)
     return math.ceil(elements / step) * step
 
@@ -67,8 +66,7 @@ def _swaps_at_stage3(cfg: dict[str, Any], which: str) -> bool:
 def param_buffers(cfg: dict[str, Any]) -> Locked | None:
     if not _swaps_at_stage3(cfg, "offload_param"):
         return None
-    aio = cfg.get("aio") if isinstance(cfg.get("aio"), dict) else {}
-    if aio.get("use_gds") is True:
+    if aio_block(cfg).get("use_gds") is True:
         return None
     where = "zero_optimization.offload_param"
     p = offload(cfg, "offload_param")

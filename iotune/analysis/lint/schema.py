@@ -12,6 +12,7 @@ the installed DeepSpeed.
 
 from __future__ import annotations
 
+import operator
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -65,7 +66,7 @@ class Schema:
             if spec is None or spec.get("type") != "model":
                 return None
             model = self.table["models"][spec["model"]]
-        return model
+        return dict(model)
 
 
 class InstalledSchema(Schema):
@@ -77,7 +78,7 @@ class InstalledSchema(Schema):
 
     def _validate_zero(self, zero: dict[str, Any]) -> list[SchemaIssue]:
         from pydantic import ValidationError
-        from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+        from deepspeed.runtime.zero.config import DeepSpeedZeroConfig  # type: ignore[import-untyped]
 
         logs: list[str] = []
         try:
@@ -103,11 +104,11 @@ def choose_schema(against: str = "auto") -> Schema:
         return table_schema()
     try:
         return InstalledSchema()
-    except ImportError:
+    except Exception as e:              # noqa: BLE001 - a broken DeepSpeed install fails in many ways
         if against == "installed":
-            raise
+            raise ImportError(str(e) or type(e).__name__) from None
         schema = table_schema()
-        schema.source += " (DeepSpeed not importable)"
+        schema.source += f" (DeepSpeed not importable: {type(e).__name__})"
         return schema
 
 
@@ -142,8 +143,8 @@ def _deprecated_key(message: str) -> str:
 
 def _field(model: dict[str, Any], key: str) -> dict[str, Any] | None:
     if key in model:
-        return model[key]
-    return next((spec for spec in model.values() if spec.get("alias") == key), None)
+        return dict(model[key])
+    return next((dict(spec) for spec in model.values() if spec.get("alias") == key), None)
 
 
 def _check_model(table: dict[str, Any], name: str, data: dict[str, Any], loc: tuple[str, ...]) -> list[SchemaIssue]:
@@ -257,9 +258,9 @@ def _bound_problem(spec: dict[str, Any], value: Any) -> str | None:
     number = _as_float(value) if not isinstance(value, bool) else float(value)
     if number is None:
         return None
-    checks = (("ge", lambda b: number >= b, "greater than or equal to"), ("gt", lambda b: number > b, "greater than"),
-              ("le", lambda b: number <= b, "less than or equal to"), ("lt", lambda b: number < b, "less than"))
-    for key, ok, words in checks:
-        if key in spec and not ok(spec[key]):
+    checks = (("ge", operator.ge, "greater than or equal to"), ("gt", operator.gt, "greater than"),
+              ("le", operator.le, "less than or equal to"), ("lt", operator.lt, "less than"))
+    for key, holds, words in checks:
+        if key in spec and not holds(number, spec[key]):
             return f"Input should be {words} {spec[key]}"
     return None

@@ -35,6 +35,11 @@ class Known:
         return not self.why
 
 
+def aio_block(cfg: dict[str, Any]) -> dict[str, Any]:
+    a = cfg.get("aio")
+    return a if isinstance(a, dict) else {}
+
+
 def zero(cfg: dict[str, Any]) -> dict[str, Any]:
     z = cfg.get("zero_optimization")
     return z if isinstance(z, dict) else {}
