@@ -134,7 +134,7 @@ def test_ds_nvme_tune_block_is_flagged(tmp_path: Path) -> None:
 
 
 def test_configs_iotune_generates_pass(tmp_path: Path) -> None:
-    env = LintEnv(paths={str(tmp_path): GOOD_PATH})
+    env = LintEnv(paths={str(tmp_path): GOOD_PATH}, accelerator="cpu")      # iotune runs them on CPU
     for strategy in STRATEGIES:
         spec = WorkloadSpec(strategy=strategy, nvme_path=str(tmp_path),
                             precision="bf16" if strategy == "nvme-all" else "fp32")
@@ -491,3 +491,31 @@ def test_lint_report_round_trips_through_json() -> None:
     failed = LintReport("x.json", (), LintFailure("invalid-json", "x.json is not valid JSON", 2))
     assert LintReport.from_json(json.loads(json.dumps(failed.to_json()))) == failed
     assert LintReport.from_json({"config": "old.json", "findings": []}) == LintReport("old.json", ())
+
+
+def test_without_deepspeed_the_table_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "deepspeed", None)          # `import deepspeed` raises ImportError
+    code, doc = run_lint_cli(FIXTURES / "refuses-typo-zero-key.json", "--accelerator", "cpu")
+    assert code == 1
+    assert doc["checked_against"] == "DeepSpeed 0.19.8 key table (DeepSpeed not installed)"
+    assert [f["rule"] for f in doc["findings"]] == ["ds-unknown-key"]
+    r = CliRunner().invoke(cli, ["lint", str(FIXTURES / "refuses-typo-zero-key.json"), "--json",
+                                 "--deepspeed", "installed"])
+    assert r.exit_code == 2 and json.loads(r.stdout)["error"]["kind"] == "no-deepspeed"
+
+
+def test_accelerator_detection_follows_deepspeed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from iotune.doctor.facts import detect_accelerator
+
+    monkeypatch.setenv("DS_ACCELERATOR", "xpu")
+    assert detect_accelerator() == ("xpu", "DS_ACCELERATOR")
+    monkeypatch.delenv("DS_ACCELERATOR")
+    if importlib.util.find_spec("torch") is None:
+        assert detect_accelerator() == (None, "torch is not installed here")
+    else:
+        import torch
+
+        want = "cuda" if torch.cuda.device_count() > 0 and torch.cuda.is_available() else "cpu"
+        assert detect_accelerator()[0] == want

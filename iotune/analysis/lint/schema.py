@@ -108,7 +108,8 @@ def choose_schema(against: str = "auto") -> Schema:
         if against == "installed":
             raise ImportError(str(e) or type(e).__name__) from None
         schema = table_schema()
-        schema.source += f" (DeepSpeed not importable: {type(e).__name__})"
+        why = "not installed" if isinstance(e, ModuleNotFoundError) else f"not importable: {type(e).__name__}"
+        schema.source += f" (DeepSpeed {why})"
         return schema
 
 
