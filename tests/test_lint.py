@@ -519,3 +519,16 @@ def test_accelerator_detection_follows_deepspeed(monkeypatch: pytest.MonkeyPatch
 
         want = "cuda" if torch.cuda.device_count() > 0 and torch.cuda.is_available() else "cpu"
         assert detect_accelerator()[0] == want
+
+
+def test_empty_unmounted_directory_under_mnt_is_a_warning(tmp_path: Path) -> None:
+    from iotune.doctor.facts import looks_unmounted
+
+    (tmp_path / "nvme0").mkdir()
+    assert looks_unmounted(str(tmp_path / "nvme0"), set(), (str(tmp_path),)) == str(tmp_path / "nvme0")
+    assert looks_unmounted(str(tmp_path / "nvme0"), {str(tmp_path / "nvme0")}, (str(tmp_path),)) is None
+    (tmp_path / "nvme0" / "data").write_text("x")
+    assert looks_unmounted(str(tmp_path / "nvme0"), set(), (str(tmp_path),)) is None
+    facts = PathFacts(exists=False, writable=True, free_bytes=10**12, checked="/mnt/nvme0", looks_unmounted="/mnt/nvme0")
+    found = [f for f in lint(CLEAN, LintEnv(paths={"/nvme": facts})) if f.rule == "nvme-path-maybe-unmounted"]
+    assert found and found[0].severity == "warning" and "mkdir" in found[0].fix and "do not" in found[0].fix

@@ -136,16 +136,16 @@ def block_device(path: str) -> tuple[str | None, str | None]:
     return name, disk
 
 
-def looks_unmounted(checked: str, path: str, mounted: set[str]) -> str | None:
+def looks_unmounted(checked: str, mounted: set[str], mount_dirs: tuple[str, ...] = MOUNT_DIRS) -> str | None:
     """An empty directory right under /mnt or /media on the path, not mounted:
     probably where a drive should be mounted."""
-    for top in MOUNT_DIRS:
-        if checked.startswith(top + "/") and checked.count("/") == 2 and checked not in mounted:
+    for top in mount_dirs:
+        if os.path.dirname(checked) == top and checked not in mounted:
             try:
                 empty = not os.listdir(checked)
             except OSError:
                 return None
-            return checked if empty and os.path.abspath(path) != checked else None
+            return checked if empty else None
     return None
 
 
@@ -163,7 +163,7 @@ def path_facts(path: str, fstab: dict[str, str] | None = None, mounted: set[str]
     return PathFacts(exists=os.path.abspath(path) == checked, writable=writable,
                      direct_io_problem=direct_io_problem(checked) if writable else None,
                      free_bytes=shutil.disk_usage(checked).free, checked=checked, device=device, disk=disk,
-                     looks_unmounted=looks_unmounted(checked, path, mounted))
+                     looks_unmounted=looks_unmounted(checked, mounted))
 
 
 def gather(paths: list[str], params: int | None = None, largest_param_numel: int | None = None,

@@ -53,22 +53,28 @@ def _param_offload_rules(cfg: dict[str, Any], env: LintEnv) -> list[LintFinding]
     if device(cfg, "offload_param") != "nvme" or stage(cfg).value not in (3, None):
         return []
     out = []
+    st = stage(cfg)
+    at3 = "" if st.known else f"{st.why}; assumed stage 3"
     dtype = model_dtype(cfg)
     fix = "train in bf16: \"bf16\": {\"enabled\": true}"
     failure = "parameter offload to NVMe in fp32 fails ('Not enough buffers 0 for swapping 1')"
     if dtype.value == "fp32":
-        out.append(_scoped("param-offload-fp32", "zero_optimization.offload_param", failure, fix, env))
+        out.append(_scoped("param-offload-fp32", "zero_optimization.offload_param", failure, fix, env, at3))
     elif not dtype.known and env.accelerator == "cpu":
         out.append(_scoped("param-offload-fp32", "zero_optimization.offload_param", failure, fix, env,
-                           f"{dtype.why}; assumed a 16-bit dtype"))
+                           _both(at3, f"{dtype.why}; assumed a 16-bit dtype")))
     prefetch = _prefetch(cfg)
     if prefetch.value != 0:
         failure = ("parameter offload to NVMe with prefetching fails ('param N already assigned swap buffer "
                    f"id M'); stage3_prefetch_bucket_size is {_shown(prefetch)}")
         assumption = f"{prefetch.why}; assumed non-zero" if not prefetch.known else ""
         out.append(_scoped("param-offload-prefetch", "zero_optimization.stage3_prefetch_bucket_size", failure,
-                           "set zero_optimization.stage3_prefetch_bucket_size to 0", env, assumption))
+                           "set zero_optimization.stage3_prefetch_bucket_size to 0", env, _both(at3, assumption)))
     return out
+
+
+def _both(a: str, b: str) -> str:
+    return "; ".join(x for x in (a, b) if x)
 
 
 def _prefetch(cfg: dict[str, Any]) -> Known:
@@ -89,7 +95,7 @@ def _stage_rules(cfg: dict[str, Any], env: LintEnv) -> list[LintFinding]:
     if st not in (0, 1, 2):
         return []
     out = []
-    if device(cfg, "offload_optimizer") == "nvme":
+    if device(cfg, "offload_optimizer") == "nvme" and st in (1, 2):
         out.append(_nvme_as_cpu(st, env))
     if device(cfg, "offload_param") in ("cpu", "nvme"):
         out.append(finding("param-offload-ignored", "warning", "zero_optimization.offload_param",
