@@ -529,6 +529,18 @@ def test_empty_unmounted_directory_under_mnt_is_a_warning(tmp_path: Path) -> Non
     assert looks_unmounted(str(tmp_path / "nvme0"), {str(tmp_path / "nvme0")}, (str(tmp_path),)) is None
     (tmp_path / "nvme0" / "data").write_text("x")
     assert looks_unmounted(str(tmp_path / "nvme0"), set(), (str(tmp_path),)) is None
-    facts = PathFacts(exists=False, writable=True, free_bytes=10**12, checked="/mnt/nvme0", looks_unmounted="/mnt/nvme0")
+    facts = PathFacts(exists=False, writable=True, free_bytes=10**12, checked="/mnt/nvme0",
+                      looks_unmounted="/mnt/nvme0")
     found = [f for f in lint(CLEAN, LintEnv(paths={"/nvme": facts})) if f.rule == "nvme-path-maybe-unmounted"]
     assert found and found[0].severity == "warning" and "mkdir" in found[0].fix and "do not" in found[0].fix
+
+
+def test_parameter_swap_out_buffer_when_parameters_exceed_max_in_cpu() -> None:
+    from iotune.analysis.lint import locked_buffers
+
+    cfg = {"bf16": {"enabled": True}, "zero_optimization": {"stage": 3, "sub_group_size": 102_400_000,
+                                                           "offload_param": {"device": "nvme", "nvme_path": "/nvme",
+                                                                             "max_in_cpu": 1_000_000_000}}}
+    assert [b.label for b in locked_buffers(cfg, LintEnv(params=900_000_000))] == ["parameters (bf16)"]
+    big = {b.label: b for b in locked_buffers(cfg, LintEnv(params=3_000_000_000))}
+    assert big["parameter swap-out"].bytes == 102_400_000 * 2          # one sub-group (a multiple of 512), 2 B

@@ -10,6 +10,10 @@ CPU offload tensors; swap buffers always come from new_cpu_locked_tensor):
   2 B with bf16/fp16 master weights). A sub-group collects parameters until
   it reaches sub_group_size, so the largest is min(sub_group_size (+ one
   parameter), the rank's partition: params / gpus);
+- the parameter swap-out buffer (stage3.py, reserve_partitioned_swap_space):
+  when a rank's parameters exceed offload_param.max_in_cpu (1e9), one buffer
+  of the largest sub-group's full (unpartitioned) size in the model dtype;
+  counted only when the model size is known;
 
 aligned(n) rounds up to 1024 B x intra_op_parallelism. Defaults: param
 buffer_count 5, buffer_size 1e8; optimizer buffer_count 4; sub_group_size 1e9.
@@ -100,6 +104,23 @@ def optimizer_buffers(cfg: dict[str, Any], env: LintEnv) -> Locked | None:
                   _aligned(largest, elem, cfg), elem, "; ".join(notes))
 
 
+def param_reuse_buffer(cfg: dict[str, Any], env: LintEnv) -> Locked | None:
+    if not _swaps_at_stage3(cfg, "offload_param") or not env.params:
+        return None
+    gpus = max(env.gpus, 1)
+    max_in_cpu = setting(offload(cfg, "offload_param"), "max_in_cpu", PARAM_DEFAULTS["max_in_cpu"],
+                         "zero_optimization.offload_param")
+    partition = math.ceil(env.params / gpus)
+    if partition <= max_in_cpu.value:
+        return None
+    sub = setting(zero(cfg), "sub_group_size", SUB_GROUP_SIZE_DEFAULT, "zero_optimization")
+    largest = min(partition, sub.value + (env.largest_param_numel or 0) // gpus) * gpus
+    dtype = model_dtype(cfg)
+    elem = element_bytes(dtype.value)
+    notes = [k.why for k in (max_in_cpu, sub) if not k.known] + ([] if dtype.known else [f"{dtype.why}; assumed 2 B"])
+    return Locked("parameter swap-out", 1, _aligned(min(largest, env.params), elem, cfg), elem, "; ".join(notes))
+
+
 def _master_16bit(cfg: dict[str, Any]) -> bool:
     bf16, fp16 = cfg.get("bf16"), cfg.get("fp16")
     return (isinstance(bf16, dict) and bf16.get("bf16_master_weights_and_grads") is True) or \
@@ -107,7 +128,8 @@ def _master_16bit(cfg: dict[str, Any]) -> bool:
 
 
 def locked_buffers(cfg: dict[str, Any], env: LintEnv) -> list[Locked]:
-    return [b for b in (param_buffers(cfg), optimizer_buffers(cfg, env)) if b is not None]
+    found = (param_buffers(cfg), param_reuse_buffer(cfg, env), optimizer_buffers(cfg, env))
+    return [b for b in found if b is not None]
 
 
 def pinned_bytes(cfg: dict[str, Any], env: LintEnv | None = None) -> int:
