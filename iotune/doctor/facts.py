@@ -51,9 +51,13 @@ def detect_accelerator() -> tuple[str | None, str]:
         return name, "DS_ACCELERATOR"
     if importlib.util.find_spec("torch") is None:
         return None, "torch is not installed here"
-    import torch
+    try:
+        import torch
 
-    if torch.cuda.device_count() > 0 and torch.cuda.is_available():
+        cuda = torch.cuda.device_count() > 0 and torch.cuda.is_available()
+    except Exception as e:       # noqa: BLE001 - a broken torch/CUDA install must not stop lint
+        return None, f"torch cannot tell ({type(e).__name__})"
+    if cuda:
         return "cuda", "detected: torch sees a CUDA GPU"
     return "cpu", "detected: torch sees no GPU"
 
