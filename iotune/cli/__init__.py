@@ -7,7 +7,7 @@ from __future__ import annotations
 import click
 
 from .. import __version__
-from . import demo, doctor, plan, sweep, trace, volumes
+from . import demo, doctor, lint, plan, sweep, trace, volumes
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -25,7 +25,7 @@ def cli() -> None:
     """
 
 
-for command in (trace.trace, trace.report, trace.compare, sweep.sweep, plan.lint, plan.plan, volumes.volumes,
+for command in (trace.trace, trace.report, trace.compare, sweep.sweep, lint.lint, plan.plan, volumes.volumes,
                 doctor.doctor, demo.demo):
     cli.add_command(command)
 

@@ -1,8 +1,7 @@
-"""`iotune plan` and `iotune lint`: before the run."""
+"""`iotune plan`: capacity, traffic and drives for a planned job."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
@@ -11,42 +10,6 @@ from ..errors import UsageError
 from .options import RATE, SIZE, chosen_format, emit, format_option, library_errors
 
 STRATEGIES = ["baseline", "cpu", "nvme-opt", "nvme-all", "zenflow"]
-
-
-@click.command()
-@click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--model", "model_size", default=None, metavar="PRESET",
-              help="Model size preset (tiny … 16b) for the capacity and buffer-size checks.")
-@click.option("--params", type=click.IntRange(min=1), default=None,
-              help="Parameter count, for the nvme_path capacity check.")
-@click.option("--strict", is_flag=True, help="Exit non-zero on warnings too.")
-@format_option
-@library_errors
-def lint(config: Path, model_size: str | None, params: int | None, strict: bool, fmt: str, as_json: bool) -> None:
-    """Check a DeepSpeed config for NVMe-offload mistakes, each with its fix:
-    aio keys DeepSpeed ignores (num_threads), string booleans, a misplaced
-    aio block, pinned memory over `ulimit -l` or RAM, an nvme_path that is
-    missing, read-only, without O_DIRECT or too small, parameter-offload
-    settings that crash DeepSpeed 0.19.x, ZenFlow on a non-CPU device.
-
-    Exit status: 0 clean, 1 errors (or warnings with --strict), 2 bad input.
-    """
-    from ..analysis.lint import lint as run_lint
-    from ..doctor.facts import gather
-    from ..dsconfig import read_ds_config
-    from ..model.reports import LintReport
-    from ..workloads.presets import get_preset
-
-    cfg = read_ds_config(config)
-    largest = None
-    if model_size is not None:
-        shape = get_preset(model_size)
-        params = params or shape.param_count()
-        largest = max(shape.vocab * shape.hidden, shape.hidden * shape.intermediate)
-    report = LintReport(str(config), tuple(run_lint(cfg, gather(cfg, params, largest))))
-    emit(report, chosen_format(fmt, as_json))
-    if report.errors or (strict and report.findings):
-        sys.exit(1)
 
 
 @click.command()

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .checks import CheckResult
-from .lint import LintFinding
+from .lint import LintFailure, LintFinding
 from .plan import Plan
 
 
@@ -65,10 +65,33 @@ class PlanReport:
 class LintReport:
     config: str                                    # the file as the user named it
     findings: tuple[LintFinding, ...]
+    error: LintFailure | None = None               # the config could not be linted at all
+    checked_against: str | None = None             # e.g. "DeepSpeed 0.19.8 (installed)"
+    accelerator: str | None = None                 # the accelerator the rules assumed, and how it was chosen
 
     @property
     def errors(self) -> int:
         return sum(f.severity == "error" for f in self.findings)
+
+    @property
+    def warnings(self) -> int:
+        return sum(f.severity != "error" for f in self.findings)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"config": self.config}
+        if self.error is not None:
+            out["error"] = self.error.to_json()
+        out.update({"checked_against": self.checked_against, "accelerator": self.accelerator,
+                    "findings": [f.to_json() for f in self.findings],
+                    "errors": self.errors, "warnings": self.warnings})
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> LintReport:
+        err = d.get("error")
+        return cls(str(d.get("config", "")), tuple(LintFinding.from_json(f) for f in d.get("findings", [])),
+                   LintFailure.from_json(err) if isinstance(err, dict) else None,
+                   d.get("checked_against"), d.get("accelerator"))
 
 
 @dataclass(frozen=True)

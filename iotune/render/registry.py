@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import UsageError
-from ..model.reports import Comparison, DoctorReport, LintReport, PlanReport
+from ..model.reports import Comparison, DoctorReport, PlanReport
 from ..model.run import TraceRun
 from ..model.sweep_result import LayoutSweep, SweepOutcome
 from .base import Renderer, RenderOptions
@@ -14,7 +14,7 @@ from .compare import compare_json, render_compare
 from .console import ConsoleRenderer
 from .doctor import doctor_json, render_checks
 from .json import JsonRenderer
-from .lint import findings_json, render_findings
+from .lint import LintReportConsole, LintReportJson
 from .plan import plan_json, render_check, render_plan
 from .sweep import layouts_json, render_layouts, render_sweep, sweep_json
 
@@ -91,20 +91,6 @@ class PlanJson(Renderer):
         return plan_json(record.plan, list(record.check) if record.check is not None else None)
 
 
-class LintConsole(Renderer):
-    record_type, format, file_extension = LintReport, "console", "txt"
-
-    def render(self, record: LintReport) -> str:
-        return render_findings(record.config, list(record.findings))
-
-
-class LintJson(Renderer):
-    record_type, format, file_extension = LintReport, "json", "json"
-
-    def render(self, record: LintReport) -> str:
-        return findings_json(record.config, list(record.findings))
-
-
 class DoctorConsole(Renderer):
     record_type, format, file_extension = DoctorReport, "console", "txt"
 
@@ -122,7 +108,7 @@ class DoctorJson(Renderer):
 RENDERERS: dict[tuple[type, str], type[Renderer]] = {
     (cls.record_type, cls.format): cls
     for cls in (TraceConsole, TraceJson, SweepConsole, SweepJson, LayoutsConsole, LayoutsJson, CompareConsole,
-                CompareJson, PlanConsole, PlanJson, LintConsole, LintJson, DoctorConsole, DoctorJson)
+                CompareJson, PlanConsole, PlanJson, LintReportConsole, LintReportJson, DoctorConsole, DoctorJson)
 }
 
 
