@@ -410,9 +410,21 @@ def test_pinned_bytes_by_dtype_whatever_pin_memory_says() -> None:
     assert pinned_bytes(opt, LintEnv(params=8_000_000)) == 0                # stage 2: CPU offload, no swapper
 
 
-@pytest.mark.parametrize("value,severity", [(1, "warning"), (4, "error")])
-def test_ignored_aio_key_severity_by_impact(value: int, severity: str) -> None:
-    assert severity_of(with_change("aio.num_threads", value), "aio-ignored-key", env_for("cpu")) == severity
+@pytest.mark.parametrize("value,lost", [(1, False), (4, True)])
+def test_an_ignored_aio_key_is_a_warning_that_says_whether_the_value_is_lost(value: int, lost: bool) -> None:
+    """DeepSpeed runs configs with thread_count (its own examples do): a warning, never an error."""
+    found = [f for f in lint(with_change("aio.num_threads", value), env_for("cpu")) if f.rule == "aio-ignored-key"]
+    assert [f.severity for f in found] == ["warning"]
+    assert ("the setting you meant is not applied" in found[0].message) == lost
+
+
+@pytest.mark.parametrize("dev,ratio,rules", [("nvme", 0.5, {"partial-offload-nvme"}), ("nvme", 1.0, set()),
+                                             ("cpu", 0.5, set()), ("nvme", "auto", set())])
+def test_partial_offload_to_nvme_is_an_error(dev: str, ratio: object, rules: set[str]) -> None:
+    cfg = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": dev, "nvme_path": "/nvme",
+                                                                    "ratio": ratio}}}
+    found = {f.rule for f in lint(cfg, env_for("cuda")) if f.severity == "error"}
+    assert found & {"partial-offload-nvme"} == rules
 
 
 def test_nvme_optimizer_offload_at_stage_1_or_2() -> None:
@@ -544,3 +556,11 @@ def test_parameter_swap_out_buffer_when_parameters_exceed_max_in_cpu() -> None:
     assert [b.label for b in locked_buffers(cfg, LintEnv(params=900_000_000))] == ["parameters (bf16)"]
     big = {b.label: b for b in locked_buffers(cfg, LintEnv(params=3_000_000_000))}
     assert big["parameter swap-out"].bytes == 102_400_000 * 2          # one sub-group (a multiple of 512), 2 B
+
+
+@pytest.mark.parametrize("path,rules", [("none", {"nvme-path-relative"}), ("swap/dir", {"nvme-path-relative"}),
+                                        ("/nvme", set())])
+def test_a_relative_nvme_path_is_a_warning(path: str, rules: set[str]) -> None:
+    cfg = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": path}}}
+    found = {(f.rule, f.severity) for f in lint(cfg, env_for("cuda")) if f.rule == "nvme-path-relative"}
+    assert found == {(r, "warning") for r in rules}

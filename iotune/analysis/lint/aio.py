@@ -46,8 +46,10 @@ def swapper_used(cfg: dict[str, Any]) -> bool | None:
 
 
 def _ignored(aio: dict[str, Any], key: str, val: Any, defaults: dict[str, Any]) -> LintFinding:
-    """A key DeepSpeed does not read: harmless (warning) when its value is what
-    DeepSpeed uses anyway for the key it was meant to be, else an error."""
+    """A key DeepSpeed does not read. Always a warning: DeepSpeed starts and
+    runs (configs with `thread_count` run in DeepSpeed's own examples), so an
+    error would be a false alarm; the message says whether the intended value
+    is lost (DeepSpeed uses another value for the key it was meant to be)."""
     alias = ALIASES.get(key)
     target = alias or next(iter(difflib.get_close_matches(key, list(defaults), n=1, cutoff=0.7)), None)
     where, rule = f"aio.{key}", "aio-ignored-key" if alias else "aio-unknown-key"
@@ -60,9 +62,9 @@ def _ignored(aio: dict[str, Any], key: str, val: Any, defaults: dict[str, Any]) 
         return finding(rule, "warning", where,
                        f"DeepSpeed ignores aio.{key}{meant}; its value {val!r} is what DeepSpeed uses for "
                        f"{target} anyway", f"remove it, or rename it to aio.{target}")
-    return finding(rule, "error", where,
-                   f"DeepSpeed ignores aio.{key} = {val!r}{meant} and uses {target} = {effective!r}",
-                   f"rename it to aio.{target}")
+    return finding(rule, "warning", where,
+                   f"DeepSpeed ignores aio.{key} = {val!r}{meant} and uses {target} = {effective!r}: "
+                   f"the setting you meant is not applied", f"rename it to aio.{target}")
 
 
 def _value_rules(key: str, val: Any, used: bool | None, defaults: dict[str, Any]) -> list[LintFinding]:

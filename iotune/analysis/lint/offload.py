@@ -10,7 +10,11 @@ its evidence:
 - offload_param is read only at stage 3;
 - ZenFlow is a CPU-offload method (stage 1/2, offload_optimizer.device cpu;
   stage 3 hard-codes CUDA);
-- fp16 and bf16 cannot both be enabled (DeepSpeedConfig asserts).
+- fp16 and bf16 cannot both be enabled (DeepSpeedConfig asserts);
+- partial optimizer offload (offload_optimizer.ratio < 1) keeps part of the
+  optimizer on the accelerator and the rest in CPU memory: with device nvme it
+  fails at optimizer initialisation (DeepSpeed #4872, RuntimeError "expected
+  input to be on cuda"; the maintainers: ratio needs device cpu).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ CPU_EVIDENCE = "reproduced with DeepSpeed 0.19.8 on the CPU accelerator only"
 def offload_rules(cfg: dict[str, Any], env: LintEnv) -> list[LintFinding]:
     out: list[LintFinding] = []
     for rule in (_precision_rules, _param_offload_rules, _stage_rules, _zenflow_rules, _nvme_path_given,
-                 _buffer_rules):
+                 _partial_offload, _buffer_rules):
         out += rule(cfg, env)
     return out
 
@@ -145,6 +149,23 @@ def _nvme_path_given(cfg: dict[str, Any], env: LintEnv) -> list[LintFinding]:
                                f"{which} goes to nvme but has no nvme_path (DeepSpeed fails joining None)",
                                "set nvme_path to a directory on the NVMe drive (or RAID0 volume)"))
     return out
+
+
+def _partial_offload(cfg: dict[str, Any], env: LintEnv) -> list[LintFinding]:
+    ratio = offload(cfg, "offload_optimizer").get("ratio", 1.0)
+    if device(cfg, "offload_optimizer") != "nvme" or ratio == AUTO:
+        return []
+    try:
+        partial = float(ratio) < 1.0
+    except (TypeError, ValueError):
+        return []                              # the config models report a ratio that is not a number
+    if not partial:
+        return []
+    return [finding("partial-offload-nvme", "error", "zero_optimization.offload_optimizer.ratio",
+                    f"offload_optimizer.ratio {ratio} (partial offload) with device nvme fails at optimizer "
+                    "initialisation (DeepSpeed #4872): partial offload splits the optimizer between the "
+                    "accelerator and CPU memory, not NVMe",
+                    "remove ratio to swap the whole optimizer state to NVMe, or use \"device\": \"cpu\" with ratio")]
 
 
 def _buffer_rules(cfg: dict[str, Any], env: LintEnv) -> list[LintFinding]:

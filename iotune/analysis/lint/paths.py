@@ -34,6 +34,12 @@ def swap_paths(cfg: dict[str, Any]) -> dict[str, list[str]]:
 def path_rules(cfg: dict[str, Any], env: LintEnv) -> list[LintFinding]:
     out: list[LintFinding] = []
     for path, users in swap_paths(cfg).items():
+        if not path.startswith("/"):
+            out.append(finding("nvme-path-relative", "warning", f"zero_optimization.{users[0]}.nvme_path",
+                               f"nvme_path {path!r} is relative: DeepSpeed swaps into ./{path} under whatever "
+                               "directory the job starts in, on whichever drive holds it (Accelerate writes "
+                               "the string \"none\" when no path is given)",
+                               "give the absolute path of a directory on the NVMe drive (or RAID0 volume)"))
         facts = env.paths.get(path)
         if facts is not None:
             out += _one_path(cfg, env, path, users, facts)
