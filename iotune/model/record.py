@@ -4,8 +4,8 @@ and leaving fields the file lacks at their defaults."""
 
 from __future__ import annotations
 
-from dataclasses import fields, is_dataclass
-from typing import Any, TypeVar
+from dataclasses import asdict, fields, is_dataclass
+from typing import Any, Self, TypeVar
 
 T = TypeVar("T")
 
@@ -21,3 +21,15 @@ def known_fields(cls: type, data: dict[str, Any]) -> dict[str, Any]:
 def from_fields(cls: type[T], data: dict[str, Any]) -> T:
     """cls(**data) with only the keys that are fields of cls."""
     return cls(**known_fields(cls, data))
+
+
+class JsonRecord:
+    """Mixin for flat frozen dataclasses: to_json is the fields, from_json
+    keeps the keys this version knows (older and newer files load)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Self:
+        return from_fields(cls, data)

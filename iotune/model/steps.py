@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import Any
 
-from .record import from_fields
+from .record import JsonRecord
 
 STEP_PREFIX = "IOTUNE_STEP "
 
 
 @dataclass(frozen=True)
-class StepRecord:
+class StepRecord(JsonRecord):
     step: int
     loss: float
     step_s: float
@@ -24,9 +23,6 @@ class StepRecord:
         """The protocol line (without the newline)."""
         return STEP_PREFIX + json.dumps(asdict(self))
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> StepRecord:
-        return from_fields(cls, data)
 
 
 def parse_steps(text: str) -> list[StepRecord]:

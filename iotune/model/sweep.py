@@ -9,11 +9,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .aio import AioSettings
-from .record import from_fields
+from .record import JsonRecord
 
 
 @dataclass(frozen=True)
-class SweepPoint:
+class SweepPoint(JsonRecord):
     """One configuration to measure.
 
     block_size, queue_depth, intra_op_parallelism, single_submit and
@@ -46,16 +46,10 @@ class SweepPoint:
         """Staging memory the point implies: one block per queue slot per thread."""
         return self.block_size * self.queue_depth * self.intra_op_parallelism
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> SweepPoint:
-        return from_fields(cls, data)
 
 
 @dataclass(frozen=True)
-class Measurement:
+class Measurement(JsonRecord):
     """What one trial measured. Bandwidths are bytes/s (decimal when printed
     as MB/s); latencies are µs; seconds for step-level metrics."""
 
@@ -84,12 +78,6 @@ class Measurement:
             return 2.0 / (1.0 / r + 1.0 / w)
         return max(r, w)
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Measurement:
-        return from_fields(cls, data)
 
 
 @dataclass(frozen=True)
