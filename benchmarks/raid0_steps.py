@@ -47,6 +47,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from iotune.blockdev.cgroup import Throttle, blkio_cgroup  # noqa: E402
 from iotune.blockdev.devices import resolve_device  # noqa: E402
 from iotune.errors import IotuneError  # noqa: E402
 from iotune.model.sweep import SweepPoint  # noqa: E402
@@ -55,7 +56,6 @@ from iotune.sweep.fio_executor import FioExecutor  # noqa: E402
 from iotune.sweep.steps_executor import StepsExecutor  # noqa: E402
 from iotune.volumes.layout import LayoutSpec, build_layout  # noqa: E402
 
-BLKIO = Path("/sys/fs/cgroup/blkio")
 DEFAULT_MOUNT_OPTIONS = "noatime,nodatacow"
 FIO_POINT = SweepPoint(block_size=1 << 20, queue_depth=16)
 STEPS_POINT = SweepPoint()          # DeepSpeed's aio defaults: 1 MiB blocks, qd 8, 1 thread
@@ -96,28 +96,11 @@ def loop_drives(workdir: Path, count: int, size_bytes: int) -> Iterator[list[str
             (workdir / f"drive{i}.img").unlink(missing_ok=True)
 
 
-@contextlib.contextmanager
-def capped_cgroup(loops: list[str], bytes_per_s: int) -> Iterator[Path]:
+def capped_cgroup(loops: list[str], bytes_per_s: int) -> contextlib.AbstractContextManager[Path]:
     """One blkio cgroup capping reads and writes on every drive to
     `bytes_per_s` each; stragglers moved out and the cgroup removed on exit."""
-    cg = BLKIO / f"iotune-raid0-steps-{os.getpid()}"
-    cg.mkdir()
-    try:
-        for loop in loops:
-            num = resolve_device(loop).number
-            for knob in ("read_bps_device", "write_bps_device"):
-                (cg / f"blkio.throttle.{knob}").write_text(f"{num} {bytes_per_s}\n")
-        yield cg
-    finally:
-        for _ in range(20):
-            for pid in (cg / "cgroup.procs").read_text().split():
-                with contextlib.suppress(OSError):
-                    (BLKIO / "cgroup.procs").write_text(pid)
-            try:
-                cg.rmdir()
-                break
-            except OSError:
-                time.sleep(0.25)
+    caps = [Throttle(resolve_device(loop).number, read_bps=bytes_per_s, write_bps=bytes_per_s) for loop in loops]
+    return blkio_cgroup("raid0-steps", caps)
 
 
 def io_bytes(cg: Path, loops: list[str]) -> dict[str, dict[str, int]]:

@@ -72,9 +72,9 @@ def traced_steps(loop: str, mnt: Path, size: str, strategy: str, steps: int, inj
               "loss_first": records[0]["loss"], "loss_last": records[-1]["loss"]}
     run = load_run(out)
     med = median_step(step_breakdowns(run))
-    if med:
-        result.update(block_read_gb_per_step=med["read_bytes"] / 1e9, block_write_gb_per_step=med["write_bytes"] / 1e9,
-                      swap_gb_per_step=(med["swap_read_bytes"] + med["swap_write_bytes"]) / 1e9)
+    if med is not None:
+        result.update(block_read_gb_per_step=med.read_bytes / 1e9, block_write_gb_per_step=med.write_bytes / 1e9,
+                      swap_gb_per_step=(med.swap_read_bytes + med.swap_write_bytes) / 1e9)
     return result
 
 

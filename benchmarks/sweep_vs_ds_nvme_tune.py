@@ -10,7 +10,7 @@ limits (iotune.sweep.command.BUILTIN_LIMITS: 200 MB/s and 800 IOPS caps,
 drive's blkio cgroup. Phases, in this order:
 
   iotune-fio   the default profile's adaptive search, fio executor, time-based
-               trials, confirm_top=0 (Sweeper over a fresh journal)
+               trials, confirm_top=0 (one search over a fresh journal)
   grid         the reference: profile ds-nvme-tune-grid run exhaustively with
                the same executor (overlap_events, which fio cannot express, is
                collapsed to one value: the other half would rerun identical fio jobs)
@@ -52,7 +52,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from iotune.analysis.sweep import Ranked, rank, summarize_trials  # noqa: E402
+from iotune.model.sweep_result import Ranked  # noqa: E402
 from iotune.blockdev.cgroup import join_cgroup_preexec  # noqa: E402
 from iotune.model.aio import DEEPSPEED_AIO_DEFAULTS  # noqa: E402
 from iotune.model.drive import DriveLimits  # noqa: E402
@@ -61,7 +61,12 @@ from iotune.sweep.command import BUILTIN_LIMITS, BUILTIN_RAMP_S, BUILTIN_RUNTIME
 from iotune.sweep.executor import Executor, Target  # noqa: E402
 from iotune.sweep.fio_executor import FioExecutor  # noqa: E402
 from iotune.sweep.journal import Journal  # noqa: E402
-from iotune.sweep.search import Progress, Sweeper  # noqa: E402
+from iotune.model.journal import SweepEnv  # noqa: E402
+from iotune.model.sweep_result import Progress  # noqa: E402
+from iotune.sweep.measure import Measurer  # noqa: E402
+from iotune.sweep.pipeline import search  # noqa: E402
+from iotune.sweep.propose import planned_trials  # noqa: E402
+from iotune.sweep.rank import rank, summarize_trials  # noqa: E402
 from iotune.sweep.space import Profile, load_profile  # noqa: E402
 from iotune.sweep.steps_executor import StepsExecutor  # noqa: E402
 from iotune.volumes.emulated import emulated_drive  # noqa: E402
@@ -195,22 +200,22 @@ def progress(label: str, deadline: float | None) -> Any:
 
 def run_search(label: str, executor: Executor, target: Target, prof: Profile, journal_dir: Path,
                deadline: float | None) -> dict[str, Any]:
-    """One Sweeper run over a fresh journal; cut short (partial) at `deadline`."""
+    """One search (propose -> measure -> rank) over a fresh journal; cut short (partial) at `deadline`."""
     journal = Journal(journal_dir / "journal.jsonl")
-    journal.start({"benchmark": label})
-    sweeper = Sweeper(executor, target, prof.space, prof.run, journal, progress(label, deadline))
+    journal.start(SweepEnv(target=label))
+    measurer = Measurer(executor, target, journal, progress(label, deadline), planned_trials(prof.space, prof.run))
     load, t0, partial = LoadMeter(), time.perf_counter(), False
     try:
-        sweeper.run()
+        search(measurer, prof.space, prof.run)
     except OutOfTime:
         partial = True
         say(f"{label}: out of time after {len(journal.trials)} trials; ranking what was measured")
     wall = time.perf_counter() - t0
-    ranking = sweeper.ranking()
+    ranking = rank(summarize_trials(journal.trials, executor.name))
     by_median = sorted((r for r in ranking if r.scores), key=lambda r: -r.median)
     pick = ranking[0].point if ranking and ranking[0].scores else None
     return {"profile": prof.name, "search": prof.run.search, "executor": executor.name, "wall_s": wall,
-            "trials": len(journal.trials), "planned": sweeper.planned, "partial": partial,
+            "trials": len(journal.trials), "planned": measurer.planned, "partial": partial,
             "pick": pick.to_json() if pick else None, "pick_described": describe(pick) if pick else None,
             "pick_ranked": ranked_row(ranking[0]) if pick else None,
             "best_by_median": ranked_row(by_median[0]) if by_median else None,
@@ -436,9 +441,8 @@ def measure_picks(picks: dict[str, SweepPoint], target: Target, repeats: int, jo
     """Each distinct pick `repeats` times with the fio executor, the order
     rotated every round; labels sharing a point share its measurements."""
     journal = Journal(journal_dir / "journal.jsonl")
-    journal.start({"benchmark": "picks"})
-    prof = adaptive_profile(False)
-    sweeper = Sweeper(FioExecutor(), target, prof.space, prof.run, journal, progress("picks", None))
+    journal.start(SweepEnv(target="picks"))
+    measurer = Measurer(FioExecutor(), target, journal, progress("picks", None))
     distinct = list(dict.fromkeys(p.key() for p in picks.values()))
     by_key = {p.key(): p for p in picks.values()}
     load, t0, partial = LoadMeter(), time.perf_counter(), False
@@ -448,7 +452,7 @@ def measure_picks(picks: dict[str, SweepPoint], target: Target, repeats: int, jo
             if time.monotonic() > deadline:
                 partial = True
                 break
-            sweeper.measure(by_key[key], rep)
+            measurer.measure(by_key[key], rep)
     rows = {r.point.key(): r for r in summarize_trials(journal.trials, "fio")}
     summary = {}
     for label, p in picks.items():

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from .blockdev.proc import not_installed
 from .errors import IotuneError
 from .model.run import TraceRun
 from .trace.session import TraceOptions, trace_command
@@ -46,7 +47,7 @@ def run_demo(workdir: Path | None, cap_bytes_per_s: int, say: Callable[[str], No
     if workload == "train" and importlib.util.find_spec("deepspeed") is None:
         raise IotuneError("the training demo needs DeepSpeed: run scripts/setup.sh (or use --workload fio)")
     if workload == "fio" and shutil.which("fio") is None:
-        raise IotuneError("fio is not installed: run scripts/setup.sh or `iotune doctor --fix`")
+        raise IotuneError(not_installed("fio"))
     with scratch_drive(workdir, size_bytes=1 << 30, cap_bytes_per_s=cap_bytes_per_s, fstype="ext4") as drive:
         cap = f"capped at {cap_bytes_per_s / 1e6:g} MB/s" if cap_bytes_per_s else "uncapped"
         say(f"demo: scratch drive {drive.device.path} (1 GiB loop, direct I/O, ext4, {cap}) "

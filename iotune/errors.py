@@ -1,5 +1,6 @@
-"""Errors iotune raises. Each message says what to do next; only cli.py turns
-them into exit codes."""
+"""Errors iotune raises. Each message says what to do next; only the cli
+package turns them into exit codes. This module imports nothing from iotune,
+so every layer, model/ included, may raise these."""
 
 from __future__ import annotations
 
@@ -37,4 +38,6 @@ class CommandNotExecutable(IotuneError):
 
 
 class RecordError(IotuneError):
-    """A saved run cannot be read."""
+    """A saved record (run, journal) cannot be read; the message says why."""
+
+    exit_code = 2

@@ -45,8 +45,8 @@
 
 /*
  * Drop counters (`drops` array): what could not be recorded exactly.
- *   SIZES:    exact size not kept (a size outside the rows, sizes map full);
- *             the request is still in the log2 histogram
+ *   SIZES:    exact size not kept (a size outside the rows when the sizes
+ *             map is full); the request is still in the log2 histogram
  *             (`size_log2_overflow`) and in the totals.
  *   START:    no start time kept (start table bucket full): no latency
  *             sample, not counted in flight.
@@ -55,21 +55,21 @@
  *   OTHER:    a depth or latency overflow entry (map full).
  *   NO_COMPLETION: a request struct issued again while its previous
  *             issue's start time was still held: that request's completion
- *             event never came (on 6.18 the kernel emits no block_rq_complete
- *             for ~0.1-0.5% of virtio-blk requests, and of loop requests on
+ *             event never came (on 6.18 the kernel emitted no block_rq_complete
+ *             for 0.04-0.5% of virtio-blk requests, and of loop requests on
  *             them; or the event was skipped, see below). That request has no
  *             latency sample; its in-flight count is undone then.
  *   DEVICES:  events of devices beyond MAX_DEVS (no device filter).
  * iotune/trace/probe.py adds the kernel's own count of events it did not run
  * the programs for (fdinfo recursion_misses).
  */
-#define DROP_SIZES    0
-#define DROP_START    1
-#define DROP_TIMELINE 2
-#define DROP_OTHER    3
+#define DROP_SIZES         0
+#define DROP_START         1
+#define DROP_TIMELINE      2
+#define DROP_OTHER         3
 #define DROP_NO_COMPLETION 4
-#define DROP_DEVICES  5
-#define DROP_SLOTS    6
+#define DROP_DEVICES       5
+#define DROP_SLOTS         6
 
 struct size_key_t {
     u32 dev;      /* kernel dev_t: major << 20 | minor */

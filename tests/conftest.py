@@ -26,7 +26,16 @@ def missing_for_tracing() -> str | None:
 
 
 _MISSING = missing_for_tracing()
-needs_root = pytest.mark.skipif(_MISSING is not None, reason=_MISSING or "")
+needs_root = pytest.mark.skipif(_MISSING is not None, reason=_MISSING or "")   # root + BPF (bcc) + loop devices
+needs_fio = pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio: scripts/setup.sh")
+_NO_TRAIN = next((f"needs {m} (pip install -e '.[train]')" for m in ("torch", "deepspeed")
+                  if importlib.util.find_spec(m) is None), None)
+needs_deepspeed = pytest.mark.skipif(_NO_TRAIN is not None, reason=_NO_TRAIN or "")
+
+
+def needs_root_for(what: str) -> pytest.MarkDecorator:
+    """Root only (no BPF): the reason names what the test does as root."""
+    return pytest.mark.skipif(os.geteuid() != 0, reason=f"needs root ({what})")
 
 
 @pytest.fixture

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from .conftest import _NO_TRAIN, needs_deepspeed, needs_root_for
+
 from iotune.model.aio import DEEPSPEED_AIO_DEFAULTS
 from iotune.model.sweep import Measurement, SweepPoint
 from iotune.sweep.aio_bench import BenchConfig, fill_pattern, first_mismatch
@@ -23,11 +25,8 @@ from iotune.sweep.aio_executor import AioExecutor
 from iotune.sweep.executor import Target, TrialFailed
 
 MiB = 1 << 20
-_NO_DEEPSPEED = next((f"needs {m} (pip install -e '.[train]')" for m in ("torch", "deepspeed")
-                      if importlib.util.find_spec(m) is None), None)
-needs_deepspeed = pytest.mark.skipif(_NO_DEEPSPEED is not None, reason=_NO_DEEPSPEED or "")
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount -t ramfs, cgroups)")
+needs_root = needs_root_for("mount -t ramfs, cgroups")
 
 Trial = tuple[Measurement, dict[str, Any], Target, SweepPoint]
 
@@ -51,8 +50,8 @@ def real_trial(directory: Path, point: SweepPoint, pin: bool) -> Trial:
 
 @pytest.fixture(scope="module")
 def default_trial(tmp_path_factory: pytest.TempPathFactory) -> Trial:
-    if _NO_DEEPSPEED:
-        pytest.skip(_NO_DEEPSPEED)
+    if _NO_TRAIN:
+        pytest.skip(_NO_TRAIN)
     return real_trial(tmp_path_factory.mktemp("aio-default"), default_point(), pin=True)
 
 
@@ -60,8 +59,8 @@ def default_trial(tmp_path_factory: pytest.TempPathFactory) -> Trial:
 def variant_trial(tmp_path_factory: pytest.TempPathFactory) -> Trial:
     """Everything off the default path: two threads per op, one io_submit per
     request, no overlapped completion, buffers DeepSpeed has to bounce."""
-    if _NO_DEEPSPEED:
-        pytest.skip(_NO_DEEPSPEED)
+    if _NO_TRAIN:
+        pytest.skip(_NO_TRAIN)
     point = SweepPoint(block_size=256 << 10, queue_depth=4, intra_op_parallelism=2,
                        single_submit=True, overlap_events=False)
     return real_trial(tmp_path_factory.mktemp("aio-variant"), point, pin=False)

@@ -18,6 +18,7 @@ from iotune.cli import cli
 from iotune.model.runfile import load_run, save_run
 
 from .conftest import needs_root
+from .test_trace_cli import default_signals
 from .records import offload_run
 
 IOTUNE = [sys.executable, "-m", "iotune"]
@@ -136,8 +137,9 @@ def test_sigint_mid_run_saves_what_was_collected(loop_drive: BlockDevice, tmp_pa
     out = tmp_path / "run"
     script = (f"dd if={loop_drive.path} of=/dev/null bs=4K count=13 iflag=direct; "
               f"touch {tmp_path}/ready; sleep 60")
+    # default SIGINT/SIGTERM in the child even when this suite runs as a background job (SIGINT ignored)
     p = subprocess.Popen([*IOTUNE, "trace", "-o", str(out), "-d", loop_drive.name, "--", "sh", "-c", script],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_signals)
     deadline = time.monotonic() + 60
     while not (tmp_path / "ready").exists():
         assert time.monotonic() < deadline and p.poll() is None, p.stderr.read() if p.stderr else ""
@@ -161,19 +163,62 @@ def test_duration_window(loop_drive: BlockDevice) -> None:
 
 
 @needs_root
-def test_demo_traces_and_cleans_up(tmp_path: Path) -> None:
-    r = invoke("demo", "--workload", "fio", "--dir", str(tmp_path), "--cap", "0", "-o", str(tmp_path / "run"),
+def test_demo_traces_and_cleans_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fio demo on a drive capped at 200 MB/s: the cap is a real blkio
+    cgroup that the traced fio runs in, and it is gone afterwards, with the
+    image, the mount and the loop device."""
+    import contextlib
+
+    import iotune.volumes.scratch as scratch
+
+    made = []
+    real = scratch.blkio_cgroup
+
+    @contextlib.contextmanager
+    def spy(name_hint, limits):
+        with real(name_hint, limits) as cg:
+            made.append((cg, list(limits), (cg / "blkio.throttle.read_bps_device").read_text().split(),
+                         (cg / "blkio.throttle.write_bps_device").read_text().split()))
+            yield cg
+
+    monkeypatch.setattr(scratch, "blkio_cgroup", spy)
+    r = invoke("demo", "--workload", "fio", "--dir", str(tmp_path), "--cap", "200MB/s", "-o", str(tmp_path / "run"),
                "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    [row] = doc["patterns"]
     mib = 1 << 20
-    # three 128 MiB swap files read back in 512 KiB requests, plus a little metadata
-    assert row["read_at_block"] == 3 * 128 * 2
+    # three 128 MiB swap files read back in 512 KiB requests, plus a little metadata;
+    # the throttle releases queued requests in bursts, and adjacent ones then merge
+    # (into 1 MiB, say), so the data reads are whole multiples of 512 KiB
+    [dev] = doc["run"]["devices"]
+    data_reads = {int(size): n for size, n in dev["directions"]["read"]["sizes"].items() if int(size) >= 512 << 10}
+    assert all(size % (512 << 10) == 0 for size in data_reads), data_reads
+    assert sum(size * n for size, n in data_reads.items()) == 3 * 128 * mib
     assert 3 * 128 * mib <= doc["totals"]["write_bytes"] < 3 * 128 * mib + 8 * mib
-    assert "demo: scratch drive" in r.stderr
+    assert "demo: scratch drive" in r.stderr and "capped at 200 MB/s" in r.stderr
+    # one cgroup, capping the drive at 200 MB/s each way; fio ran in it: writing and
+    # reading 3 x 128 MiB at 200 MB/s takes at least 4 s (less a throttle burst)
+    [(cgroup, [limit], read_bps, write_bps)] = made
+    assert read_bps == write_bps == [limit.device, "200000000"]
+    assert doc["run"]["duration_s"] >= 0.9 * 2 * 3 * 128 * mib / 200e6
     # nothing left behind: no image, mount, loop device or cgroup
+    assert not cgroup.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
     assert str(tmp_path) not in subprocess.run(["losetup", "-l"], capture_output=True, text=True).stdout
     assert str(tmp_path) not in Path("/proc/mounts").read_text()
     assert not [c for c in Path("/sys/fs/cgroup/blkio").glob(f"iotune-{os.getpid()}-*")]
+
+
+@pytest.mark.parametrize("cap", ["200MB/s", "200MB", "200000000"])
+def test_demo_cap_takes_a_rate(cap: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from iotune.errors import IotuneError
+
+    seen = []
+
+    def run_demo(workdir, cap_bytes_per_s, say, workload, steps):
+        seen.append(cap_bytes_per_s)
+        raise IotuneError("stopped here")
+
+    monkeypatch.setattr("iotune.demo.run_demo", run_demo)
+    r = invoke("demo", "--workload", "fio", "--cap", cap)
+    assert (r.exit_code, r.stderr, seen) == (1, "Error: stopped here\n", [200_000_000])

@@ -21,7 +21,6 @@ from iotune.blockdev.devices import BlockDevice
 from iotune.errors import IotuneError, PrivilegeError, UsageError
 from iotune.model.drive import DriveLimits
 from iotune.volumes.emulated import (
-    TYPICAL_OVERHEAD_US,
     EmulatedDrive,
     build_daemon,
     emulated_drive,
@@ -167,15 +166,18 @@ def runs(drive: EmulatedDrive) -> Runs:
 @needs_root
 @needs_fuse
 def test_qd1_takes_latency_plus_overhead(drive: EmulatedDrive, runs: Runs) -> None:
-    expected = 1e6 / (L_US + TYPICAL_OVERHEAD_US)
+    """The drive measured its own per-request overhead when it started;
+    fio at queue depth 1 then takes latency plus that overhead."""
+    overhead_us = drive.limits.overhead_us
+    assert 0 < overhead_us < 0.5 * L_US
+    expected = 1e6 / (L_US + overhead_us)
     assert runs.near(1, expected, 0.15).iops == pytest.approx(expected, rel=0.15)
-    assert drive.limits.overhead_us == TYPICAL_OVERHEAD_US
 
 
 @needs_root
 @needs_fuse
-def test_throughput_scales_with_queue_depth_up_to_parallelism(runs: Runs) -> None:
-    qd1 = runs.near(1, 1e6 / (L_US + TYPICAL_OVERHEAD_US), 0.15).iops
+def test_throughput_scales_with_queue_depth_up_to_parallelism(drive: EmulatedDrive, runs: Runs) -> None:
+    qd1 = runs.near(1, 1e6 / (L_US + drive.limits.overhead_us), 0.15).iops
     assert runs.near(4, 4 * qd1, 0.15).iops == pytest.approx(4 * qd1, rel=0.15)
     assert runs.near(8, 8 * qd1, 0.15).iops == pytest.approx(8 * qd1, rel=0.15)
     # saturated: P / L, whatever the queue depth beyond it, and never more
@@ -239,6 +241,13 @@ def test_a_1mib_request_is_one_fuse_op(drive: EmulatedDrive) -> None:
 def test_overhead_is_measured_and_small(drive: EmulatedDrive) -> None:
     overhead_us = measure_overhead_us(drive, 128 * KiB, requests=50)
     assert 0 < overhead_us < 0.5 * L_US
+
+
+@needs_root
+@needs_fuse
+def test_a_given_overhead_is_kept(tmp_path: Path) -> None:
+    with emulated_drive(tmp_path, 64 * MiB, DriveLimits(latency_us=100, parallelism=4, overhead_us=123)) as d:
+        assert d.limits.overhead_us == 123
 
 
 @needs_root
@@ -325,6 +334,14 @@ with emulated_drive(Path(sys.argv[1]), 64 << 20, limits, fstype="ext4") as d:
 """
 
 
+def _default_sigint() -> None:
+    """In the child before it execs: SIGINT back to its default, which
+    Python turns into KeyboardInterrupt. A suite started as a background job
+    of a non-interactive shell inherits SIGINT ignored, and Python leaves an
+    ignored SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @needs_root
 @needs_fuse
 def test_ctrl_c_to_the_process_group_cleans_up(tmp_path: Path) -> None:
@@ -332,7 +349,7 @@ def test_ctrl_c_to_the_process_group_cleans_up(tmp_path: Path) -> None:
     The daemon runs in a session of its own, so it is stopped in order,
     after the filesystem and the loop device are gone."""
     child = subprocess.Popen([sys.executable, "-c", CTRL_C_CHILD, str(tmp_path)], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, process_group=0)
+                             stderr=subprocess.PIPE, text=True, process_group=0, preexec_fn=_default_sigint)
     assert child.stdout is not None
     backing, fuse_file, cgroup, pid, mount_point = json.loads(child.stdout.readline())
     os.killpg(child.pid, signal.SIGINT)

@@ -141,14 +141,26 @@ def test_cli_dry_run_touches_nothing(loops: list[str]) -> None:
 
     if md_available()[0]:
         pytest.skip("expects the btrfs fallback (this kernel has md)")
+    args = ["volumes", "build", loops[0], loops[1], "--raid0", "-o", "noatime,nodatacow",
+            "--mount-point", "/mnt/iotune-test", "--dry-run"]
+    commands = [f"mkfs.btrfs -q -f --nodiscard -d raid0 -m raid1 {loops[0]} {loops[1]}",
+                f"mount -o noatime,nodatacow {loops[0]} /mnt/iotune-test"]
+    r = CliRunner().invoke(cli, args)                                   # blank devices: the build would go ahead
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines()[1:] == commands and r.stderr == ""
     subprocess.run(["mkfs.ext4", "-q", "-F", loops[0]], check=True)      # data: a real build would be refused
     digest = hashlib.sha256(Path(loops[0]).read_bytes()).hexdigest()
-    r = CliRunner().invoke(cli, ["volumes", "build", loops[0], loops[1], "--raid0", "-o", "noatime,nodatacow",
-                                 "--mount-point", "/mnt/iotune-test", "--dry-run"])
-    assert r.exit_code == 0, r.output
-    lines = r.stdout.splitlines()
-    assert lines[1:] == [f"mkfs.btrfs -q -f --nodiscard -d raid0 -m raid1 {loops[0]} {loops[1]}",
-                         f"mount -o noatime,nodatacow {loops[0]} /mnt/iotune-test"]
+    r = CliRunner().invoke(cli, args)
+    name = Path(loops[0]).name
+    assert r.exit_code == 1, r.output
+    assert r.stdout.splitlines()[1:] == [
+        "# REFUSED: the real build would stop before running anything below:",
+        f"#   {name} carries a ext4 signature",
+        f"# to destroy that data anyway, add: --destroy-data {name}", *commands]
+    assert r.stderr == (f"Error: refusing to overwrite devices that hold data or a system role: {name} carries "
+                        f"a ext4 signature. If you mean to destroy it, name it: --destroy-data {name}\n")
+    r = CliRunner().invoke(cli, [*args, "--destroy-data", loops[0]])   # named: the build would go ahead
+    assert r.exit_code == 0 and r.stdout.splitlines()[1:] == commands
     assert hashlib.sha256(Path(loops[0]).read_bytes()).hexdigest() == digest
     assert not Path("/mnt/iotune-test").exists()
 
@@ -165,28 +177,3 @@ def test_cli_refuses_the_root_disk() -> None:
     assert r.stderr.startswith(f"Error: refusing to overwrite devices that hold data or a system role: {root.name} "
                                f"holds the root or boot filesystem")
     assert r.stderr.rstrip().endswith(f"If you mean to destroy it, name it: --destroy-data {root.name}")
-
-
-@needs_root
-def test_sweep_ranks_layouts_and_aio_settings_together(tmp_path: Path) -> None:
-    import json
-
-    from click.testing import CliRunner
-
-    from iotune.cli import cli
-
-    (tmp_path / "p.toml").write_text(
-        '[space]\nblock_size = ["1M"]\nqueue_depth = [8]\nintra_op_parallelism = [1]\nsingle_submit = [false]\n'
-        'overlap_events = [true]\n[run]\nrepeats = 1\nfinalists = 1\nconfirm_top = 0\nfile_bytes = "8M"\n'
-        'runtime_s = 1.5\nramp_s = 0.5\n')
-    r = CliRunner().invoke(cli, ["sweep", "--layouts", "2", "--drive-cap", "100MB/s", "--profile",
-                                 str(tmp_path / "p.toml"), "-o", str(tmp_path / "j"), "--json"])
-    assert r.exit_code == 0, r.output
-    doc = json.loads(r.stdout)
-    assert [x["layout"] for x in doc["layouts"]] == ["btrfs-1", "btrfs-raid0-2"]
-    if not md_available()[0]:
-        assert doc["layouts"][1]["backend"] == "btrfs" and "no md RAID" in doc["layouts"][1]["reason"]
-    reads = [x["outcome"]["ranking"][0]["read_bytes_per_s"] for x in doc["layouts"]]
-    assert abs(reads[0] / CAP - 1) <= 0.05 and abs(reads[1] / CAP - 2) <= 0.10, reads
-    assert doc["dominant"] == "layout" and doc["layout_effect"] > 1.4
-    assert not [m for m in Path("/proc/mounts").read_text().splitlines() if "iotune-layout" in m]

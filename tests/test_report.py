@@ -9,7 +9,8 @@ import pytest
 
 from iotune.analysis.frames import sizes_frame, timeline_frame
 from iotune.analysis.summary import dominant_size, patterns, summarize, totals
-from iotune.model.run import RecordFormatError, TraceRun
+from iotune.errors import RecordError
+from iotune.model.run import TraceRun
 from iotune.model.runfile import load_run, save_run
 from iotune.render.console import ConsoleRenderer
 from iotune.render.json import JsonRenderer
@@ -96,11 +97,11 @@ def test_older_record_still_loads() -> None:
 
 def test_newer_record_is_refused_with_a_reason(tmp_path: Path) -> None:
     (tmp_path / "run.json").write_text(json.dumps({"schema": 99, "run_id": "x", "started_at": "", "duration_s": 1}))
-    with pytest.raises(RecordFormatError, match="record schema 99 is newer than this iotune understands"):
+    with pytest.raises(RecordError, match="record schema 99 is newer than this iotune understands"):
         load_run(tmp_path)
 
 
 def test_broken_json_names_line_and_column(tmp_path: Path) -> None:
     (tmp_path / "run.json").write_text('{"schema": 1,\n "run_id": }')
-    with pytest.raises(RecordFormatError, match=r"not valid JSON \(line 2, column 12\)"):
+    with pytest.raises(RecordError, match=r"not valid JSON \(line 2, column 12\)"):
         load_run(tmp_path)

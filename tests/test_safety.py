@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from iotune.blockdev.devices import devices_for_path
+from iotune.errors import UsageError
 from iotune.volumes.safety import DestroyRefused, inspect, require_safe
 
 from .conftest import make_loops, needs_root
@@ -73,6 +74,25 @@ def test_swap_device_is_refused(loop: str) -> None:
     if subprocess.run(["swapon", loop], capture_output=True).returncode != 0:
         pytest.skip("needs swapon to work on a loop device here")
     refused(loop, "in use as swap")
+
+
+@needs_root
+def test_an_unprobeable_root_filesystem_fails_closed(loop: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the device holding / cannot be found, any device might be it:
+    refused, naming why, unless named with --destroy-data."""
+    def no_device(path: str) -> list:
+        raise UsageError(f"'{path}' is on overlay (overlay), which has no block device to trace")
+
+    monkeypatch.setattr("iotune.volumes.safety.devices_for_path", no_device)
+    refused(loop, "may hold the root or boot filesystem: cannot tell where it lives "
+                  "(/: '/' is on overlay (overlay), which has no block device to trace)")
+    assert require_safe([loop], [loop])[0].path == loop
+
+
+@needs_root
+def test_an_unprobeable_signature_fails_closed(loop: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))          # no wipefs
+    refused(loop, "signature unknown (wipefs could not run)")
 
 
 def test_root_disk_is_always_refused() -> None:

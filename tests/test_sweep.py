@@ -7,20 +7,25 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
+from .conftest import needs_fio, needs_root_for
 from click.testing import CliRunner
 
-from iotune.analysis.sweep import Ranked, rank, summarize_trials
 from iotune.cli import cli
-from iotune.errors import UsageError
+from iotune.errors import RecordError, UsageError
+from iotune.model.journal import SweepEnv
 from iotune.model.sweep import Measurement, SweepPoint, Trial
 from iotune.sweep.executor import Target, TrialFailed
 from iotune.sweep.fio_executor import FioExecutor, fio_jobfile, parse_fio_json
 from iotune.sweep.journal import Journal
 from iotune.sweep.recommend import apply_to_file, ds_fragment, merge
-from iotune.sweep.search import Sweeper
+from iotune.sweep.measure import Measurer
+from iotune.sweep.pipeline import search
+from iotune.sweep.rank import rank, summarize_trials
 from iotune.sweep.space import RunSettings, SearchSpace, load_profile
 
 MB = 1_000_000
+needs_root = needs_root_for("mount -t ramfs")
 
 
 def trial(point: SweepPoint, mbps: float, repeat: int = 0, status: str = "ok") -> Trial:
@@ -52,14 +57,48 @@ def test_score_is_harmonic_mean_of_read_and_write() -> None:
 
 def test_journal_replays_and_survives_a_partial_line(tmp_path: Path) -> None:
     j = Journal(tmp_path / "journal.jsonl")
-    j.start({"kernel": "x"})
+    j.start(SweepEnv(kernel="x"))
     p = SweepPoint(block_size=512 << 10)
     j.record(trial(p, 100))
     with (tmp_path / "journal.jsonl").open("a") as fh:
         fh.write('{"kind": "trial", "executor": "fio", "poi')      # killed mid-write
     again = Journal(tmp_path / "journal.jsonl")
     assert len(again.trials) == 1 and again.done("fio", p.key(), 0) is not None
-    assert again.done("fio", p.key(), 1) is None and again.header["env"] == {"kernel": "x"}
+    assert again.done("fio", p.key(), 1) is None and again.env == SweepEnv(kernel="x")
+
+
+def test_a_damaged_journal_is_a_record_error_naming_file_line_and_fix(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    j = Journal(path)
+    j.start(SweepEnv(kernel="x"))
+    j.record(trial(SweepPoint(), 100))
+    with path.open("a") as fh:
+        fh.write('{"kind": "trial", "executor": "fio", "point": 7}\n')
+    with pytest.raises(RecordError) as info:
+        Journal(path)
+    assert str(info.value) == (f"{path}:3: not a trial record (AttributeError: 'int' object has no attribute "
+                               "'items'); the sweep journal is damaged: fix or delete that line to resume, or "
+                               "start a new journal with --fresh (the old one is kept) or another --out")
+    path.write_text('{"kind": "header", "version": 2, "env": {}}\n')
+    with pytest.raises(RecordError) as info:
+        Journal(path)
+    assert str(info.value) == (f"{path}:1: journal version 2 was written by a newer iotune (this one reads "
+                               "version 1): upgrade iotune, or start a new journal with --fresh (the old one "
+                               "is kept) or another --out")
+
+
+def test_export_reads_the_journal_with_the_same_checks(tmp_path: Path) -> None:
+    from iotune.analysis.sweep_frames import export_trials
+
+    path = tmp_path / "journal.jsonl"
+    path.write_text('{"kind": "header", "version": 2, "env": {}}\n')
+    with pytest.raises(RecordError, match=r"journal.jsonl:1: journal version 2 was written by a newer iotune"):
+        export_trials(path, tmp_path / "t.csv")
+
+
+def test_from_fields_ignores_unknown_keys_and_defaults_missing_ones() -> None:
+    assert SweepPoint.from_json({"block_size": 4096, "future": 1}) == SweepPoint(block_size=4096)
+    assert Measurement.from_json({"step_s": 0.5, "gone": 2}) == Measurement(step_s=0.5)
 
 
 class CountingExecutor:
@@ -83,13 +122,13 @@ def test_adaptive_search_resume_skips_completed_trials(tmp_path: Path) -> None:
                         intra_op_parallelism=(1, 2), single_submit=(False,), overlap_events=(True,))
     settings = RunSettings(repeats=2, finalists=2)
     first = CountingExecutor()
-    full = Sweeper(first, Target(tmp_path), space, settings, Journal(tmp_path / "a.jsonl")).run()
+    full = search(Measurer(first, Target(tmp_path), Journal(tmp_path / "a.jsonl")), space, settings)
     # the same sweep, "killed" after 5 trials, then resumed
     partial = Journal(tmp_path / "b.jsonl")
     for t in Journal(tmp_path / "a.jsonl").trials[:5]:
         partial.record(t)
     second = CountingExecutor()
-    resumed = Sweeper(second, Target(tmp_path), space, settings, Journal(tmp_path / "b.jsonl")).run()
+    resumed = search(Measurer(second, Target(tmp_path), Journal(tmp_path / "b.jsonl")), space, settings)
     assert len(second.calls) == len(first.calls) - 5        # the 5 journaled trials were not re-run
     resumed_trials = Journal(tmp_path / "b.jsonl").trials
     ids = [(t.executor, t.point.key(), t.repeat) for t in resumed_trials]
@@ -118,6 +157,7 @@ def test_profiles_load_and_errors_name_key_and_line(tmp_path: Path) -> None:
         load_profile("nope")
 
 
+@needs_fio
 def test_fio_real_output_and_job_file(tmp_path: Path) -> None:
     target = Target(tmp_path, file_bytes=4 << 20, files=2)
     point = SweepPoint(block_size=256 << 10, queue_depth=4)
@@ -135,6 +175,7 @@ def test_fio_real_output_and_job_file(tmp_path: Path) -> None:
     job.unlink()
 
 
+@needs_fio
 def test_fio_failure_is_a_failed_trial(tmp_path: Path) -> None:
     with pytest.raises(TrialFailed, match="fio failed"):
         FioExecutor().run(SweepPoint(), Target(tmp_path / "missing", 4 << 20, 1))
@@ -159,10 +200,8 @@ def test_fragment_merge_and_apply(tmp_path: Path) -> None:
         apply_to_file(cfg, frag, in_place=False)
 
 
+@needs_root
 def test_sweep_refuses_a_directory_without_o_direct(tmp_path: Path) -> None:
-    import os
-    if os.geteuid() != 0:
-        pytest.skip("needs root to mount ramfs")
     mnt = tmp_path / "ramfs"
     mnt.mkdir()
     subprocess.run(["mount", "-t", "ramfs", "none", str(mnt)], check=True)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,10 +16,8 @@ from iotune.sweep.journal import Journal
 from iotune.sweep.recommend import ds_fragment, validate_with_deepspeed
 from iotune.sweep.steps_executor import StepsExecutor
 
-from .conftest import make_loops, needs_root
+from .conftest import make_loops, needs_deepspeed, needs_fio, needs_root
 
-needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
-                                     reason="needs deepspeed and torch (pip install -e '.[train]')")
 
 
 @pytest.fixture
@@ -40,6 +36,7 @@ def small_fs(tmp_path: Path):
 
 
 @needs_root
+@needs_fio
 def test_disk_full_fails_the_trial_and_keeps_the_journal(small_fs: Path, tmp_path: Path) -> None:
     out = tmp_path / "journal"
     r = CliRunner().invoke(cli, ["sweep", "--path", str(small_fs), "--profile", "quick", "--block-sizes", "1M",
@@ -82,3 +79,37 @@ def test_a_steps_trial_runs_with_the_recommended_settings(tmp_path: Path) -> Non
         subprocess.run(["umount", str(mnt)], check=False)
         subprocess.run(["losetup", "-d", loop], check=False)
     assert len(raw["steps"]) == 3 and m.step_s > 0 and 0 < m.optimizer_step_s < m.step_s
+
+
+@needs_root
+@needs_fio
+@needs_deepspeed
+def test_confirmation_runs_training_steps_and_picks_from_them(tmp_path: Path) -> None:
+    """--confirm 1 on the built-in emulated drive: the executor's best and
+    DeepSpeed's default each run real training steps, the recommendation is
+    the steps' winner, and DeepSpeed accepts it."""
+    from .test_emulated_drive import _FUSE_MISSING
+
+    if _FUSE_MISSING:
+        pytest.skip(_FUSE_MISSING)
+    (tmp_path / "p.toml").write_text(
+        '[space]\nblock_size = ["256K", "1M"]\nqueue_depth = [8]\nintra_op_parallelism = [1]\n'
+        'single_submit = [false]\noverlap_events = [true]\n'
+        '[run]\nsearch = "grid"\nrepeats = 1\nfile_bytes = "4M"\nsteps = 2\nruntime_s = 1.0\nramp_s = 0.25\n')
+    out = tmp_path / "j"
+    r = CliRunner().invoke(cli, ["sweep", "--profile", str(tmp_path / "p.toml"), "--confirm", "1", "-o", str(out),
+                                 "--json"])
+    assert r.exit_code == 0, r.stderr[-3000:]
+    assert "confirming 1 candidate(s) and DeepSpeed's defaults with 2 training steps each\n" in r.stderr
+    doc = json.loads(r.stdout)
+    default = SweepPoint(block_size=1 << 20, queue_depth=8)          # DeepSpeed's aio defaults
+    expected = {doc["ranking"][0]["key"], default.key()}
+    steps = [t for t in Journal(out / "journal.jsonl").trials if t.executor == "steps"]
+    assert {t.point.key() for t in steps} == expected and len(steps) == len(expected)
+    assert all(t.status == "ok" and len(t.raw["steps"]) == 2 for t in steps), [t.error for t in steps]
+    assert {c["key"] for c in doc["confirmed"]} == expected
+    for c in doc["confirmed"]:
+        assert c["executor"] == "steps" and 0 < c["optimizer_step_s"] < c["step_s"]
+    assert doc["recommended"] == doc["confirmed"][0]["point"]
+    assert doc["fragment"]["aio"]["block_size"] == doc["recommended"]["block_size"]
+    assert doc["validation_error"] is None

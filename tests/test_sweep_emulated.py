@@ -5,9 +5,7 @@ at most 8 served at once."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,16 +14,22 @@ from pathlib import Path
 
 import pytest
 
-from iotune.analysis.sweep import rank, summarize_trials
+from .conftest import needs_deepspeed, needs_root_for
+
 from iotune.model.drive import DriveLimits
 from iotune.model.sweep import SweepPoint
 from iotune.sweep.executor import Target
 from iotune.sweep.journal import Journal
-from iotune.sweep.search import Sweeper
+from iotune.sweep.measure import Measurer
+from iotune.sweep.pipeline import search
+from iotune.sweep.rank import rank, summarize_trials
 from iotune.sweep.space import RunSettings, SearchSpace
 from iotune.volumes.emulated import emulated_drive
 
 from .test_emulated_drive import needs_fuse
+
+# the emulated drive mounts a FUSE filesystem and a loop device and caps it with a blkio cgroup
+needs_root = needs_root_for("FUSE mount, loop device, blkio cgroup")
 
 LIMITS = DriveLimits(latency_us=2000, parallelism=8, bw_bytes_per_s=200_000_000, iops=800)
 CEILING = 200_000_000
@@ -43,12 +47,13 @@ def drive(tmp_path_factory: pytest.TempPathFactory):
 def sweep(executor, d, journal: Path, bad: SweepPoint, target_bytes: int = 8 << 20, runtime: float = 1.0) -> list:
     """The adaptive sweep, plus a deliberately bad point measured on purpose."""
     target = Target(Path(d.path), target_bytes, 3, d.cgroup, runtime, 0.25 if runtime else 0.0)
-    sweeper = Sweeper(executor, target, SPACE, SETTINGS, Journal(journal))
-    sweeper.run()
-    sweeper.measure(bad)
-    return sweeper.ranking()
+    measurer = Measurer(executor, target, Journal(journal))
+    search(measurer, SPACE, SETTINGS)
+    measurer.measure(bad)
+    return rank(summarize_trials(measurer.journal.trials, executor.name))
 
 
+@needs_root
 @needs_fuse
 def test_fio_sweep_reaches_the_ceiling_and_ranks_by_the_limits(drive, tmp_path: Path) -> None:
     from iotune.sweep.fio_executor import FioExecutor
@@ -68,18 +73,19 @@ def test_fio_sweep_reaches_the_ceiling_and_ranks_by_the_limits(drive, tmp_path: 
                 assert a.median > b.median, (a.point, b.point)
 
 
+@needs_root
 @needs_fuse
-@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="needs deepspeed (pip install -e '.[train]')")
+@needs_deepspeed
 def test_aio_sweep_reaches_the_ceiling(drive, tmp_path: Path) -> None:
     from iotune.sweep.aio_executor import AioExecutor
 
     space = SearchSpace(block_size=(128 << 10, 1 << 20), queue_depth=(1, 8), intra_op_parallelism=(1,),
                         single_submit=(False,), overlap_events=(True,))
     target = Target(Path(drive.path), 32 << 20, 3, drive.cgroup)
-    sweeper = Sweeper(AioExecutor(), target, space, RunSettings(repeats=1, finalists=1), Journal(tmp_path / "j.jsonl"))
-    sweeper.run()
-    sweeper.measure(SweepPoint(block_size=128 << 10, queue_depth=1))      # deliberately bad: 128 KiB per 2 ms
-    ranking = sweeper.ranking()
+    measurer = Measurer(AioExecutor(), target, Journal(tmp_path / "j.jsonl"))
+    search(measurer, space, RunSettings(repeats=1, finalists=1))
+    measurer.measure(SweepPoint(block_size=128 << 10, queue_depth=1))      # deliberately bad: 128 KiB per 2 ms
+    ranking = rank(summarize_trials(measurer.journal.trials, "aio"))
     best = ranking[0]
     # size-based: the blkio throttle's initial burst can only make a trial faster than the cap
     assert best.median >= 0.95 * CEILING, best
@@ -87,12 +93,20 @@ def test_aio_sweep_reaches_the_ceiling(drive, tmp_path: Path) -> None:
     assert slow.median < 0.5 * CEILING and ranking.index(slow) == len(ranking) - 1
 
 
+def _default_sigint() -> None:
+    # a suite started as a background job of a non-interactive shell inherits
+    # SIGINT ignored, and so would the child: give it the default, so Python
+    # installs its KeyboardInterrupt handler and the test's SIGINT reaches it
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_cli(args: list[str], out: Path) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "iotune", "sweep", "--profile", str(out.parent / "p.toml"),
                              "-o", str(out), "--json", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=_default_sigint)
 
 
+@needs_root
 @needs_fuse
 def test_killed_sweep_resumes_without_rerunning(tmp_path: Path) -> None:
     (tmp_path / "p.toml").write_text(

@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..model.plan import Plan
+from ..model.reports import CheckRow
 from ..model.run import TraceRun
 from .attribution import median_step, step_breakdowns, swap_by_category
 
 BLOCK_LEVEL = "block level (all)"       # the category of the block-level rows
-
-
-@dataclass(frozen=True)
-class CheckRow:
-    category: str
-    direction: str
-    predicted_bytes: float
-    measured_bytes: float
-
-    @property
-    def error_pct(self) -> float | None:
-        if self.measured_bytes == 0:
-            return None if self.predicted_bytes == 0 else float("inf")
-        return 100.0 * (self.predicted_bytes - self.measured_bytes) / self.measured_bytes
 
 
 def check(plan: Plan, run: TraceRun) -> list[CheckRow]:

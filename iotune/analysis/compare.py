@@ -2,25 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from ..model.reports import Comparison, CompareRow
 from ..model.run import TraceRun
 from .attribution import median_step, step_breakdowns
 from .summary import dominant_size, totals
-
-
-@dataclass(frozen=True)
-class CompareRow:
-    label: str
-    steps: int
-    step_s: float | None
-    optimizer_s: float | None
-    read_bytes_per_step: float | None
-    write_bytes_per_step: float | None
-    swap_bytes_per_step: float | None
-    dominant_size_bytes: int | None
-    bytes_per_s: float            # block bytes (read + write) over the whole run / duration
-    total_bytes: int
 
 
 def label_of(run: TraceRun, fallback: str) -> str:
@@ -48,3 +33,8 @@ def compare_row(run: TraceRun, label: str) -> CompareRow:
         dominant_size_bytes=max((s for s in sizes if s), default=None),
         bytes_per_s=moved / run.duration_s if run.duration_s > 0 else 0.0, total_bytes=moved,
     )
+
+
+def compare_runs(runs: list[tuple[TraceRun, str]]) -> Comparison:
+    """(run, fallback label) pairs -> the comparison, first run as reference."""
+    return Comparison(tuple(compare_row(run, label_of(run, name)) for run, name in runs))

@@ -1,14 +1,18 @@
-"""Sweep trials as a pandas DataFrame, exported to CSV or Parquet."""
+"""Sweep trials as a pandas DataFrame, exported to CSV or Parquet. The journal
+is read by model.journal, the same reader the sweep resumes with."""
 
 from __future__ import annotations
 
-import json
+import importlib.util
 from pathlib import Path
 
 import pandas as pd
 
 from ..errors import UsageError
+from ..model.journal import read_journal
 from ..model.sweep import Trial
+
+PARQUET_MISSING = "Parquet export needs pyarrow (pip install pyarrow); or export to .csv"
 
 
 def trials_frame(trials: list[Trial]) -> pd.DataFrame:
@@ -23,26 +27,21 @@ def trials_frame(trials: list[Trial]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def read_journal_trials(path: Path) -> list[Trial]:
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if rec.get("kind") == "trial":
-            out.append(Trial.from_json(rec))
-    return out
+def check_export_path(dest: Path) -> None:
+    """UsageError unless dest names a format export_trials writes (checked before a sweep runs)."""
+    if dest.suffix not in (".csv", ".parquet"):
+        raise UsageError(f"--export {dest}: use a .csv or .parquet file name")
+    if dest.suffix == ".parquet" and not any(importlib.util.find_spec(m) for m in ("pyarrow", "fastparquet")):
+        raise UsageError(PARQUET_MISSING)
 
 
 def export_trials(journal: Path, dest: Path) -> None:
-    df = trials_frame(read_journal_trials(journal))
+    check_export_path(dest)
+    df = trials_frame(list(read_journal(journal).trials))
     if dest.suffix == ".csv":
         df.to_csv(dest, index=False)
-    elif dest.suffix == ".parquet":
+    else:
         try:
             df.to_parquet(dest, index=False)
         except ImportError:
-            raise UsageError("Parquet export needs pyarrow (pip install pyarrow); or export to .csv") from None
-    else:
-        raise UsageError(f"--export {dest}: use a .csv or .parquet file name")
+            raise UsageError(PARQUET_MISSING) from None

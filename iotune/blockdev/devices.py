@@ -231,3 +231,15 @@ def btrfs_members(source: str) -> list[BlockDevice]:
             members = [_device_of_sysfs(e.resolve()) for e in sorted(devdir.iterdir())]
             return [whole_disk(m) for m in members if m]
     return [whole_disk(src)]
+
+
+def choose_devices(names: tuple[str, ...] = (), paths: tuple[str, ...] = (),
+                   with_lower: bool = False) -> list[BlockDevice]:
+    """The devices named (name, /dev path or MAJ:MIN) and those holding each
+    path, plus what they sit on when `with_lower`; each once, in that order."""
+    chosen = [resolve_device(d) for d in names]
+    for p in paths:
+        chosen += devices_for_path(p)
+    if with_lower:
+        chosen += [low for dev in list(chosen) for low in lower_devices(dev)]
+    return list(dict.fromkeys(chosen))

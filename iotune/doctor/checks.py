@@ -7,11 +7,13 @@ import importlib.util
 import os
 import platform
 import shutil
-import subprocess
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from ..blockdev.directio import direct_io_problem
+from ..blockdev.proc import not_installed, run
+from ..errors import IotuneError
 from ..model.checks import CheckResult
 from ..trace import kernel
 
@@ -26,11 +28,16 @@ def check_privileges() -> CheckResult:
     return CheckResult("privileges", "ok", "root (CAP_SYS_ADMIN)" if os.geteuid() == 0 else "CAP_BPF + CAP_PERFMON")
 
 
-def check_btf() -> CheckResult:
-    p = Path("/sys/kernel/btf/vmlinux")
-    if p.exists():
-        return CheckResult("BTF", "ok", str(p))
-    return CheckResult("BTF", "warn", "no /sys/kernel/btf/vmlinux (bcc tracepoint probes work without it)")
+def check_kernel_feature(feature: kernel.KernelFeature) -> CheckResult:
+    """One of the kernel features the probe's load path requires (the same
+    table and test: kernel.KERNEL_FEATURES)."""
+    events = kernel.tracefs_events()
+    if feature.needs_tracefs and events is None:
+        return CheckResult(feature.name, "skip", "needs tracefs (iotune trace mounts it)")
+    problem = feature.problem(events)
+    if problem:
+        return CheckResult(feature.name, "fail", problem, feature.fix)
+    return CheckResult(feature.name, "ok", feature.present)
 
 
 def check_tracefs() -> CheckResult:
@@ -39,18 +46,6 @@ def check_tracefs() -> CheckResult:
         return CheckResult("tracefs", "ok", str(ev.parent))
     return CheckResult("tracefs", "warn", "not mounted (iotune trace mounts it when it starts)",
                        "mount -t tracefs nodev /sys/kernel/tracing", fixable=True)
-
-
-def check_tracepoints() -> CheckResult:
-    ev = kernel.tracefs_events()
-    if ev is None:
-        return CheckResult("block tracepoints", "skip", "needs tracefs")
-    need = ("block_rq_issue", "block_rq_complete")
-    missing = [t for t in need if not (ev / "block" / t / "format").exists()]
-    if missing:
-        return CheckResult("block tracepoints", "fail", f"missing {', '.join(missing)}",
-                           "use a kernel with CONFIG_BLK_DEV_IO_TRACE / block tracepoints")
-    return CheckResult("block tracepoints", "ok", ", ".join(need))
 
 
 def check_headers() -> CheckResult:
@@ -73,7 +68,7 @@ def check_bcc_import() -> CheckResult:
     if kernel.SYSTEM_BCC.is_dir():
         return CheckResult("bcc importable", "fail", "installed for the system Python only",
                            f"link {kernel.SYSTEM_BCC} into this Python's site-packages", fixable=True)
-    return CheckResult("bcc importable", "fail", "python3-bpfcc not installed",
+    return CheckResult("bcc importable", "fail", not_installed("python3-bpfcc"),
                        APT_FIX.format(pkgs="python3-bpfcc bpfcc-tools"), fixable=True)
 
 
@@ -92,9 +87,12 @@ def check_bcc_compile() -> CheckResult:
 def check_fio() -> CheckResult:
     exe = shutil.which("fio")
     if not exe:
-        return CheckResult("fio", "fail", "not on PATH", APT_FIX.format(pkgs="fio"), fixable=True)
-    out = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False)
-    return CheckResult("fio", "ok", f"{out.stdout.strip()} ({exe})")
+        return CheckResult("fio", "fail", not_installed("fio"), APT_FIX.format(pkgs="fio"), fixable=True)
+    try:
+        version = run([exe, "--version"], timeout_s=30).strip()
+    except IotuneError as e:
+        return CheckResult("fio", "fail", str(e), APT_FIX.format(pkgs="fio"), fixable=True)
+    return CheckResult("fio", "ok", f"{version} ({exe})")
 
 
 def check_libaio() -> CheckResult:
@@ -112,7 +110,9 @@ def check_blkio_cgroup() -> CheckResult:
 
 
 def check_loop() -> CheckResult:
-    if shutil.which("losetup") and Path("/dev/loop-control").exists():
+    if shutil.which("losetup") is None:
+        return CheckResult("loop devices", "warn", not_installed("losetup"), APT_FIX.format(pkgs="mount"))
+    if Path("/dev/loop-control").exists():
         return CheckResult("loop devices", "ok", "/dev/loop-control")
     return CheckResult("loop devices", "warn", "no /dev/loop-control: scratch drives unavailable")
 
@@ -136,7 +136,8 @@ def check_deepspeed() -> CheckResult:
 
 
 CHECKS: tuple[Callable[[], CheckResult], ...] = (
-    check_privileges, check_btf, check_tracefs, check_tracepoints, check_headers,
+    check_privileges, check_tracefs, *(partial(check_kernel_feature, f) for f in kernel.KERNEL_FEATURES),
+    check_headers,
     check_bcc_import, check_bcc_compile, check_fio, check_libaio, check_blkio_cgroup,
     check_loop, check_deepspeed,
 )

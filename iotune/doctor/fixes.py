@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import platform
 import site
-import subprocess
 from pathlib import Path
 
+from ..blockdev.proc import run
 from ..errors import PrivilegeError
 from ..model.checks import CheckResult
 from ..trace import kernel
@@ -32,8 +32,8 @@ def apply_fixes(results: list[CheckResult]) -> list[str]:
         if not (r.name == "kernel headers" and _debian_headers())
     })
     if packages:
-        _run(["apt-get", "update", "-q"])
-        _run(["apt-get", "install", "-y", "-q", *packages])
+        run(["apt-get", "update", "-q"])
+        run(["apt-get", "install", "-y", "-q", *packages])
         done.append("apt-get install " + " ".join(packages))
     names = {r.name for r in todo}
     if "tracefs" in names:
@@ -71,7 +71,3 @@ def link_bcc() -> str:
     if not dest.exists():
         dest.symlink_to(kernel.SYSTEM_BCC)
     return f"linked {dest} -> {kernel.SYSTEM_BCC}"
-
-
-def _run(argv: list[str]) -> None:
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)

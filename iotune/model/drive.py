@@ -18,14 +18,15 @@ latency term at all (the drive is then limited by the caps only).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
+
+from .record import JsonRecord
 
 US_PER_S = 1_000_000
 
 
 @dataclass(frozen=True)
-class DriveLimits:
+class DriveLimits(JsonRecord):
     latency_us: float = 0.0       # service time of one request
     parallelism: int = 0          # requests in service at once; 0 = unbounded
     bw_bytes_per_s: int = 0       # bandwidth cap per direction; 0 = none
@@ -79,12 +80,3 @@ class DriveLimits:
             parts.append(f"{self.iops} IOPS cap")
         return ", ".join(parts) or "no limits"
 
-    def to_json(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> DriveLimits:
-        """Loads what `to_json` wrote; missing keys take their defaults and
-        unknown keys (from newer files) are ignored."""
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})

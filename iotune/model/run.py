@@ -7,8 +7,11 @@ refuses records from a newer schema with a message saying so.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from ..errors import RecordError
+from .record import known_fields
 
 from .attribution import Attribution
 
@@ -18,22 +21,12 @@ SCHEMA_VERSION = 1
 OPS: tuple[str, ...] = ("read", "write", "flush", "discard", "other")
 
 
-class RecordFormatError(ValueError):
-    """A record that cannot be loaded; the message says why."""
-
-
 def _int_keys(d: dict[str, Any] | None) -> dict[int, int]:
     return {int(k): int(v) for k, v in (d or {}).items()}
 
 
 def _str_keys(d: dict[int, int]) -> dict[str, int]:
     return {str(k): v for k, v in sorted(d.items())}
-
-
-def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
-    """Only the keys `cls` knows: newer minor fields are ignored on load."""
-    names = {f.name for f in fields(cls)}
-    return {k: v for k, v in data.items() if k in names}
 
 
 @dataclass(frozen=True)
@@ -65,7 +58,7 @@ class DirectionStats:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> DirectionStats:
-        d = _known(cls, data)
+        d = known_fields(cls, data)
         for key in ("sizes", "size_log2", "lat_slots", "depth"):
             d[key] = _int_keys(d.get(key))
         return cls(**d)
@@ -100,7 +93,7 @@ class DeviceStats:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> DeviceStats:
-        d = _known(cls, data)
+        d = known_fields(cls, data)
         d["lower_of"] = tuple(d.get("lower_of", ()))
         d["directions"] = {
             op: DirectionStats.from_json(s) for op, s in d.get("directions", {}).items()
@@ -172,25 +165,25 @@ class TraceRun:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TraceRun:
         if not isinstance(data, dict):
-            raise RecordFormatError("not a trace record: expected a JSON object")
+            raise RecordError("not a trace record: expected a JSON object")
         schema = data.get("schema", 1)
         if not isinstance(schema, int) or schema > SCHEMA_VERSION:
-            raise RecordFormatError(
+            raise RecordError(
                 f"record schema {schema} is newer than this iotune understands "
                 f"({SCHEMA_VERSION}); upgrade iotune to read it"
             )
         missing = [k for k in ("run_id", "started_at", "duration_s") if k not in data]
         if missing:
-            raise RecordFormatError(f"not a trace record: missing {', '.join(missing)}")
-        d = _known(cls, data)
+            raise RecordError(f"not a trace record: missing {', '.join(missing)}")
+        d = known_fields(cls, data)
         d["schema"] = SCHEMA_VERSION
         d["command"] = tuple(d.get("command", ()))
         d["device_filter"] = tuple(d.get("device_filter", ()))
         d["devices"] = tuple(DeviceStats.from_json(x) for x in d.get("devices", ()))
         d["timeline"] = tuple(
-            TimelinePoint(**_known(TimelinePoint, p)) for p in d.get("timeline", ())
+            TimelinePoint(**known_fields(TimelinePoint, p)) for p in d.get("timeline", ())
         )
-        d["host"] = HostInfo(**_known(HostInfo, d.get("host") or {}))
+        d["host"] = HostInfo(**known_fields(HostInfo, d.get("host") or {}))
         d["drops"] = {str(k): int(v) for k, v in (d.get("drops") or {}).items()}
         d["attribution"] = Attribution.from_json(d["attribution"]) if d.get("attribution") else None
         return cls(**d)

@@ -11,11 +11,13 @@ carries its timeline inline.
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import json
 import os
 from pathlib import Path
 
-from .run import RecordFormatError, TimelinePoint, TraceRun
+from ..errors import RecordError
+from .run import TimelinePoint, TraceRun
 
 RUN_FILE = "run.json"
 TIMELINE_FILE = "timeline.csv"
@@ -34,7 +36,8 @@ def save_run(run: TraceRun, directory: Path) -> Path:
         writer = csv.writer(fh)
         writer.writerow(TIMELINE_COLUMNS)
         for p in run.timeline:
-            writer.writerow((f"{p.t_s:g}", p.device, p.op, p.requests, p.bytes))
+            # repr of a float: always a decimal point ("0.0"), so pandas reads a float column
+            writer.writerow((repr(float(p.t_s)), p.device, p.op, p.requests, p.bytes))
     os.replace(tmp, directory / TIMELINE_FILE)
     tmp = directory / (RUN_FILE + ".tmp")
     tmp.write_text(json.dumps(run.to_json(include_timeline=False), indent=1) + "\n")
@@ -42,17 +45,42 @@ def save_run(run: TraceRun, directory: Path) -> Path:
     return directory
 
 
+def default_run_dir(label: str, root: Path = Path("iotune-runs"), now: dt.datetime | None = None) -> Path:
+    """Where a run is saved when the user names no directory:
+    root/<local time>-<label>, e.g. iotune-runs/20261121-220000-deepspeed."""
+    stamp = (now or dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
+    return root / f"{stamp}-{os.path.basename(label) or 'run'}"
+
+
+def give_to_sudo_user(directory: Path) -> None:
+    """A run saved under sudo belongs to the user who ran sudo (best effort)."""
+    uid, gid = os.environ.get("SUDO_UID"), os.environ.get("SUDO_GID")
+    if os.geteuid() != 0 or not uid or not gid:
+        return
+    for p in [directory, *directory.iterdir()]:
+        try:
+            os.chown(p, int(uid), int(gid))
+        except OSError:
+            pass
+
+
 def load_run(path: Path) -> TraceRun:
     """Load a run saved by `save_run` (a directory or its run.json)."""
-    run_file = path / RUN_FILE if path.is_dir() else path
+    try:
+        return _load(path / RUN_FILE if path.is_dir() else path)
+    except RecordError as e:
+        raise RecordError(f"cannot load run: {e}") from None
+
+
+def _load(run_file: Path) -> TraceRun:
     try:
         data = json.loads(run_file.read_text())
     except FileNotFoundError:
-        raise RecordFormatError(f"{run_file} does not exist") from None
+        raise RecordError(f"{run_file} does not exist") from None
     except json.JSONDecodeError as e:
-        raise RecordFormatError(
-            f"{run_file} is not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}"
-        ) from None
+        raise RecordError(f"{run_file} is not valid JSON (line {e.lineno}, column {e.colno}): {e.msg}") from None
+    except OSError as e:
+        raise RecordError(f"{run_file}: {e.strerror}") from None
     run = TraceRun.from_json(data)
     timeline_file = run_file.parent / TIMELINE_FILE
     if not run.timeline and timeline_file.exists():
@@ -69,4 +97,4 @@ def _read_timeline(path: Path) -> tuple[TimelinePoint, ...]:
             for r in rows
         )
     except (KeyError, ValueError) as e:
-        raise RecordFormatError(f"{path}: bad timeline row ({e})") from None
+        raise RecordError(f"{path}: bad timeline row ({e})") from None

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .aio import AioSettings
+from .record import JsonRecord
 
 
 @dataclass(frozen=True)
-class SweepPoint:
+class SweepPoint(JsonRecord):
     """One configuration to measure.
 
     block_size, queue_depth, intra_op_parallelism, single_submit and
@@ -45,17 +46,10 @@ class SweepPoint:
         """Staging memory the point implies: one block per queue slot per thread."""
         return self.block_size * self.queue_depth * self.intra_op_parallelism
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> SweepPoint:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 @dataclass(frozen=True)
-class Measurement:
+class Measurement(JsonRecord):
     """What one trial measured. Bandwidths are bytes/s (decimal when printed
     as MB/s); latencies are µs; seconds for step-level metrics."""
 
@@ -84,13 +78,6 @@ class Measurement:
             return 2.0 / (1.0 / r + 1.0 / w)
         return max(r, w)
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Measurement:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 @dataclass(frozen=True)
@@ -123,3 +110,11 @@ class Trial:
                    measurement=Measurement.from_json(m) if m else None, error=data.get("error", ""),
                    started_at=data.get("started_at", ""), seconds=float(data.get("seconds", 0.0)),
                    raw=data.get("raw") or {})
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """Points the search wants measured next, all at one repeat index."""
+
+    points: tuple[SweepPoint, ...]
+    repeat: int = 0

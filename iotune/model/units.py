@@ -27,3 +27,18 @@ def parse_size(text: str) -> int:
     if value != int(value):
         raise ValueError(f"'{text}' is not a whole number of bytes")
     return int(value)
+
+
+def parse_rate(text: str) -> float:
+    """Bytes per second: '200MB/s' -> 2e8, '2GiB/s' -> 2147483648, '0' -> 0.
+    The '/s' is optional ('200MB' means 200 MB/s where a rate is asked for).
+
+    Raises ValueError with a message naming the accepted forms.
+    """
+    body = text.strip()
+    body = body[:-2] if body.lower().endswith("/s") else body
+    try:
+        return float(parse_size(body))
+    except ValueError:
+        raise ValueError(f"'{text}' is not a rate: use e.g. 3GB/s, 200MB/s (decimal) or 2GiB/s") \
+            from None

@@ -1,5 +1,7 @@
-"""Presentation of model records: each renderer turns a record into text.
+"""Presentation of model records: all output iotune prints.
 
-A renderer is a class with `render(run) -> str` and a `file_extension`;
-adding an output format means adding one module here.
+The contract is in base.py (Renderer: `render(record) -> str` with
+`record_type`, `format` and `file_extension`); every renderer is listed in
+registry.py, keyed by (record type, format). Adding an output format means
+adding a Renderer and one entry there.
 """

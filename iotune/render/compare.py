@@ -9,7 +9,7 @@ from dataclasses import asdict
 from rich.console import Console
 from rich.table import Table
 
-from ..analysis.compare import CompareRow
+from ..model.reports import CompareRow
 from . import units
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 
 from rich.console import Console
 from rich.table import Table
@@ -24,3 +25,7 @@ def render_checks(results: list[CheckResult], width: int = 120) -> str:
     failed = sum(r.status == "fail" for r in results)
     buf.write("all prerequisites met\n" if not failed else f"{failed} check(s) failed: apply the fixes above\n")
     return buf.getvalue()
+
+
+def doctor_json(results: list[CheckResult]) -> str:
+    return json.dumps([r.to_json() for r in results], indent=1) + "\n"

@@ -1,23 +1,56 @@
-"""`iotune lint`'s output."""
+"""`iotune lint`'s output: findings (or why the file could not be linted) as
+console text or one JSON document."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from ..model.lint import LintFinding
+from ..model.reports import LintReport
+from .base import Renderer
 
 
-def render_findings(path: str, findings: list[LintFinding]) -> str:
-    if not findings:
-        return f"{path}: no problems found\n"
+def render_lint(report: LintReport) -> str:
+    path = report.config
+    if report.error is not None:
+        return f"{path}: cannot lint: {report.error.message}\n"
     lines = []
-    for f in findings:
+    for f in report.findings:
         lines.append(f"{path}: {f.severity}: {f.where}: {f.message} [{f.rule}]")
         lines.append(f"    fix: {f.fix}")
-    errors = sum(f.severity == "error" for f in findings)
-    lines.append(f"{errors} error(s), {len(findings) - errors} warning(s)")
+    if not report.findings:
+        lines.append(f"{path}: no problems found")
+    else:
+        lines.append(f"{report.errors} error(s), {report.warnings} warning(s)")
     return "\n".join(lines) + "\n"
 
 
+def lint_json(report: LintReport) -> str:
+    return json.dumps(report.to_json(), indent=1) + "\n"
+
+
+def render_findings(path: str, findings: list[LintFinding]) -> str:
+    """Console text for `findings` in `path` (the registry's entry point)."""
+    return render_lint(LintReport(path, tuple(findings)))
+
+
 def findings_json(path: str, findings: list[LintFinding]) -> str:
-    return json.dumps({"config": path, "findings": [f.to_json() for f in findings]}, indent=1) + "\n"
+    return lint_json(LintReport(path, tuple(findings)))
+
+
+class LintReportConsole(Renderer):
+    record_type, format, file_extension = LintReport, "console", "txt"
+
+    def render(self, record: Any) -> str:
+        return render_lint(record)
+
+
+class LintReportJson(Renderer):
+    record_type, format, file_extension = LintReport, "json", "json"
+
+    def render(self, record: Any) -> str:
+        return lint_json(record)
+
+
+LINT_RENDERERS: dict[str, type[Renderer]] = {"console": LintReportConsole, "json": LintReportJson}

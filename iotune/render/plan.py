@@ -11,7 +11,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from ..analysis.calibration import CheckRow
+from ..model.reports import CheckRow
 from ..model.plan import Plan
 from . import units
 

@@ -12,7 +12,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..analysis.sweep import Ranked, SweepOutcome, gain
+from ..model.sweep_result import LayoutSweep, Ranked, SweepOutcome, gain
 from . import units
 
 TOP = 15
@@ -60,7 +60,7 @@ def summary_text(o: SweepOutcome) -> Text:
     if o.recommended is None:
         t.append("No configuration could be measured: see the failed trials in the journal.\n", style="bold red")
         return t
-    best = next((r for r in o.ranking if r.point.key() == o.recommended.key()), None)
+    best = o.recommended_row()
     g = gain(best, o.default)
     t.append("Recommendation", style="bold")
     t.append(f" (profile {o.profile}, {o.trials} trials, {o.trials_run_now} run now, {o.failed} failed)\n")
@@ -90,21 +90,28 @@ def render_sweep(o: SweepOutcome, width: int = 130) -> str:
     return buf.getvalue()
 
 
-def sweep_json(o: SweepOutcome) -> str:
-    def rows(rs: list[Ranked]) -> list[dict[str, Any]]:
-        return [{**asdict(r), "point": r.point.to_json(), "key": r.point.key()} for r in rs]
-
+def sweep_doc(o: SweepOutcome) -> dict[str, Any]:
     doc = {k: v for k, v in asdict(o).items() if k not in ("ranking", "confirmed", "default", "recommended")}
-    doc["ranking"] = rows(o.ranking)
-    doc["confirmed"] = rows(o.confirmed)
-    doc["default"] = rows([o.default])[0] if o.default else None
+    doc["ranking"] = [r.to_json() for r in o.ranking]
+    doc["confirmed"] = [r.to_json() for r in o.confirmed]
+    doc["default"] = o.default.to_json() if o.default else None
     doc["recommended"] = o.recommended.to_json() if o.recommended else None
-    doc["gain_over_default"] = gain(next((r for r in o.ranking if o.recommended and
-                                          r.point.key() == o.recommended.key()), None), o.default)
-    return json.dumps(doc, indent=1) + "\n"
+    doc["gain_over_default"] = gain(o.recommended_row(), o.default)
+    return doc
 
 
-def render_layouts(results: list[Any], eff: Any, width: int = 130) -> str:
+def sweep_json(o: SweepOutcome) -> str:
+    return json.dumps(sweep_doc(o), indent=1) + "\n"
+
+
+def layouts_json(ls: LayoutSweep) -> str:
+    docs = [{"layout": r.name, "drives": r.drives, "backend": r.backend, "reason": r.reason,
+             "outcome": sweep_doc(r.outcome)} for r in ls.results]
+    return json.dumps({"layouts": docs, "layout_effect": ls.effects.layout, "aio_effect": ls.effects.aio,
+                       "dominant": ls.effects.dominant}, indent=1) + "\n"
+
+
+def render_layouts(ls: LayoutSweep, width: int = 130) -> str:
     """Layouts x aio settings: the best configuration per layout, side by side."""
     t = Table(title="Layouts x aio settings (best per layout; MB/s decimal)", title_justify="left",
               show_edge=False, pad_edge=False)
@@ -112,7 +119,7 @@ def render_layouts(results: list[Any], eff: Any, width: int = 130) -> str:
                 "write MB/s", "× 1 drive", "ceiling"):
         t.add_column(col, justify="left" if col in ("layout", "backend") else "right")
     base = None
-    for r in results:
+    for r in ls.results:
         best = r.outcome.ranking[0] if r.outcome.ranking and r.outcome.ranking[0].scores else None
         if best is None:
             t.add_row(r.name, str(r.drives), r.backend, "-", "-", "-", "failed", "-", "-", "-", "-")
@@ -126,9 +133,9 @@ def render_layouts(results: list[Any], eff: Any, width: int = 130) -> str:
     buf = io.StringIO()
     console = Console(file=buf, width=width, color_system=None, highlight=False)
     console.print(t)
-    layout, aio = getattr(eff, "layout"), getattr(eff, "aio")
-    buf.write(f"What mattered most: the {getattr(eff, 'dominant')} ({layout:.2f}× between layouts, "
-              f"{aio:.2f}× between aio settings within a layout)\n")
-    if results:
-        buf.write(f"{results[-1].reason}\n")
+    eff = ls.effects
+    buf.write(f"What mattered most: the {eff.dominant} ({eff.layout:.2f}× between layouts, "
+              f"{eff.aio:.2f}× between aio settings within a layout)\n")
+    if ls.results:
+        buf.write(f"{ls.results[-1].reason}\n")
     return buf.getvalue()

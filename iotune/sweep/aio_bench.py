@@ -24,7 +24,8 @@ DeepSpeed 0.19.8 behaviour this guards against (checked on this machine):
   past the end of a file, wait() with nothing pending, a failed mlock. Hence
   the checks before any I/O, and wait() only after a successful submit.
 - A failed open makes async_pwrite/async_pread return -1 and print the errno
-  on stderr, so O_DIRECT support is probed first, to say why.
+  on stderr, so O_DIRECT support is probed first (blockdev.directio, which
+  stays stdlib-only so this child need not import more), to say why.
 - On the CPU build a tensor that is not page-locked is staged through an
   mlocked bounce buffer of its full size per request: with or without --pin,
   files x file_bytes bytes are locked at once.
@@ -45,12 +46,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from ..blockdev.directio import direct_io_problem
 from ..model.sweep import SweepPoint
 from .executor import Target
 
 DIRECT_IO_ALIGN_BYTES = 4096     # O_DIRECT: offsets and lengths aligned to the logical block (<= 4 KiB)
 MAX_BLOCK_SIZE = 2**31 - 1       # aio_handle takes block_size as a C int
 POISON_BYTE = 0xA5               # read buffers are filled with it, so bytes never read are caught
+DIRECT_IO_UNSUPPORTED = "the filesystem does not support O_DIRECT"     # blockdev.directio's wording
 CAP_IPC_LOCK = 14                # capability bit that lifts RLIMIT_MEMLOCK
 
 
@@ -122,10 +125,6 @@ def swap_paths(directory: str | Path, pid: int, files: int) -> list[Path]:
     return [Path(directory) / f"iotune-aio-{pid}-{i}.swp" for i in range(files)]
 
 
-def probe_path(directory: str | Path, pid: int) -> Path:
-    return Path(directory) / f".iotune-aio-probe-{pid}"
-
-
 # --- arguments --------------------------------------------------------------
 
 class _Parser(argparse.ArgumentParser):
@@ -170,33 +169,20 @@ def check_place(config: BenchConfig) -> None:
 
 
 def _probe_direct_io(directory: Path) -> None:
-    probe = probe_path(directory, os.getpid())
-    page = mmap.mmap(-1, DIRECT_IO_ALIGN_BYTES)      # page-aligned, as O_DIRECT needs
-    try:
-        fd = os.open(probe, os.O_RDWR | os.O_CREAT | os.O_DIRECT, 0o600)
-        try:
-            os.pwrite(fd, page, 0)
-            os.preadv(fd, [page], 0)
-        finally:
-            os.close(fd)
-    except OSError as e:
-        raise _place_error(directory, e) from None
-    finally:
-        page.close()
-        probe.unlink(missing_ok=True)
-
-
-def _place_error(directory: Path, e: OSError) -> BenchError:
-    if e.errno == errno.EINVAL:
-        return BenchError("o_direct", f"{directory}: the filesystem does not support O_DIRECT, and DeepSpeed's "
-                                      "aio opens every file with O_DIRECT; put the target on ext4, xfs or btrfs "
-                                      "on a block device (not tmpfs before Linux 6.6, ramfs or most network or "
-                                      "FUSE filesystems)")
-    if e.errno == errno.ENOSPC:
-        return BenchError("space", f"{directory}: no space left on the device")
-    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return BenchError("directory", f"cannot write to {directory}: {e.strerror}")
-    return BenchError("o_direct", f"{directory}: O_DIRECT I/O failed: {e.strerror}")
+    """The one O_DIRECT probe (blockdev.directio, stdlib only), its answer as a BenchError."""
+    problem = direct_io_problem(str(directory))
+    if problem is None:
+        return
+    if problem == DIRECT_IO_UNSUPPORTED:
+        raise BenchError("o_direct", f"{directory}: the filesystem does not support O_DIRECT, and DeepSpeed's "
+                                     "aio opens every file with O_DIRECT; put the target on ext4, xfs or btrfs "
+                                     "on a block device (not tmpfs before Linux 6.6, ramfs or most network or "
+                                     "FUSE filesystems)")
+    if os.strerror(errno.ENOSPC) in problem:
+        raise BenchError("space", f"{directory}: no space left on the device")
+    if problem.startswith("cannot create a file there"):
+        raise BenchError("directory", f"cannot write to {directory}: {problem.partition(': ')[2]}")
+    raise BenchError("o_direct", f"{directory}: {problem}")
 
 
 def check_memlock(nbytes: int) -> None:

@@ -23,14 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from ..blockdev.cgroup import join_cgroup_preexec
+from ..blockdev.proc import kill_group, last_line
 from ..model.sweep import Measurement, SweepPoint
-from .aio_bench import BenchConfig, probe_path, swap_paths
+from ..resources import package_root
+from .aio_bench import BenchConfig, swap_paths
 from .executor import Target, TrialFailed
 
 BENCH_MODULE = "iotune.sweep.aio_bench"
 DEFAULT_TIMEOUT_S = 600.0        # a first run JIT-builds the async_io op: about 134 s on 2 cores
 STDERR_TAIL_CHARS = 4000
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]     # the directory holding the iotune package
 
 
 class AioExecutor:
@@ -57,13 +58,18 @@ class AioExecutor:
         try:
             out, err = proc.communicate(timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
-            _kill_session(proc)
+            kill_group(proc)
             out, err = proc.communicate()
             _remove_leftovers(target, proc.pid)
             raise TrialFailed(f"the aio trial did not finish within {self.timeout_s:g} s and was killed "
                               "(a first run builds DeepSpeed's async_io op, about 2-3 minutes on 2 cores; "
                               "a throttled drive needs a longer timeout or smaller files)",
                               _failure_raw(argv, proc.returncode, err)) from None
+        except BaseException:            # Ctrl-C: nothing is left running on the drive
+            kill_group(proc)
+            proc.wait()
+            _remove_leftovers(target, proc.pid)
+            raise
         if proc.returncode != 0:
             _remove_leftovers(target, proc.pid)
         return parse_result(argv, proc.returncode, out, err, point.block_size)
@@ -77,7 +83,7 @@ def parse_result(argv: list[str], returncode: int, out: bytes, err: bytes,
         name = signal.Signals(-returncode).name
         why = (" (DeepSpeed's aio aborts on a failed internal assert: a short file, a failed mlock)"
                if -returncode == signal.SIGABRT else "")
-        raise TrialFailed(f"the aio trial was killed by {name}{why}; its stderr ends: {_last_line(err)}", raw)
+        raise TrialFailed(f"the aio trial was killed by {name}{why}; its stderr ends: {last_line(err)}", raw)
     try:
         data = json.loads(out)
     except ValueError:
@@ -85,7 +91,7 @@ def parse_result(argv: list[str], returncode: int, out: bytes, err: bytes,
     if not isinstance(data, dict):
         raw["stdout"] = out[:STDERR_TAIL_CHARS].decode(errors="replace")
         raise TrialFailed(f"the aio trial (exit status {returncode}) printed no JSON result; "
-                          f"its stderr ends: {_last_line(err)}", raw)
+                          f"its stderr ends: {last_line(err)}", raw)
     if "error" in data:
         raise TrialFailed(str(data["error"]), {**raw, **data})
     if returncode != 0:
@@ -112,7 +118,7 @@ def _measurement(data: dict[str, Any], block_size: int, raw: dict[str, Any]) -> 
 
 def _start(argv: list[str], cgroup: str | None) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(package_root()), env.get("PYTHONPATH", "")) if p)
     preexec = None
     if cgroup is not None:
         procs = Path(cgroup) / "cgroup.procs"
@@ -130,16 +136,9 @@ def _start(argv: list[str], cgroup: str | None) -> subprocess.Popen[bytes]:
         raise TrialFailed(f"cannot start the aio trial ({argv[0]}): {e.strerror}", {"argv": argv}) from None
 
 
-def _kill_session(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)     # start_new_session: the group id is the child's pid
-    except ProcessLookupError:
-        pass
-
-
 def _remove_leftovers(target: Target, pid: int) -> None:
     """A killed or aborted bench leaves its files behind; they are named by its pid."""
-    for path in [probe_path(target.directory, pid), *swap_paths(target.directory, pid, target.files)]:
+    for path in swap_paths(target.directory, pid, target.files):
         try:
             path.unlink(missing_ok=True)
         except OSError:
@@ -149,8 +148,3 @@ def _remove_leftovers(target: Target, pid: int) -> None:
 def _failure_raw(argv: list[str], returncode: int | None, err: bytes) -> dict[str, Any]:
     return {"argv": argv, "returncode": returncode,
             "stderr_tail": err[-STDERR_TAIL_CHARS:].decode(errors="replace")}
-
-
-def _last_line(err: bytes) -> str:
-    lines = [line for line in err.decode(errors="replace").splitlines() if line.strip()]
-    return lines[-1].strip() if lines else "(nothing)"

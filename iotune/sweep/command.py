@@ -6,24 +6,39 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ..analysis.sweep import SweepOutcome
+from ..model.sweep_result import LayoutSweep, Progress, SweepOutcome
 from ..errors import UsageError
+from ..model.drive import DriveLimits
 from .executor import Target
-from .search import Progress
-from .session import SweepRequest, run_sweep
+from .pipeline import SweepRequest, run_sweep
 from .space import Profile, load_profile
 
 # The built-in drive: 200 MB/s and 800 IOPS caps, 4 ms per request with at most
 # 8 served at once. Block size matters (IOPS cap), and so does queue depth for
 # small blocks (latency): sensible configs reach 200 MB/s, bad ones a fraction.
-BUILTIN_LIMITS = {"bw_bytes_per_s": 200_000_000, "iops": 800, "latency_us": 4000.0, "parallelism": 8}
+BUILTIN_LIMITS = DriveLimits(bw_bytes_per_s=200_000_000, iops=800, latency_us=4000.0, parallelism=8)
 BUILTIN_SIZE = 1 << 30
 BUILTIN_RUNTIME_S = 2.0     # used when the profile sets none
 BUILTIN_RAMP_S = 0.5
+
+
+@dataclass(frozen=True)
+class SpaceOverrides:
+    """Search-space values given on the command line (None: the profile's)."""
+
+    block_size: tuple[int, ...] | None = None
+    queue_depth: tuple[int, ...] | None = None
+    intra_op_parallelism: tuple[int, ...] | None = None
+    single_submit: tuple[bool, ...] | None = None
+    overlap_events: tuple[bool, ...] | None = None
+    engine: tuple[str, ...] | None = None
+
+    def given(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name)}
 
 
 @dataclass(frozen=True)
@@ -31,7 +46,7 @@ class SweepArgs:
     target_dir: Path | None
     profile: str = "default"
     executor: str = "fio"
-    overrides: dict[str, tuple[Any, ...] | None] = field(default_factory=dict)
+    overrides: SpaceOverrides = SpaceOverrides()
     grid: bool = False
     repeats: int | None = None
     file_bytes: int | None = None
@@ -42,7 +57,7 @@ class SweepArgs:
 
 def build_profile(args: SweepArgs) -> Profile:
     prof = load_profile(args.profile)
-    space = replace(prof.space, **{k: v for k, v in args.overrides.items() if v})
+    space = replace(prof.space, **args.overrides.given())
     run = prof.run
     if args.grid:
         run = replace(run, search="grid")
@@ -64,10 +79,9 @@ def sweep_target(args: SweepArgs, prof: Profile, say: Callable[[str], None]) -> 
         yield Target(args.target_dir, prof.run.file_bytes, prof.run.files, None, prof.run.runtime_s,
                      prof.run.ramp_s), None
         return
-    from ..model.drive import DriveLimits
     from ..volumes.emulated import emulated_drive
 
-    limits = DriveLimits(**BUILTIN_LIMITS)
+    limits = BUILTIN_LIMITS
     with emulated_drive(None, BUILTIN_SIZE, limits, fstype="ext4") as drive:
         say(f"sweep: built-in emulated drive {drive.device.path}: {limits.describe()}, ext4 at {drive.path}")
         # time-based trials: blkio throttling lets a burst through at the start of each
@@ -82,7 +96,20 @@ def run_sweep_command(args: SweepArgs, say: Callable[[str], None],
     prof = build_profile(args)
     out = args.out or Path("iotune-sweeps") / f"{prof.name}-{args.executor}"
     with sweep_target(args, prof, say) as (target, ceiling):
-        drive = {"path": str(args.target_dir)} if args.target_dir else {"emulated": BUILTIN_LIMITS}
+        drive: dict[str, object] = ({"path": str(args.target_dir)} if args.target_dir
+                                    else {"emulated": BUILTIN_LIMITS.to_json()})
         req = SweepRequest(profile=prof, executor=args.executor, out_dir=out, fresh=args.fresh,
                            ceiling_bytes_per_s=ceiling, drive=drive)
         return run_sweep(req, target, on_trial, say), target
+
+
+def run_layouts_command(args: SweepArgs, drives: int, cap_bytes_per_s: int, say: Callable[[str], None],
+                        on_trial: Callable[[Progress], None] | None = None) -> LayoutSweep:
+    """`iotune sweep --layouts N`: RAID0 over 1..N capped scratch drives."""
+    from .layouts import effects, quick_profile, sweep_layouts
+
+    prof = quick_profile(build_profile(args))
+    out = args.out or Path("iotune-sweeps") / f"{prof.name}-{args.executor}-layouts"
+    results = sweep_layouts(prof, args.executor, drives, cap_bytes_per_s, out, ("noatime", "nodatacow"),
+                            args.fresh, say, on_trial)
+    return LayoutSweep(tuple(results), effects(results))

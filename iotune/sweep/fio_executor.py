@@ -11,17 +11,16 @@ equivalent and is ignored here (the aio executor measures it).
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 from ..blockdev.cgroup import join_cgroup_preexec
+from ..blockdev.proc import last_line, not_installed, run_in_own_group
 from ..model.sweep import Measurement, SweepPoint
+from ..model.sweep_result import Ranked
 from .executor import Target, TrialFailed
 
 JOBS = (("swap-out", "write"), ("swap-in", "read"))
@@ -67,6 +66,14 @@ def fio_jobfile(point: SweepPoint, target: Target) -> str:
     return "\n".join(lines)
 
 
+def export_jobfiles(ranking: list[Ranked], target: Target, directory: Path) -> int:
+    """Write the fio job file of every ranked point into `directory`; returns how many."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for r in ranking:
+        (directory / f"{r.point.key()}.fio").write_text(fio_jobfile(r.point, target))
+    return len(ranking)
+
+
 def parse_fio_json(doc: dict[str, Any]) -> Measurement:
     """Measurement from fio's JSON: bandwidth from io_bytes/runtime (fio's
     bw_mean is 0 for runs under a second), latency percentiles from clat_ns."""
@@ -100,41 +107,21 @@ class FioExecutor:
 
     def run(self, point: SweepPoint, target: Target) -> tuple[Measurement, dict[str, Any]]:
         if shutil.which("fio") is None:
-            raise TrialFailed("fio is not installed: run scripts/setup.sh or `iotune doctor --fix`")
+            raise TrialFailed(not_installed("fio"))
         output = target.directory / f".iotune-fio-{point.key()}.json"
         try:
-            proc = run_in_own_group(fio_argv(point, target, output), self.timeout_s, target.cgroup)
+            proc = run_in_own_group(fio_argv(point, target, output), self.timeout_s,
+                                    join_cgroup_preexec(target.cgroup))
             text = output.read_text() if output.exists() else ""
         except subprocess.TimeoutExpired:
             raise TrialFailed(f"fio did not finish within {self.timeout_s:.0f} s") from None
         finally:
             output.unlink(missing_ok=True)
         if proc.returncode != 0:
-            raise TrialFailed(f"fio failed (exit {proc.returncode}): {_last_line(proc.stderr or text)}",
+            raise TrialFailed(f"fio failed (exit {proc.returncode}): {last_line(proc.stderr or text, 'no message')}",
                               {"stderr": proc.stderr[-4000:]})
         try:
             doc = json.loads(text[text.index("{"):])
         except ValueError:
             raise TrialFailed("fio wrote no JSON result", {"stdout": text[-4000:]}) from None
         return parse_fio_json(doc), {"fio": doc}
-
-
-def run_in_own_group(argv: list[str], timeout_s: float, cgroup: str | None) -> subprocess.CompletedProcess[str]:
-    """Run argv in a process group of its own; on timeout or any interruption
-    (Ctrl-C) the whole group is killed and reaped before this returns, so no
-    worker is left holding files on the drive under test."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=join_cgroup_preexec(cgroup))
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except BaseException:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        raise
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
-
-
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else "no message"

@@ -1,57 +1,41 @@
-"""The sweep journal: an append-only JSON-lines file, one trial per line,
-written (and fsync'ed) the moment the trial ends. Re-running a sweep replays
-it and skips completed (executor, point, repeat) triples; a crash or Ctrl-C
-leaves at most a partial last line, which replay ignores.
-
-Line 1 is a header: {"kind": "header", "version": 1, "env": {...}};
-every later line is {"kind": "trial", ...Trial.to_json()}.
-"""
+"""The sweep journal, written: each trial appended (and fsync'ed) the moment
+it ends. Re-running a sweep replays it and skips completed (executor, point,
+repeat) triples. The file format and its reader are model.journal's."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..model.journal import JOURNAL_VERSION, SweepEnv, read_journal
 from ..model.sweep import Trial
-
-VERSION = 1
-
 
 class Journal:
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.trials: list[Trial] = []
-        self.header: dict[str, Any] = {}
-        if path.exists():
-            self._replay()
+        contents = read_journal(path) if path.exists() else None
+        self.env: SweepEnv | None = contents.env if contents else None
+        self.trials: list[Trial] = list(contents.trials) if contents else []
 
-    def _replay(self) -> None:
-        for n, line in enumerate(self.path.read_text().splitlines(), 1):
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue     # a partial line left by a crash
-            if rec.get("kind") == "header":
-                if rec.get("version", 1) > VERSION:
-                    raise UsageError(f"{self.path} was written by a newer iotune (journal version "
-                                     f"{rec['version']}): upgrade iotune or use --fresh")
-                self.header = rec
-            elif rec.get("kind") == "trial":
-                try:
-                    self.trials.append(Trial.from_json(rec))
-                except (KeyError, TypeError, ValueError):
-                    raise UsageError(f"{self.path}:{n}: not a trial record; use --fresh to start over") from None
-
-    def start(self, env: dict[str, Any]) -> None:
+    def start(self, env: SweepEnv) -> None:
         """Write the header of a new journal (no-op when resuming)."""
-        if self.header:
+        if self.env is not None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.header = {"kind": "header", "version": VERSION, "env": env}
-        self._append(self.header)
+        self.env = env
+        self._append({"kind": "header", "version": JOURNAL_VERSION, "env": env.to_json()})
+
+    def check_resumable(self, env: SweepEnv) -> None:
+        """UsageError if this journal was recorded with other settings than `env`."""
+        diff = self.env.differs_from(env) if self.env is not None else None
+        if diff is not None:
+            key, recorded, now = diff
+            raise UsageError(f"the journal in {self.path.parent} was recorded with {key} {recorded!r}, "
+                             f"not {now!r}: resume with the same settings, or use --fresh or another --out")
 
     def done(self, executor: str, key: str, repeat: int) -> Trial | None:
         for t in self.trials:
@@ -71,3 +55,16 @@ class Journal:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def open_journal(out_dir: Path, fresh: bool) -> Journal:
+    """The journal in out_dir; with `fresh`, an existing one is renamed
+    journal.<timestamp>.jsonl (kept, never deleted) and a new one started."""
+    path = out_dir / "journal.jsonl"
+    if fresh and path.exists():
+        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        kept, n = path.with_name(f"journal.{stamp}.jsonl"), 1
+        while kept.exists():         # two --fresh runs within a second
+            kept, n = path.with_name(f"journal.{stamp}-{n}.jsonl"), n + 1
+        path.rename(kept)
+    return Journal(path)

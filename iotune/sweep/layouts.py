@@ -5,43 +5,18 @@ on each, and which dimension mattered most."""
 from __future__ import annotations
 
 import contextlib
-import os
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
-from ..analysis.sweep import SweepOutcome
-from ..blockdev.devices import BlockDevice
+from ..blockdev.cgroup import Throttle, blkio_cgroup
+from ..model.layout import BuildPlan
+from ..model.sweep_result import Effects, LayoutResult, Progress
 from ..volumes.layout import LayoutSpec, build_layout
-from ..volumes.scratch import BLKIO, scratch_drive
+from ..volumes.scratch import scratch_drive
 from .executor import Target
-from .search import Progress
-from .session import SweepRequest, run_sweep
+from .pipeline import SweepRequest, run_sweep
 from .space import Profile
-
-
-@dataclass(frozen=True)
-class LayoutResult:
-    name: str
-    drives: int
-    backend: str
-    reason: str
-    outcome: SweepOutcome
-
-
-@contextlib.contextmanager
-def shared_cap(devices: list[BlockDevice], bytes_per_s: int) -> Iterator[str]:
-    """One blkio cgroup capping each device at bytes_per_s (read and write)."""
-    cg = BLKIO / f"iotune-layouts-{os.getpid()}"
-    cg.mkdir()
-    try:
-        for d in devices:
-            for knob in ("read_bps_device", "write_bps_device"):
-                (cg / f"blkio.throttle.{knob}").write_text(f"{d.number} {bytes_per_s}\n")
-        yield str(cg)
-    finally:
-        with contextlib.suppress(OSError):
-            cg.rmdir()
 
 
 def sweep_layouts(profile: Profile, executor: str, drives: int, cap_bytes_per_s: int, out_dir: Path,
@@ -51,13 +26,14 @@ def sweep_layouts(profile: Profile, executor: str, drives: int, cap_bytes_per_s:
     with contextlib.ExitStack() as stack:
         made = [stack.enter_context(scratch_drive(None, 1 << 30)) for _ in range(drives)]
         devs = [d.device for d in made]
-        cg = stack.enter_context(shared_cap(devs, cap_bytes_per_s)) if cap_bytes_per_s else None
+        caps = [Throttle(d.number, read_bps=cap_bytes_per_s, write_bps=cap_bytes_per_s) for d in devs]
+        cg = str(stack.enter_context(blkio_cgroup("layouts", caps))) if cap_bytes_per_s else None
         for n in range(1, drives + 1):
-            name = f"btrfs-raid0-{n}" if n > 1 else "btrfs-1"
             spec = LayoutSpec(devices=tuple(d.path for d in devs[:n]), raid0=n > 1, fstype="btrfs",
                               mount_options=mount_options)
             mnt = made[0].image.parent / f"iotune-layout-{n}"
             with build_layout(spec, mnt, scratch=True) as vol:
+                name = layout_name(vol.plan, n)
                 say(f"layout {name}: {vol.plan.reason}")
                 target = Target(mnt, profile.run.file_bytes, profile.run.files, cg,
                                 profile.run.runtime_s or 2.0, profile.run.ramp_s or 0.5)
@@ -69,14 +45,12 @@ def sweep_layouts(profile: Profile, executor: str, drives: int, cap_bytes_per_s:
     return results
 
 
-@dataclass(frozen=True)
-class Effects:
-    layout: float      # best score of the best layout / best score of the worst layout
-    aio: float         # largest best/worst ratio of aio settings within one layout
-
-    @property
-    def dominant(self) -> str:
-        return "layout" if self.layout >= self.aio else "aio settings"
+def layout_name(plan: BuildPlan, drives: int) -> str:
+    """Named by what was built: `<fs>-1` for one drive, else `md-raid0-N` or
+    `btrfs-raid0-N` by the RAID backend actually used."""
+    if drives == 1 or plan.backend == "single":
+        return f"{plan.fstype}-1"
+    return f"{plan.backend}-raid0-{drives}"
 
 
 def effects(results: list[LayoutResult]) -> Effects:

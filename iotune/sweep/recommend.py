@@ -1,5 +1,6 @@
-"""The recommendation: a DeepSpeed config fragment that DeepSpeed accepts as
-pasted, validated by DeepSpeed itself, and applied to a user's config."""
+"""Stage 5 of a sweep, recommend: the point to use, as a DeepSpeed config
+fragment that DeepSpeed accepts as pasted, validated by DeepSpeed itself,
+and applied to a user's config."""
 
 from __future__ import annotations
 
@@ -11,6 +12,16 @@ from typing import Any
 
 from ..dsconfig import read_ds_config
 from ..model.sweep import SweepPoint
+from ..model.sweep_result import Ranked
+
+
+def pick(ranking: list[Ranked], confirmed: list[Ranked]) -> SweepPoint | None:
+    """The confirmed winner if training steps were run (ties inside the noise
+    go to the cheaper point, DeepSpeed's default included), else the
+    executor's best; None when nothing could be measured."""
+    if confirmed and confirmed[0].scores:
+        return confirmed[0].point
+    return ranking[0].point if ranking and ranking[0].scores else None
 
 
 def ds_fragment(point: SweepPoint, nvme_path: str, pin_memory: bool = True) -> dict[str, Any]:

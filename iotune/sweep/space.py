@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..resources import profile_names, profile_path
 from ..model.units import parse_size
 
-PROFILES_DIR = Path(__file__).resolve().parents[2] / "profiles"
 SIZE_KEYS = ("block_size",)
 
 
@@ -51,9 +51,9 @@ def load_profile(name_or_path: str) -> Profile:
     """A profile by name (profiles/NAME.toml) or path."""
     path = Path(name_or_path)
     if not path.suffix:
-        path = PROFILES_DIR / f"{name_or_path}.toml"
+        path = profile_path(name_or_path)
     if not path.exists():
-        known = ", ".join(sorted(p.stem for p in PROFILES_DIR.glob("*.toml")))
+        known = ", ".join(profile_names())
         raise UsageError(f"no profile '{name_or_path}': give a file or one of: {known}")
     text = path.read_text()
     try:

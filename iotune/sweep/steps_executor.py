@@ -6,18 +6,18 @@ optimizer (DeepSpeedCPUAdam), as in background document 001's thread table."""
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
 import sys
+from dataclasses import asdict
 from typing import Any
 
 from ..blockdev.cgroup import join_cgroup_preexec
+from ..blockdev.proc import last_line, run_in_own_group
+from ..model.steps import parse_steps
 from ..model.sweep import Measurement, SweepPoint
 from .executor import Target, TrialFailed
-
-STEP_PREFIX = "IOTUNE_STEP "
 
 
 class StepsExecutor:
@@ -38,17 +38,15 @@ class StepsExecutor:
         if point.omp_threads:
             env["OMP_NUM_THREADS"] = str(point.omp_threads)
         try:
-            proc = subprocess.run(self.argv(point, target), capture_output=True, text=True, env=env,
-                                  timeout=self.timeout_s, preexec_fn=join_cgroup_preexec(target.cgroup))
+            proc = run_in_own_group(self.argv(point, target), self.timeout_s,
+                                    join_cgroup_preexec(target.cgroup), env=env)
         except subprocess.TimeoutExpired:
             raise TrialFailed(f"training did not finish within {self.timeout_s:.0f} s") from None
-        records = [json.loads(line[len(STEP_PREFIX):]) for line in proc.stdout.splitlines()
-                   if line.startswith(STEP_PREFIX)]
-        raw = {"steps": records, "returncode": proc.returncode}
+        records = parse_steps(proc.stdout)
+        raw = {"steps": [asdict(r) for r in records], "returncode": proc.returncode}
         if proc.returncode != 0 or not records:
-            tail = [line for line in proc.stderr.strip().splitlines() if line.strip()][-1:] or ["no output"]
-            raise TrialFailed(f"training failed (exit {proc.returncode}): {tail[0]}",
+            raise TrialFailed(f"training failed (exit {proc.returncode}): {last_line(proc.stderr, 'no output')}",
                               {**raw, "stderr": proc.stderr[-4000:]})
         steady = records[1:] if len(records) > 1 else records
-        return Measurement(step_s=statistics.median(r["step_s"] for r in steady),
-                           optimizer_step_s=statistics.median(r["optimizer_step_s"] for r in steady)), raw
+        return Measurement(step_s=statistics.median(r.step_s for r in steady),
+                           optimizer_step_s=statistics.median(r.optimizer_step_s for r in steady)), raw

@@ -8,7 +8,6 @@ request itself (raw tracepoints), at offsets taken from the kernel's BTF.
 
 from __future__ import annotations
 
-import os
 import struct
 import time
 from array import array
@@ -21,7 +20,9 @@ from ..blockdev.devices import BlockDevice, list_devices
 from ..errors import ProbeError
 from ..model.histogram import log2_from_sizes
 from ..model.run import OPS, DirectionStats
-from .kernel import import_bcc, require_headers, require_privileges
+from ..resources import probes_dir
+from .kernel import (VMLINUX_BTF, import_bcc, require_headers, require_kernel_features, require_privileges,
+                     tracefs_events)
 
 # DROP_* in blockio.h, in index order.
 DROP_NAMES = ("sizes", "start", "timeline", "other", "no_completion", "devices")
@@ -35,36 +36,36 @@ CONST_DEVS = 8
 NOPS = len(OPS)                 # NOPS in blockio.h
 LAT_SLOTS, DEPTH_SLOTS, SIZE_SLOTS = 264, 128, 257   # row sizes in blockio.h
 SIZE_UNIT = 4096                # bytes per size_hist slot
-DEVICE_HEADROOM = 8             # no filter: index slots for devices that appear while tracing
-MAX_DEV_INDEX = 128             # dev_index is a u16 in the start table; keep rows few
-START_SLOTS_MIN, START_SLOTS_MAX = 1024, 1 << 20
-VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")
+DEVICE_HEADROOM = 8             # no filter: index slots for disks that appear while tracing
+MAX_DEV_INDEX = 128             # per-CPU rows cost ~26 KB per device index on every CPU
+START_SLOTS_MIN, START_SLOTS_MAX = 1024, 65536   # 32 bytes each, shared
 SYS_BLOCK = Path("/sys/block")
 TIMELINE_FIELDS = ("requests", "bytes", "sequential", "meta")
 DONE_FIELDS = ("completed", "lat_sum_ns", "errors")
 
 
-def probes_dir() -> Path:
-    env = os.environ.get("IOTUNE_PROBES_DIR")
-    d = Path(env) if env else Path(__file__).resolve().parents[2] / "probes"
-    if not (d / "blockio.c").exists():
-        raise ProbeError(f"probe sources not found in {d}: set IOTUNE_PROBES_DIR to iotune's probes/ directory")
-    return d
-
-
 @dataclass(frozen=True)
 class ProbeConfig:
+    """What the probe is compiled for. Its per-CPU histogram rows take about
+    26 KB per device index on every CPU: one index per selected device, or
+    without a filter `max_devices` (default: the disks that have a size now,
+    plus DEVICE_HEADROOM)."""
+
     devices: tuple[BlockDevice, ...] = ()   # empty: every device
     interval_ns: int = 1_000_000_000
     t0_ns: int = 0                          # CLOCK_MONOTONIC origin of the timeline
-    max_devices: int | None = None          # no filter: devices indexed (default: those present + 8)
+    max_devices: int | None = None          # no filter: devices indexed
+    timeline_entries: int | None = None     # timeline map size (MAX_BUCKETS; default in blockio.c)
 
     def kdevs(self) -> list[int]:
         """Kernel dev_t of each selected device, without repeats: index order."""
         return list(dict.fromkeys(dev.kdev for dev in self.devices))
 
     def device_slots(self) -> int:
-        n = len(self.kdevs()) if self.devices else self.max_devices or len(list_devices()) + DEVICE_HEADROOM
+        if self.devices:
+            n = len(self.kdevs())
+        else:
+            n = self.max_devices or sum(1 for d in list_devices() if disk_sectors(d.name)) + DEVICE_HEADROOM
         if n > MAX_DEV_INDEX:
             raise ProbeError(f"the probe traces at most {MAX_DEV_INDEX} devices at once; choose fewer with -d")
         return n
@@ -81,6 +82,8 @@ class ProbeConfig:
     def cflags(self, probes: Path, layout: KernelLayout) -> list[str]:
         flags = [f"-I{probes}", f"-DT0_NS={self.t0_ns}ULL", f"-DBUCKET_NS={self.interval_ns}ULL",
                  f"-DMAX_INFLIGHT={self.start_slots()}", *layout.cflags()]
+        if self.timeline_entries is not None:
+            flags.append(f"-DMAX_BUCKETS={self.timeline_entries}")
         kdevs = self.kdevs()
         if not kdevs:
             return flags + [f"-DMAX_DEVS={self.device_slots()}"]
@@ -90,6 +93,13 @@ class ProbeConfig:
         if len(kdevs) > CONST_DEVS:
             flags.append("-DFILTER_MAP")
         return flags
+
+
+def disk_sectors(name: str) -> int:
+    try:
+        return int((SYS_BLOCK / name / "size").read_text())
+    except (OSError, ValueError):
+        return 0
 
 
 def queue_limit(name: str) -> int:
@@ -157,7 +167,7 @@ class KernelLayout:
             missing += [enumerator] if enumerator not in enums else []
         if missing:
             raise ProbeError(f"this kernel's BTF lacks {', '.join(missing)}, which the block probe reads; "
-                             f"iotune supports kernels 5.15 and later")
+                             f"iotune's block probe needs Linux 5.15 or later")
         return cls(values)
 
 
@@ -244,6 +254,7 @@ class BlockProbe:
         require_privileges()
         require_headers()
         bcc = import_bcc()
+        require_kernel_features(tracefs_events())
         src = probes_dir()
         self.config = config
         cflags = config.cflags(src, KernelLayout.from_btf())
@@ -362,10 +373,11 @@ class BlockProbe:
             for op in range(NOPS):
                 row = di * NOPS + op
                 counts = per_cpu_sum(done[row], DONE_FIELDS)
-                if (kdev, op) not in acc.directions and not any(counts):
+                hists = {"lat_slots": row_sums(lat[row], LAT_SLOTS), "depth": row_sums(depth[row], DEPTH_SLOTS),
+                         "sizes": {s * SIZE_UNIT: n for s, n in row_sums(size[row], SIZE_SLOTS).items()}}
+                if not any(counts) and not any(hists.values()):
                     continue
                 acc.add_counts(kdev, op, DONE_FIELDS, counts)
-                acc.add(kdev, op, "lat_slots", row_sums(lat[row], LAT_SLOTS))
-                acc.add(kdev, op, "depth", row_sums(depth[row], DEPTH_SLOTS))
-                acc.add(kdev, op, "sizes", {s * SIZE_UNIT: n for s, n in row_sums(size[row], SIZE_SLOTS).items()})
+                for name, slots in hists.items():
+                    acc.add(kdev, op, name, slots)
         return acc.stats()

@@ -36,6 +36,7 @@ class TraceOptions:
     linger_s: float = 0.0                   # keep tracing after the command ends
     cgroup: str | None = None               # run the command in this cgroup (v1 dir)
     inject: bool = False                    # attribution hooks in Python children
+    timeline_entries: int | None = None     # kernel timeline map size (default: the probe's)
 
 
 def trace_command(argv: list[str], opts: TraceOptions, progress: Progress | None = None) -> TraceRun:
@@ -91,7 +92,7 @@ def _events_dir(opts: TraceOptions) -> Iterator[Path | None]:
 
 def _probe_config(opts: TraceOptions) -> ProbeConfig:
     return ProbeConfig(devices=opts.devices, interval_ns=int(opts.interval_s * 1e9),
-                       t0_ns=time.monotonic_ns())
+                       t0_ns=time.monotonic_ns(), timeline_entries=opts.timeline_entries)
 
 
 def _wait(proc: object, timeout: float) -> None:
@@ -153,9 +154,3 @@ def _host() -> HostInfo:
 
 def _utcnow() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def default_run_dir(base: str, argv: list[str]) -> str:
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    what = os.path.basename(argv[0]) if argv else "window"
-    return os.path.join(base, f"{stamp}-{what}")

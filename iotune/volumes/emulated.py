@@ -14,12 +14,15 @@ The stack, bottom up:
 
 The daemon is compiled on first use into ~/.cache/iotune (keyed by a hash of
 its source and flags). What the daemon cannot emulate is the round trip
-through the block layer, the loop device and FUSE: each request costs about
-TYPICAL_OVERHEAD_US more than `latency_us` (more for large requests; see
-`measure_overhead_us`), without holding a parallelism slot. The yielded
-`limits` carry that overhead, so `limits.ceiling_bytes_per_s` predicts what
-fio measures. Copying data costs CPU: on 2 cores the drive tops out near
-3 GB/s whatever its limits say.
+through the block layer, the loop device and FUSE: each request costs some
+more than `latency_us`, without holding a parallelism slot. It is no
+constant: for 128 KiB requests it measured 70, 156 and 233 µs at a latency
+of 0.1, 1 and 4 ms on this project's machine (idle CPUs; less when they are
+busy), and 350-700 µs at 1 MiB. So it is measured when the drive starts
+(`measure_overhead_us`: queue-depth-1 reads of OVERHEAD_BLOCK_BYTES, less
+`latency_us`) and carried in the yielded `limits.overhead_us`, and
+`limits.ceiling_bytes_per_s` predicts what fio measures (there within 4%). Copying data costs
+CPU: on 2 cores the drive tops out near 3 GB/s whatever its limits say.
 
 Everything is undone on exit, error or Ctrl-C: filesystem, cgroup, loop
 device, daemon and FUSE mount, and the files it made.
@@ -43,16 +46,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..blockdev.cgroup import Throttle, blkio_cgroup
 from ..blockdev.devices import BlockDevice
 from ..errors import IotuneError, UsageError
 from ..model.drive import DriveLimits
-from .scratch import MKFS, _attach_loop, _cap, _create_file, _format_and_mount, _require_root, _run
+from .parts import MKFS, attach_loop, create_file, format_and_mount, require_root
 
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("fusedrive") / "latency_drive.c"
 BUILD_FIX = "apt-get install gcc libfuse3-dev fuse3 pkg-config (or run scripts/setup.sh)"
-TYPICAL_OVERHEAD_US = 150.0    # measured here for 4 KiB-128 KiB requests; ~350 at 1 MiB
+OVERHEAD_BLOCK_BYTES = 128 << 10   # request size of the start-up overhead measurement
+OVERHEAD_BUDGET_S = 0.25           # about how long that measurement may take
+OVERHEAD_REQUESTS = (20, 100)      # fewest and most requests it times
 MAX_THREADS = 256              # daemon threads: one per request in the daemon
 MOUNT_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 5.0
@@ -79,7 +85,7 @@ class EmulatedDrive:
     device: BlockDevice
     path: Path                 # the mount point with a filesystem, else the device node
     cgroup: str | None         # processes in it get the bandwidth and IOPS caps
-    limits: DriveLimits        # as asked for; overhead_us is TYPICAL_OVERHEAD_US unless given
+    limits: DriveLimits        # as asked for; overhead_us measured at start unless given
     backing: Path              # the regular file holding the data
     fuse_file: Path            # the FUSE file the loop device sits on
     daemon_pid: int
@@ -98,24 +104,30 @@ def emulated_drive(directory: Path | None, size_bytes: int, limits: DriveLimits,
                    cache_dir: Path | None = None) -> Iterator[EmulatedDrive]:
     """A loop device with `limits` over a file in `directory` (default: the
     temporary directory); with `fstype`, also formatted and mounted."""
-    _require_root("emulated drives")
+    require_root("emulated drives")
     _check_request(size_bytes, limits, fstype, sector_size)
     binary = build_daemon(cache_dir)
     with contextlib.ExitStack() as stack:
         drive_dir = _drive_dir(stack, directory)
         backing = drive_dir / "backing.img"
-        _create_file(stack, backing, size_bytes)
+        create_file(stack, backing, size_bytes)
         fuse_dir = _make_dir(stack, drive_dir / "fuse")
         proc = _start_daemon(stack, binary, backing, fuse_dir, limits, drive_dir / "daemon.log")
         fuse_file = fuse_dir / "disk"
-        device = _attach_loop(stack, fuse_file, sector_size)
+        device = attach_loop(stack, fuse_file, sector_size)
         _check_direct_io(device)
+        overhead_us = limits.overhead_us or _startup_overhead_us(device, size_bytes, limits.latency_us)
         capped = limits.bw_bytes_per_s > 0 or limits.iops > 0
-        cgroup = _cap(stack, device, limits.bw_bytes_per_s, limits.iops) if capped else None
-        mount_point = _format_and_mount(stack, device, drive_dir, fstype) if fstype else None
-        model = dataclasses.replace(limits, overhead_us=limits.overhead_us or TYPICAL_OVERHEAD_US)
+        cgroup = stack.enter_context(blkio_cgroup(device.name, [_throttle(device, limits)])) if capped else None
+        mount_point = format_and_mount(stack, device, drive_dir, fstype) if fstype else None
+        model = dataclasses.replace(limits, overhead_us=overhead_us)
         yield EmulatedDrive(device, mount_point or Path(device.path), str(cgroup) if cgroup else None,
                             model, backing, fuse_file, proc.pid, mount_point)
+
+
+def _throttle(device: BlockDevice, limits: DriveLimits) -> Throttle:
+    bw, iops = limits.bw_bytes_per_s, limits.iops
+    return Throttle(device.number, read_bps=bw, write_bps=bw, read_iops=iops, write_iops=iops)
 
 
 def _check_request(size_bytes: int, limits: DriveLimits, fstype: str | None, sector_size: int) -> None:
@@ -255,17 +267,36 @@ def _check_direct_io(device: BlockDevice) -> None:
                           f"requests: check that the kernel's FUSE supports O_DIRECT (Linux >= 6.x)")
 
 
-def measure_overhead_us(drive: EmulatedDrive, block_size: int = 128 << 10, requests: int = 100) -> float:
+def measure_overhead_us(drive: EmulatedDrive, block_size: int = OVERHEAD_BLOCK_BYTES,
+                        requests: int = 100) -> float:
     """What the block layer, loop device and FUSE add to each request (µs):
     the median latency of `requests` direct reads of `block_size` from the
     loop device at queue depth 1, less the emulated latency. Run from this
-    process, so outside the drive's cgroup and its caps; the first requests
-    (the daemon's threads touching fresh buffers) are left out."""
+    process, so outside the drive's cgroup and its caps."""
     size_bytes = drive.backing.stat().st_size
+    return _median_qd1_us(drive.device.path, size_bytes, block_size, requests) - drive.limits.latency_us
+
+
+def _startup_overhead_us(device: BlockDevice, size_bytes: int, latency_us: float) -> float:
+    """The per-request overhead, measured on the fresh drive within about
+    OVERHEAD_BUDGET_S (fewer requests when each takes long)."""
+    fewest, most = OVERHEAD_REQUESTS
+    guess_us = latency_us + 150                 # only to fit the budget
+    requests = max(fewest, min(most, int(OVERHEAD_BUDGET_S * 1e6 / guess_us)))
+    overhead_us = _median_qd1_us(device.path, size_bytes, OVERHEAD_BLOCK_BYTES, requests) - latency_us
+    log.info("%s: %.0f µs per-request overhead (median of %d reads of %d KiB at qd 1)",
+             device.path, overhead_us, requests, OVERHEAD_BLOCK_BYTES >> 10)
+    return max(overhead_us, 0.0)
+
+
+def _median_qd1_us(path: str, size_bytes: int, block_size: int, requests: int) -> float:
+    """The median time of `requests` O_DIRECT reads of `block_size` from
+    `path`, one at a time, after WARMUP_REQUESTS left out (the daemon's
+    threads touching fresh buffers)."""
     if block_size <= 0 or block_size % 4096 or size_bytes < block_size:
         raise UsageError(f"block size {block_size} must be a multiple of 4096 within the drive")
     spots = size_bytes // block_size
-    fd = os.open(drive.device.path, os.O_RDONLY | os.O_DIRECT)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
     buf = mmap.mmap(-1, block_size)
     latencies_ns = []
     try:
@@ -276,4 +307,4 @@ def measure_overhead_us(drive: EmulatedDrive, block_size: int = 128 << 10, reque
     finally:
         buf.close()
         os.close(fd)
-    return statistics.median(latencies_ns[WARMUP_REQUESTS:]) / 1000 - drive.limits.latency_us
+    return statistics.median(latencies_ns[WARMUP_REQUESTS:]) / 1000

@@ -9,20 +9,25 @@ chosen backend and the reason are reported. DeepSpeed takes one nvme_path,
 so several drives mean one striped volume (DeepSpeed #2195).
 
 Every device is checked by volumes.safety first, unless it is a scratch drive
-iotune created; `dry_run` returns the commands without running any.
+iotune created; `plan_layout` gives the commands without running any (a dry
+run), and `safety.refusals` what the real build would refuse.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..blockdev.devices import SYS_BLOCK, BlockDevice, resolve_device
+from ..blockdev.proc import run
 from ..errors import IotuneError, UsageError
+from ..model.layout import BuildPlan, LayoutSpec
+from .parts import unmount
 from .safety import require_safe
 
 BTRFS_STRIPE_BYTES = 64 << 10
@@ -30,32 +35,21 @@ FILESYSTEMS = ("xfs", "ext4", "btrfs")
 QUEUE_KNOBS = ("max_sectors_kb", "scheduler", "nr_requests", "read_ahead_kb", "nomerges", "rotational")
 
 
-@dataclass(frozen=True)
-class LayoutSpec:
-    devices: tuple[str, ...]
-    raid0: bool = False
-    backend: str = "auto"                      # auto | md | btrfs
-    chunk_bytes: int = 512 << 10               # md RAID0 chunk
-    fstype: str = "xfs"
-    mount_options: tuple[str, ...] = ("noatime",)
-    discard: bool = False                      # mkfs discard (slow on loop devices)
-    queue: dict[str, str] = field(default_factory=dict)   # sysfs queue knob -> value, per member
-
-
-@dataclass(frozen=True)
-class BuildPlan:
-    backend: str                               # single | md | btrfs
-    reason: str
-    fstype: str
-    commands: tuple[tuple[str, ...], ...]
-    mount_source: str
-    stripe_bytes: int | None
+def parse_queue_settings(items: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """KNOB=VALUE strings (sysfs queue settings) -> {knob: value}."""
+    knobs = {}
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise UsageError(f"--queue {item}: write KNOB=VALUE, e.g. read_ahead_kb=4096")
+        knobs[k] = v
+    return knobs
 
 
 def md_available() -> tuple[bool, str]:
     if not Path("/proc/mdstat").exists():
         return False, "this kernel has no md RAID (/proc/mdstat is missing)"
-    if subprocess.run(["which", "mdadm"], capture_output=True).returncode != 0:
+    if shutil.which("mdadm") is None:
         return False, "mdadm is not installed (apt-get install mdadm)"
     return True, "md RAID available"
 
@@ -128,21 +122,9 @@ def build_layout(spec: LayoutSpec, mount_point: Path, destroy_data: tuple[str, .
             if argv[0] == "mdadm":
                 stack.callback(_stop_md, argv[2])
             if argv[0] == "mount":
-                stack.callback(_umount, mount_point)
-            _run(list(argv))
+                stack.callback(unmount, mount_point)
+            run(list(argv))
         yield Volume(mount_point, plan, members)
-
-
-def _run(argv: list[str]) -> None:
-    proc = subprocess.run(argv, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise IotuneError(f"`{' '.join(argv)}` failed: {(proc.stderr or proc.stdout).strip()[-300:]}")
-
-
-def _umount(mount_point: Path) -> None:
-    from .scratch import _unmount
-
-    _unmount(mount_point)
 
 
 def _stop_md(md: str) -> None:

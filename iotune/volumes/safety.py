@@ -5,7 +5,9 @@ device is refused when it is mounted (itself or a partition), holds the root
 or boot filesystem, is used as swap, has partitions, is held by another
 device (md, dm, a loop device over it), or carries a filesystem/RAID/
 partition-table signature — unless the user named that exact device with
---destroy-data. Scratch drives (loop devices over files iotune creates)
+--destroy-data. The checks fail closed: what cannot be probed (wipefs
+failing, the root filesystem's device not found) counts as a reason to
+refuse, naming why. Scratch drives (loop devices over files iotune creates)
 never come here.
 """
 
@@ -13,21 +15,15 @@ from __future__ import annotations
 
 import os
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..blockdev.devices import SYS_BLOCK, BlockDevice, devices_for_path, resolve_device
 from ..errors import IotuneError
+from ..model.layout import Finding
 
 
 class DestroyRefused(IotuneError):
     """A device holds data (or a system role) and was not named for destruction."""
-
-
-@dataclass(frozen=True)
-class Finding:
-    device: str
-    what: str            # a short reason: "mounted at /mnt/x", "ext4 signature", ...
 
 
 def partitions(dev: BlockDevice) -> list[str]:
@@ -62,8 +58,10 @@ def swap_users(dev: BlockDevice) -> list[str]:
     names = {f"/dev/{dev.name}", *(f"/dev/{p}" for p in partitions(dev))}
     try:
         lines = Path("/proc/swaps").read_text().splitlines()[1:]
-    except OSError:
-        return []
+    except FileNotFoundError:
+        return []                     # a kernel without swap support
+    except OSError as e:
+        return [f"unknown (cannot read /proc/swaps: {e.strerror})"]
     return [ln.split()[0] for ln in lines if ln.split() and os.path.realpath(ln.split()[0]) in names]
 
 
@@ -85,23 +83,32 @@ def holders(dev: BlockDevice) -> list[str]:
     return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
 
 
-def system_devices() -> set[str]:
-    """Devices holding / and /boot (if separate)."""
-    out: set[str] = set()
-    for path in ("/", "/boot", "/boot/efi"):
-        if os.path.isdir(path):
-            try:
-                out |= {d.name for d in devices_for_path(path)}
-            except IotuneError:
-                pass
-    return out
+SYSTEM_PATHS = ("/", "/boot", "/boot/efi")
+
+
+def system_devices() -> tuple[set[str], list[str]]:
+    """Devices holding / and /boot (if separate), and, for each of those
+    paths whose device could not be found, why."""
+    found: set[str] = set()
+    unknown: list[str] = []
+    for path in SYSTEM_PATHS:
+        if path != "/" and not os.path.isdir(path):
+            continue
+        try:
+            found |= {d.name for d in devices_for_path(path)}
+        except (IotuneError, OSError) as e:
+            unknown.append(f"{path}: {e}")
+    return found, unknown
 
 
 def inspect(dev: BlockDevice) -> list[Finding]:
     """Everything that makes writing `dev` destructive."""
     found = []
-    if dev.name in system_devices():
+    system, unknown = system_devices()
+    if dev.name in system:
         found.append(Finding(dev.name, "holds the root or boot filesystem"))
+    found += [Finding(dev.name, f"may hold the root or boot filesystem: cannot tell where it lives ({why})")
+              for why in unknown]
     found += [Finding(dev.name, f"mounted at {m}") for m in mounted_at(dev)]
     found += [Finding(dev.name, f"in use as swap ({s})") for s in swap_users(dev)]
     parts = partitions(dev)
@@ -113,14 +120,25 @@ def inspect(dev: BlockDevice) -> list[Finding]:
     return found
 
 
+def refusals(specs: list[str] | tuple[str, ...], destroy_data: list[str] | tuple[str, ...]) -> list[Finding]:
+    """What makes overwriting each device destructive, for every device not
+    named in destroy_data: empty when all of them may be written."""
+    allowed = {resolve_device(s).name for s in destroy_data}
+    return [f for d in (resolve_device(s) for s in specs) if d.name not in allowed for f in inspect(d)]
+
+
+def refused_error(problems: list[Finding]) -> DestroyRefused:
+    """The refusal, naming each reason and the flag that overrides it."""
+    lines = "; ".join(f"{f.device} {f.what}" for f in problems)
+    names = " ".join(sorted({f.device for f in problems}))
+    return DestroyRefused(f"refusing to overwrite devices that hold data or a system role: {lines}. "
+                          f"If you mean to destroy it, name it: --destroy-data {names}")
+
+
 def require_safe(specs: list[str], destroy_data: list[str]) -> list[BlockDevice]:
     """The devices, if each is safe to overwrite or was named in destroy_data."""
     devices = [resolve_device(s) for s in specs]
-    allowed = {resolve_device(s).name for s in destroy_data}
-    problems = [f for d in devices if d.name not in allowed for f in inspect(d)]
+    problems = refusals(specs, destroy_data)
     if problems:
-        lines = "; ".join(f"{f.device} {f.what}" for f in problems)
-        names = " ".join(sorted({f.device for f in problems}))
-        raise DestroyRefused(f"refusing to overwrite devices that hold data or a system role: {lines}. "
-                             f"If you mean to destroy it, name it: --destroy-data {names}")
+        raise refused_error(problems)
     return devices

@@ -46,14 +46,6 @@ PRESETS: dict[str, ModelShape] = {
 }
 
 
-def get_preset(name: str) -> ModelShape:
-    """The preset called `name`; UsageError naming the choices otherwise."""
-    try:
-        return PRESETS[name]
-    except KeyError:
-        raise UsageError(f"unknown --model '{name}': choose one of {', '.join(PRESETS)}") from None
-
-
 def tensor_numels(shape: ModelShape) -> list[int]:
     """Element counts of every parameter tensor of LlamaForCausalLM (untied)."""
     h, kv = shape.hidden, shape.kv_heads * shape.head_dim
@@ -66,3 +58,10 @@ def swappable_params(shape: ModelShape, min_bytes: int = 1 << 20, element_bytes:
     """Parameters in tensors DeepSpeed's swapper moves: at least `min_bytes`
     (max(1 MiB, aio.block_size)) in the swap dtype (fp32 gradients: 4 B)."""
     return sum(n for n in tensor_numels(shape) if n * element_bytes >= min_bytes)
+
+
+def get_preset(name: str) -> ModelShape:
+    """The preset called `name`; UsageError naming the choices otherwise."""
+    if name not in PRESETS:
+        raise UsageError(f"unknown --model '{name}': choose one of {', '.join(PRESETS)}")
+    return PRESETS[name]

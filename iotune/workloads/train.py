@@ -23,17 +23,15 @@ import os
 import socket
 import sys
 import time
-from dataclasses import replace
 from typing import Any
 
 from iotune.blockdev.directio import direct_io_problem
 from iotune.errors import IotuneError, UsageError
 from iotune.model.aio import DEEPSPEED_AIO_DEFAULTS, AioSettings, OffloadBuffers
+from iotune.model.steps import STEP_PREFIX
 from iotune.workloads.data import token_blocks
 from iotune.workloads.presets import PRESETS, ModelShape
 from iotune.workloads.strategies import NVME_STRATEGIES, STRATEGIES, WorkloadSpec, ds_config
-
-STEP_PREFIX = "IOTUNE_STEP "
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -1,40 +1,21 @@
-"""Ranking sweep trials: medians and spread over repeats, ties inside the
-noise going to the cheaper configuration."""
+"""Stage 3 of a sweep, rank: trials -> Ranked rows, medians and spread over
+repeats, ties inside the noise going to the cheaper configuration."""
 
 from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Sequence
 
-from ..model.sweep import SweepPoint, Trial
+from ..model.sweep import Trial
+from ..model.sweep_result import Ranked
 
 # Two configs within 5% are never told apart: run-to-run variation of storage
 # measurements (throttle bursts, writeback, device housekeeping) is of that order.
 MIN_NOISE = 0.05
 
 
-@dataclass(frozen=True)
-class Ranked:
-    point: SweepPoint
-    executor: str
-    scores: tuple[float, ...]          # one per successful repeat (bytes/s or 1/step_s)
-    failed: int
-    median: float
-    spread: float                      # (max - min) / median over repeats, 0 for one repeat
-    read_bytes_per_s: float
-    write_bytes_per_s: float
-    step_s: float | None = None
-    optimizer_step_s: float | None = None
-
-    @property
-    def cost(self) -> tuple[int, int, int]:
-        """Cheaper first: pinned staging memory, threads, queue depth."""
-        p = self.point
-        return (p.pinned_bytes(), p.intra_op_parallelism, p.queue_depth)
-
-
-def summarize_trials(trials: list[Trial], executor: str) -> list[Ranked]:
+def summarize_trials(trials: Sequence[Trial], executor: str) -> list[Ranked]:
     groups: dict[str, list[Trial]] = defaultdict(list)
     for t in trials:
         if t.executor == executor:
@@ -82,29 +63,10 @@ def rank(rows: list[Ranked], noise: float = MIN_NOISE) -> list[Ranked]:
     return out + [r for r in rows if not r.scores]
 
 
-@dataclass(frozen=True)
-class SweepOutcome:
-    """Everything a finished sweep reports."""
-
-    target: str                                # the directory trials ran in
-    profile: str
-    executor: str                              # fio | aio
-    ranking: list[Ranked]                      # the executor's ranking, best first
-    confirmed: list[Ranked]                    # steps executor: candidates and the default
-    recommended: SweepPoint | None
-    default: Ranked | None                     # DeepSpeed's default aio settings, same executor
-    ceiling_bytes_per_s: float | None          # the drive's limit (known, or measured)
-    ceiling_source: str                        # "known limits" | "measured: ..."
-    fragment: dict[str, object]                # DeepSpeed JSON to paste
-    validation_error: str | None               # None: DeepSpeed accepted it
-    trials: int
-    trials_run_now: int
-    failed: int
-    journal: str
-
-
-def gain(best: Ranked | None, default: Ranked | None) -> float | None:
-    """best / default on the executor's score (bandwidth or 1/step time)."""
-    if best is None or default is None or default.median <= 0:
-        return None
-    return best.median / default.median
+def first_pass(trials: Sequence[Trial], executor: str,
+               keys: set[str] | None = None) -> list[Ranked]:
+    """The ranking from repeat 0 only (of `keys`, or of every point). The
+    adaptive search decides on exactly what an uninterrupted run had at that
+    moment, so replaying a journal (after a crash or Ctrl-C) takes the same path."""
+    return rank(summarize_trials([t for t in trials if t.executor == executor and t.repeat == 0
+                                  and (keys is None or t.point.key() in keys)], executor))

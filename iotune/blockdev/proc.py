@@ -1,0 +1,81 @@
+"""Running system commands, the one way iotune does it: an argument list,
+stdout and stderr kept apart, a clear IotuneError naming the fix when the
+command is missing or fails, and process groups that are always killed and
+reaped (timeout, error, Ctrl-C) so nothing is left holding the drive."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Callable
+
+from ..errors import IotuneError
+
+SETUP_HINT = "run scripts/setup.sh or `iotune doctor --fix`"
+
+
+def not_installed(tool: str) -> str:
+    """The one wording for a missing program."""
+    return f"{tool} is not installed: {SETUP_HINT}"
+
+
+def last_line(text: str | bytes, empty: str = "(nothing)") -> str:
+    """The last non-blank line of a program's output (usually its error)."""
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else empty
+
+
+def run(argv: list[str], timeout_s: float | None = None) -> str:
+    """Run a system command to completion; its stdout, or IotuneError saying
+    what failed (the command line and its last line of stderr)."""
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=timeout_s)
+    except FileNotFoundError:
+        raise IotuneError(not_installed(argv[0])) from None
+    except subprocess.TimeoutExpired:
+        raise IotuneError(f"`{' '.join(argv)}` did not finish within {timeout_s:g} s") from None
+    if out.returncode != 0:
+        raise IotuneError(f"`{' '.join(argv)}` failed: {last_line(out.stderr or out.stdout, 'no message')}")
+    return out.stdout
+
+
+def kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:  # type: ignore[type-arg]
+    """Signal the process group a child leads (started with start_new_session)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+def run_in_own_group(argv: list[str], timeout_s: float | None, preexec_fn: Callable[[], None] | None = None,
+                     env: dict[str, str] | None = None, text: bool = True) -> subprocess.CompletedProcess:  # type: ignore[type-arg]
+    """Run argv as the leader of a new process group, capturing stdout and
+    stderr. On timeout or any interruption (Ctrl-C included) the whole group
+    is killed and reaped before the exception propagates."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=text, env=env,
+                            start_new_session=True, preexec_fn=preexec_fn)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except BaseException:
+        kill_group(proc)
+        proc.wait()
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+CAP_SYS_ADMIN, CAP_IPC_LOCK, CAP_PERFMON, CAP_BPF = 21, 14, 38, 39
+
+
+def effective_caps() -> int:
+    """This process's effective capability bits (/proc/self/status CapEff)."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("CapEff:"):
+                return int(line.split()[1], 16)
+    return 0
+
+
+def has_cap(bit: int, caps: int | None = None) -> bool:
+    return bool((effective_caps() if caps is None else caps) & (1 << bit))

@@ -1,0 +1,34 @@
+"""The `iotune` command line: each command parses its options, calls the
+library, renders the result and maps IotuneError to an exit code. Nothing
+else in iotune imports this package."""
+
+from __future__ import annotations
+
+import click
+
+from .. import __version__
+from . import demo, doctor, lint, plan, sweep, trace, volumes
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="iotune")
+def cli() -> None:
+    """Profile and tune storage I/O for LLM training that offloads to NVMe.
+
+    \b
+    Start with:
+      sudo iotune doctor                       check prerequisites
+      sudo iotune demo                         trace the built-in offload workload
+      sudo iotune trace -- deepspeed train.py  trace your own job
+      iotune report iotune-runs/<run>          show a saved run again
+      sudo iotune sweep --path /mnt/nvme/swap  tune DeepSpeed's aio settings for a drive
+    """
+
+
+for command in (trace.trace, trace.report, trace.compare, sweep.sweep, lint.lint, plan.plan, volumes.volumes,
+                doctor.doctor, demo.demo):
+    cli.add_command(command)
+
+
+def main() -> None:
+    cli(prog_name="iotune")

@@ -1,0 +1,65 @@
+"""`iotune plan`: capacity, traffic and drives for a planned job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import UsageError
+from .options import RATE, SIZE, chosen_format, emit, format_option, library_errors
+
+STRATEGIES = ["baseline", "cpu", "nvme-opt", "nvme-all", "zenflow"]
+
+
+@click.command()
+@click.option("--model", "model_size", default=None, metavar="PRESET",
+              help="A model shape: tiny, small, medium, 1b, 3b, 8b, 16b.")
+@click.option("--params", type=click.IntRange(min=1), default=None, help="Or a parameter count.")
+@click.option("--strategy", type=click.Choice(STRATEGIES), default="nvme-opt", show_default=True)
+@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
+@click.option("--grad-accum", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--gpus", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Data-parallel ranks over all nodes.")
+@click.option("--drive-bandwidth", type=RATE, default=None, help="One drive's bandwidth, e.g. 3GB/s.")
+@click.option("--drives", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--target-step", type=click.FloatRange(min=0, min_open=True), default=None, metavar="S",
+              help="Storage time per step to aim for: prints the bandwidth and drives needed.")
+@click.option("--aio-block-size", type=SIZE, default=1 << 20, show_default=True,
+              help="Tensors under max(1 MiB, this) are not swapped.")
+@click.option("--check", "check_run", type=click.Path(path_type=Path), default=None, metavar="RUN",
+              help="Compare the prediction with a traced run of the same model and strategy.")
+@format_option
+@library_errors
+def plan(model_size: str | None, params: int | None, strategy: str, precision: str, grad_accum: int, gpus: int,
+         drive_bandwidth: float | None, drives: int, target_step: float | None, aio_block_size: int,
+         check_run: Path | None, fmt: str, as_json: bool) -> None:
+    """NVMe capacity, GB moved per step, storage time and drives needed for
+    an offloaded training job, from the 18-bytes-per-parameter accounting.
+
+    \b
+    Examples:
+      iotune plan --model 16b --strategy nvme-opt --drive-bandwidth 3GB/s --drives 3
+      iotune plan --params 8000000000 --strategy nvme-all --gpus 8 --target-step 5 --drive-bandwidth 6GB/s
+      iotune plan --model tiny --strategy nvme-opt --check iotune-runs/<run>
+    """
+    from ..analysis.calibration import check
+    from ..analysis.planner import make_plan
+    from ..model.plan import PlanInput
+    from ..model.reports import PlanReport
+    from ..model.runfile import load_run
+    from ..workloads.presets import get_preset, swappable_params
+
+    if (model_size is None) == (params is None):
+        raise UsageError("give the model as --model PRESET or --params N (one of them)")
+    swappable = None
+    if model_size is not None:
+        shape = get_preset(model_size)
+        params = shape.param_count()
+        swappable = swappable_params(shape, max(1 << 20, aio_block_size))
+    inp = PlanInput(params=params or 0, strategy=strategy, precision=precision, grad_accum=grad_accum, gpus=gpus,
+                    swappable_params=swappable, drive_bytes_per_s=drive_bandwidth, drives=drives,
+                    target_step_s=target_step)
+    result = make_plan(inp)
+    rows = tuple(check(result, load_run(check_run))) if check_run else None
+    emit(PlanReport(result, rows), chosen_format(fmt, as_json))

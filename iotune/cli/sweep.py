@@ -1,0 +1,113 @@
+"""`iotune sweep`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..model.units import parse_size
+from .options import (RATE, SIZE, bool_word, chosen_format, csv_list, emit, format_option, library_errors,
+                      out_option, positive_int, say)
+
+
+@click.command()
+@click.option("--path", "target_dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
+              help="A directory on the drive to tune (your nvme_path). Default: a built-in emulated "
+                   "drive with known limits.")
+@click.option("--profile", default="default", show_default=True,
+              help="Search space and run settings: a name from profiles/ (default, quick, "
+                   "ds-nvme-tune-grid) or a TOML file.")
+@click.option("--executor", type=click.Choice(["fio", "aio"]), default="fio", show_default=True,
+              help="Measure with fio, or with DeepSpeed's own aio engine (aio_handle).")
+@click.option("--block-sizes", callback=csv_list(parse_size), default=None, metavar="LIST",
+              help="Override the profile, e.g. 256K,1M,4M.")
+@click.option("--queue-depths", callback=csv_list(positive_int), default=None, metavar="LIST",
+              help="Override the profile, e.g. 4,8,32.")
+@click.option("--threads", callback=csv_list(positive_int), default=None, metavar="LIST",
+              help="intra_op_parallelism values (fio: numjobs), e.g. 1,2,4.")
+@click.option("--single-submit", callback=csv_list(bool_word), default=None, metavar="LIST",
+              help="e.g. false or false,true.")
+@click.option("--overlap-events", callback=csv_list(bool_word), default=None, metavar="LIST")
+@click.option("--engines", callback=csv_list(str), default=None, metavar="LIST", help="fio: libaio,io_uring.")
+@click.option("--grid", is_flag=True, help="Measure every combination instead of the adaptive search.")
+@click.option("--repeats", type=click.IntRange(1, 50), default=None, help="Repeats of the finalists.")
+@click.option("--file-bytes", type=SIZE, default=None, metavar="SIZE", help="Bytes per tensor file per trial.")
+@click.option("--confirm", "confirm_top", type=click.IntRange(0, 10), default=None,
+              help="Candidates to confirm with real training steps (0: none).")
+@out_option("Journal directory (default iotune-sweeps/<profile>-<executor>). An existing journal is resumed.")
+@click.option("--fresh", is_flag=True, help="Start over (the old journal is kept under a new name).")
+@click.option("--apply", "apply_to", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              metavar="DS_CONFIG", help="Write DS_CONFIG with the recommendation applied to "
+                                        "DS_CONFIG's name + .iotune.json.")
+@click.option("--in-place", is_flag=True, help="With --apply: overwrite DS_CONFIG instead.")
+@click.option("--export", "export_to", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              metavar="FILE", help="All trials as a table: .csv or .parquet.")
+@click.option("--export-jobs", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
+              help="Write the fio job file of every ranked point into DIR.")
+@click.option("--layouts", "layout_drives", type=click.IntRange(1, 8), default=None, metavar="N",
+              help="Also sweep storage layouts: RAID0 over 1..N capped scratch drives (btrfs raid0 where md "
+                   "is missing), the search on each, ranked together.")
+@click.option("--drive-cap", type=RATE, default=100e6, show_default=True,
+              help="With --layouts: bandwidth cap per scratch drive, e.g. 100MB/s.")
+@format_option
+@library_errors
+def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any, queue_depths: Any,
+          threads: Any, single_submit: Any, overlap_events: Any, engines: Any, grid: bool,
+          repeats: int | None, file_bytes: int | None, confirm_top: int | None, out: Path | None, fresh: bool,
+          apply_to: Path | None, in_place: bool, export_to: Path | None, export_jobs: Path | None,
+          layout_drives: int | None, drive_cap: float, fmt: str, as_json: bool) -> None:
+    """Tune DeepSpeed's aio settings (block size, queue depth, threads, submit
+    modes) for a drive, and hand over a config DeepSpeed accepts as pasted.
+
+    Each point writes and reads back tensor-sized files with O_DIRECT, the
+    way ZeRO-Infinity's swapper does. The default adaptive search measures
+    block size, then queue depth, then threads and submit modes around the
+    best, then repeats the finalists and DeepSpeed's defaults; configs
+    inside the noise tie and the cheaper one wins. The best candidates are
+    then confirmed on real training steps. Every trial is journaled as it
+    ends: Ctrl-C and re-run resumes where it stopped.
+
+    \b
+    Examples:
+      sudo iotune sweep                                  built-in emulated drive
+      sudo iotune sweep --path /mnt/nvme/swap --profile quick
+      sudo iotune sweep --path /mnt/nvme/swap --executor aio --apply ds_config.json
+    """
+    from ..render.progress import sweep_progress
+    from ..sweep.command import SpaceOverrides, SweepArgs, run_layouts_command, run_sweep_command
+
+    fmt = chosen_format(fmt, as_json)
+    if export_to is not None:
+        from ..analysis.sweep_frames import check_export_path
+        check_export_path(export_to)      # before the sweep, not after it
+    args = SweepArgs(target_dir=target_dir, profile=profile, executor=executor,
+                     overrides=SpaceOverrides(block_size=block_sizes, queue_depth=queue_depths,
+                                              intra_op_parallelism=threads, single_submit=single_submit,
+                                              overlap_events=overlap_events, engine=engines),
+                     grid=grid, repeats=repeats, file_bytes=file_bytes, confirm_top=confirm_top, out=out,
+                     fresh=fresh)
+    try:
+        with sweep_progress() as on_trial:
+            if layout_drives is not None:
+                emit(run_layouts_command(args, layout_drives, int(drive_cap), say, on_trial), fmt)
+                return
+            outcome, target = run_sweep_command(args, say, on_trial)
+    except KeyboardInterrupt:
+        say("interrupted: every finished trial is in the journal; run the same command again to resume")
+        sys.exit(130)
+    if export_to is not None:
+        from ..analysis.sweep_frames import export_trials
+        export_trials(Path(outcome.journal), export_to)
+        say(f"trials exported to {export_to}")
+    if export_jobs is not None:
+        from ..sweep.fio_executor import export_jobfiles
+        say(f"{export_jobfiles(outcome.ranking, target, export_jobs)} fio job files in {export_jobs}")
+    if apply_to is not None and outcome.fragment:
+        from ..sweep.recommend import apply_to_file
+        say(f"wrote {apply_to_file(apply_to, outcome.fragment, in_place)}")
+    emit(outcome, fmt)
+    if outcome.recommended is None or outcome.validation_error:
+        sys.exit(1)

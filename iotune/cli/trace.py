@@ -1,0 +1,137 @@
+"""`iotune trace`, `iotune report` and `iotune compare`."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+
+from ..errors import UsageError
+from ..model.run import TraceRun
+from ..model.runfile import default_run_dir, give_to_sudo_user, load_run, save_run
+from .options import chosen_format, emit, format_option, library_errors, out_option, report_options, say
+
+
+def progress_printer() -> Callable[[float, int, int, int, int], None] | None:
+    if not sys.stderr.isatty():
+        return None
+    from ..render.units import seconds, volume
+
+    def show(elapsed: float, rb: int, wb: int, rr: int, wr: int) -> None:
+        sys.stderr.write(f"\r\x1b[2Ktracing · {seconds(elapsed)} · read {volume(rb)} ({rr:,} req) · "
+                         f"written {volume(wb)} ({wr:,} req)")
+        sys.stderr.flush()
+
+    return show
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("-d", "--device", "devices", multiple=True, metavar="DEV",
+              help="Trace only this block device: name (loop0), /dev path or MAJ:MIN. Repeatable.")
+@click.option("-p", "--path", "paths", multiple=True, metavar="PATH",
+              help="Trace the device(s) holding PATH, e.g. your nvme_path (btrfs: every member). Repeatable.")
+@click.option("--with-lower", is_flag=True,
+              help="Also trace what the chosen devices sit on (a loop device's backing disk), "
+                   "reported separately and never added to totals.")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None, metavar="S",
+              help="No command: trace for S seconds (Ctrl-C ends early).")
+@click.option("--interval", type=click.FloatRange(0.001, 3600), default=None, metavar="S",
+              help="Timeline resolution in seconds (default 1, or 0.01 when attributing I/O to "
+                   "training phases).")
+@click.option("--no-inject", is_flag=True,
+              help="Do not inject the attribution hooks into Python commands (phases and "
+                   "DeepSpeed swap I/O are then not reported).")
+@click.option("--linger", type=click.FloatRange(0, 3600), default=0.0, metavar="S",
+              help="Keep tracing S seconds after the command ends (to catch delayed writeback).")
+@out_option("Save the run here (default: ./iotune-runs/<time>-<command>).")
+@click.option("--no-save", is_flag=True, help="Do not save the run.")
+@click.option("--as-root", is_flag=True,
+              help="Under sudo, run the command as root (default: as the user who ran sudo).")
+@format_option
+@report_options
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@library_errors
+def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, duration: float | None,
+          interval: float | None, no_inject: bool, linger: float, out: Path | None, no_save: bool, as_root: bool,
+          fmt: str, as_json: bool, block_size: int | None, width: int | None, command: tuple[str, ...]) -> None:
+    """Trace block I/O of COMMAND (or of a time window) with eBPF.
+
+    Every request on the chosen devices is counted in the kernel: exact sizes,
+    latency, in-flight depth, sequential share, and a timeline. The command's
+    exit status becomes iotune's; Ctrl-C stops it and still saves the run.
+
+    Python commands (DeepSpeed jobs, its launcher's ranks) also get a startup
+    hook that records training phases (forward, backward, optimizer step,
+    checkpoint) and DeepSpeed's swap I/O per tensor file, without changing
+    the script: the report then breaks step time and I/O down by phase and by
+    what the I/O serves (optimizer state, parameters, gradients).
+
+    \b
+    Examples:
+      sudo iotune trace -- deepspeed train.py --deepspeed ds_config.json
+      sudo iotune trace --path /mnt/nvme/swap -- python train.py
+      sudo iotune trace -d loop0 -- fio --name=w --filename=/dev/loop0 --rw=write --bs=512k --size=64m --direct=1
+      sudo iotune trace --duration 30 --json > window.json
+    """
+    from ..blockdev.devices import choose_devices
+    from ..trace.child import sudo_user
+    from ..trace.session import TraceOptions, trace_command, trace_window
+
+    fmt = chosen_format(fmt, as_json)
+    argv = list(command)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if argv and duration is not None:
+        raise UsageError("give either a command or --duration, not both")
+    if not argv and duration is None:
+        raise UsageError("nothing to trace: give a command after `--` (iotune trace -- CMD ARGS...) "
+                         "or a window with --duration S")
+    inject = bool(argv) and not no_inject
+    opts = TraceOptions(devices=tuple(choose_devices(devices, paths, with_lower)),
+                        interval_s=interval or (0.01 if inject else 1.0), linger_s=linger,
+                        run_as=None if as_root else sudo_user(), stdout_to_stderr=fmt != "console", inject=inject)
+    progress = progress_printer()
+    run = trace_command(argv, opts, progress) if argv else trace_window(duration or 0, opts, progress)
+    if progress:
+        sys.stderr.write("\r\x1b[2K")
+    if not no_save:
+        save_and_say(run, out or default_run_dir(argv[0] if argv else "window"))
+    emit(run, fmt, width, block_size)
+    if run.exit_status:
+        sys.exit(run.exit_status)
+
+
+def save_and_say(run: TraceRun, where: Path) -> None:
+    save_run(run, where)
+    give_to_sudo_user(where)
+    say(f"saved {where}  (iotune report {where})")
+
+
+@click.command()
+@click.argument("run_path", metavar="RUN", type=click.Path(path_type=Path))
+@format_option
+@report_options
+@library_errors
+def report(run_path: Path, fmt: str, as_json: bool, block_size: int | None, width: int | None) -> None:
+    """Show a saved run again (RUN is its directory or run.json)."""
+    emit(load_run(run_path), chosen_format(fmt, as_json), width, block_size)
+
+
+@click.command()
+@click.argument("run_paths", metavar="RUN...", nargs=-1, required=True, type=click.Path(path_type=Path))
+@format_option
+@library_errors
+def compare(run_paths: tuple[Path, ...], fmt: str, as_json: bool) -> None:
+    """Compare saved runs side by side: step time, optimizer step, GB moved
+    per step, dominant request size, bandwidth. The first run is the
+    reference for the ratio column.
+
+    \b
+    Example:
+      iotune compare iotune-runs/*-nvme-opt iotune-runs/*-zenflow iotune-runs/*-cpu
+    """
+    from ..analysis.compare import compare_runs
+
+    emit(compare_runs([(load_run(p), p.name) for p in run_paths]), chosen_format(fmt, as_json))

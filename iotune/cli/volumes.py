@@ -1,0 +1,81 @@
+"""`iotune volumes`: capped scratch drives and RAID0/filesystem layouts."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import click
+
+from .options import RATE, SIZE, library_errors, say, wait_for_ctrl_c
+
+
+@click.group()
+def volumes() -> None:
+    """Test volumes: capped scratch drives and RAID0/filesystem layouts."""
+
+
+@volumes.command("scratch")
+@click.option("--drives", type=click.IntRange(1, 16), default=1, show_default=True)
+@click.option("--size", type=SIZE, default=1 << 30, show_default=True, help="Per drive, e.g. 2G.")
+@click.option("--cap", type=RATE, default=200e6, show_default=True,
+              help="Bandwidth cap per drive (cgroup blkio), e.g. 200MB/s; 0 for none.")
+@click.option("--dir", "workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the image files go (default: a temporary directory).")
+@library_errors
+def volumes_scratch(drives: int, size: int, cap: float, workdir: Path | None) -> None:
+    """Create N loop drives with direct I/O and a bandwidth cap each, print
+    them, and keep them until Ctrl-C (then everything is removed). Run
+    commands in the printed cgroup for the cap to apply to them."""
+    from ..volumes.scratch import scratch_drive
+
+    with contextlib.ExitStack() as stack:
+        made = [stack.enter_context(scratch_drive(workdir, size, int(cap))) for _ in range(drives)]
+        for d in made:
+            click.echo(f"{d.device.path}\t{d.image}\tcgroup {d.cgroup or '-'}")
+        wait_for_ctrl_c("drives ready; Ctrl-C to remove them")
+
+
+@volumes.command("build")
+@click.argument("devices", nargs=-1, required=True)
+@click.option("--raid0", is_flag=True, help="Stripe the devices (md, or btrfs raid0 where md is missing).")
+@click.option("--backend", type=click.Choice(["auto", "md", "btrfs"]), default="auto", show_default=True)
+@click.option("--chunk", type=SIZE, default=512 << 10, show_default=True, help="md RAID0 chunk size.")
+@click.option("--fs", "fstype", type=click.Choice(["xfs", "ext4", "btrfs"]), default="xfs", show_default=True)
+@click.option("-o", "--mount-options", default="noatime", show_default=True, help="Comma-separated.")
+@click.option("--queue", "queue", multiple=True, metavar="KNOB=VALUE",
+              help="Per-member sysfs queue setting, e.g. read_ahead_kb=4096 (restored afterwards).")
+@click.option("--mount-point", type=click.Path(file_okay=False, path_type=Path), default=Path("/mnt/iotune"),
+              show_default=True)
+@click.option("--destroy-data", multiple=True, metavar="DEV",
+              help="Allow overwriting DEV even though it holds data or a system role. Repeat per device.")
+@click.option("--dry-run", is_flag=True, help="Print every command it would run and what the safety "
+                                              "checks would refuse; touch nothing. Exits 1 when the real "
+                                              "build would be refused.")
+@library_errors
+def volumes_build(devices: tuple[str, ...], raid0: bool, backend: str, chunk: int, fstype: str,
+                  mount_options: str, queue: tuple[str, ...], mount_point: Path, destroy_data: tuple[str, ...],
+                  dry_run: bool) -> None:
+    """Build a volume on DEVICES (mkfs, optional RAID0, mount), keep it until
+    Ctrl-C, then tear it down. Devices that are mounted, partitioned, hold a
+    signature, swap or the root filesystem are refused unless named with
+    --destroy-data."""
+    from ..blockdev.devices import resolve_device
+    from ..render.volumes import render_build_plan
+    from ..volumes.layout import LayoutSpec, build_layout, parse_queue_settings, plan_layout
+    from ..volumes.safety import refusals, refused_error
+
+    spec = LayoutSpec(devices=tuple(resolve_device(d).path for d in devices), raid0=raid0, backend=backend,
+                      chunk_bytes=chunk, fstype=fstype, mount_options=tuple(o for o in mount_options.split(",") if o),
+                      queue=parse_queue_settings(queue))
+    plan = plan_layout(spec, mount_point)
+    if dry_run:
+        problems = refusals(spec.devices, destroy_data)
+        click.echo(render_build_plan(plan, spec, problems), nl=False)
+        if problems:      # exit as the real build would: a dry run that passes means the build would go ahead
+            raise refused_error(problems)
+        return
+    with build_layout(spec, mount_point, destroy_data) as vol:
+        click.echo(f"{vol.path}\t{vol.plan.backend}: {vol.plan.reason}")
+        wait_for_ctrl_c("volume ready; Ctrl-C to tear it down")
+    say("volume removed")

@@ -1,0 +1,69 @@
+"""Where iotune's data files are: the BPF probe sources (probes/) and the
+sweep profiles (profiles/). Stdlib only; any layer may import it.
+
+Both directories sit at the top of the repository and are shipped as the
+package data `iotune.probes` and `iotune.profiles` (pyproject.toml maps the
+two subpackages onto them), so a regular `pip install` can trace and sweep.
+They are located with importlib.resources; when iotune runs from a source
+checkout (tests with PYTHONPATH, an editable install) the checkout's own
+copies are used, so an edited probe is the one that gets compiled.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from .errors import IotuneError
+
+PROBES, PROFILES = "probes", "profiles"
+# A file each directory must hold (tells the checkout copy from anything else).
+_MARKERS = {PROBES: "blockio.c", PROFILES: "default.toml"}
+
+
+def package_root() -> Path:
+    """The directory holding the `iotune` package (put it on PYTHONPATH to
+    run `python -m iotune....` in a child process)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def _data_dir(kind: str) -> Path:
+    checkout = package_root() / kind
+    if (checkout / _MARKERS[kind]).is_file():
+        return checkout
+    try:
+        found = Path(str(resources.files(f"iotune.{kind}")))
+    except ModuleNotFoundError:
+        found = None
+    if found is None or not (found / _MARKERS[kind]).is_file():
+        raise IotuneError(f"iotune's {kind}/ files are missing from this installation: "
+                          f"reinstall iotune (pip install iotune, or pip install -e . in a checkout)")
+    return found
+
+
+def probes_dir() -> Path:
+    """The directory with the probe C sources and their shared header."""
+    return _data_dir(PROBES)
+
+
+def probe_source(name: str = "blockio.c") -> Path:
+    """One probe source file, e.g. probe_source("blockio.h")."""
+    path = probes_dir() / name
+    if not path.is_file():
+        raise IotuneError(f"no probe source named {name} in {path.parent}")
+    return path
+
+
+def profiles_dir() -> Path:
+    """The directory with the named sweep profiles (NAME.toml)."""
+    return _data_dir(PROFILES)
+
+
+def profile_names() -> list[str]:
+    return sorted(p.stem for p in profiles_dir().glob("*.toml"))
+
+
+def profile_path(name: str) -> Path:
+    """Where the named profile's file is (`quick` -> .../profiles/quick.toml);
+    the caller checks that it exists (profile_names() lists those that do)."""
+    return profiles_dir() / f"{name}.toml"

@@ -1,0 +1,151 @@
+"""`iotune sweep` through the CLI, for what the README promises: --grid,
+--fresh, --export, --export-jobs, --apply / --in-place, and a journal
+recorded with other settings refused. fio trials on a tmp directory (ext4
+takes O_DIRECT), tiny files; DeepSpeed's validation of the fragment has its
+own test (test_sweep_e2e.py) and is stubbed here to keep these fast."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .conftest import needs_fio
+from click.testing import CliRunner, Result
+
+from iotune.cli import cli
+from iotune.model.sweep import SweepPoint
+from iotune.sweep.fio_executor import parse_fio_json
+from iotune.sweep.journal import Journal
+
+pytestmark = needs_fio
+
+BLOCKS, DEPTHS = (64 << 10, 256 << 10), (1, 4)
+PROFILE = ('[space]\nblock_size = ["64K", "256K"]\nqueue_depth = [1, 4]\nintra_op_parallelism = [1]\n'
+           'single_submit = [false]\noverlap_events = [true]\n'
+           '[run]\nrepeats = 1\nfinalists = 1\nconfirm_top = 0\nfile_bytes = "1M"\nfiles = 2\n')
+GRID = {SweepPoint(block_size=b, queue_depth=q).key() for b, q in itertools.product(BLOCKS, DEPTHS)}
+
+
+@pytest.fixture
+def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr("iotune.sweep.pipeline.validate_with_deepspeed", lambda fragment: None)
+    (tmp_path / "p.toml").write_text(PROFILE)
+    (tmp_path / "drive").mkdir()
+    return tmp_path
+
+
+def sweep(work: Path, *args: str) -> Result:
+    return CliRunner().invoke(cli, ["sweep", "--path", str(work / "drive"), "--profile", str(work / "p.toml"),
+                                    "-o", str(work / "j"), "--json", *args])
+
+
+def ok(r: Result) -> dict:
+    assert r.exit_code == 0, r.stderr[-2000:]
+    return json.loads(r.stdout)
+
+
+def test_grid_measures_every_combination_once_per_repeat(work: Path) -> None:
+    doc = ok(sweep(work, "--grid", "--repeats", "2"))
+    trials = Journal(work / "j" / "journal.jsonl").trials
+    assert sorted((t.point.key(), t.repeat) for t in trials) == sorted(itertools.product(GRID, (0, 1)))
+    assert doc["trials"] == doc["trials_run_now"] == 8 and doc["failed"] == 0
+    assert {r["key"] for r in doc["ranking"]} == GRID and all(len(r["scores"]) == 2 for r in doc["ranking"])
+    assert list((work / "drive").iterdir()) == []          # every trial removed its files
+
+
+def test_fresh_keeps_the_old_journal_under_a_new_name(work: Path) -> None:
+    ok(sweep(work, "--grid"))
+    journal = work / "j" / "journal.jsonl"
+    first = journal.read_text()
+    assert ok(sweep(work, "--grid"))["trials_run_now"] == 0          # resumed: nothing to run
+    doc = ok(sweep(work, "--grid", "--fresh"))
+    assert doc["trials_run_now"] == 4 and doc["trials"] == 4
+    [kept] = [p for p in (work / "j").iterdir() if p != journal]
+    assert kept.name.startswith("journal.") and kept.suffix == ".jsonl" and kept.read_text() == first
+    assert journal.read_text() != first
+
+
+def test_a_journal_recorded_with_other_settings_is_refused(work: Path) -> None:
+    ok(sweep(work, "--grid"))
+    r = sweep(work, "--grid", "--file-bytes", "2M")
+    assert r.exit_code == 2
+    assert r.stderr == (f"Error: the journal in {work / 'j'} was recorded with file_bytes 1048576, not 2097152: "
+                        "resume with the same settings, or use --fresh or another --out\n")
+
+
+def test_a_damaged_journal_is_refused_with_its_line(work: Path) -> None:
+    ok(sweep(work, "--grid"))
+    journal = work / "j" / "journal.jsonl"
+    with journal.open("a") as fh:
+        fh.write('{"kind": "trial", "executor": "fio"}\n')
+    r = sweep(work, "--grid")
+    assert r.exit_code == 2
+    assert r.stderr == (f"Error: {journal}:6: not a trial record (KeyError: 'point'); the sweep journal is damaged: "
+                        "fix or delete that line to resume, or start a new journal with --fresh (the old one is "
+                        "kept) or another --out\n")
+
+
+def test_export_csv_has_one_row_per_trial(work: Path) -> None:
+    import pandas as pd
+
+    doc = ok(sweep(work, "--grid", "--export", str(work / "t.csv")))
+    df = pd.read_csv(work / "t.csv")
+    assert len(df) == doc["trials"] == 4 and set(df["key"]) == GRID
+    by_key = {r["key"]: r for r in doc["ranking"]}
+    for row in df.itertuples():
+        assert row.score == pytest.approx(by_key[row.key]["median"], rel=1e-9)
+        assert row.block_size in BLOCKS and row.queue_depth in DEPTHS and row.status == "ok"
+
+
+def test_export_parquet_or_a_clear_error_before_sweeping(work: Path) -> None:
+    dest = work / "t.parquet"
+    r = sweep(work, "--grid", "--export", str(dest))
+    if any(importlib.util.find_spec(m) for m in ("pyarrow", "fastparquet")):
+        import pandas as pd
+
+        assert r.exit_code == 0, r.stderr[-2000:]
+        assert set(pd.read_parquet(dest)["key"]) == GRID
+    else:
+        assert r.exit_code == 2
+        assert r.stderr == "Error: Parquet export needs pyarrow (pip install pyarrow); or export to .csv\n"
+        assert not (work / "j").exists()                 # refused before any trial ran
+    r = sweep(work, "--export", str(work / "t.txt"))
+    assert r.exit_code == 2 and r.stderr == f"Error: --export {work / 't.txt'}: use a .csv or .parquet file name\n"
+
+
+def test_export_jobs_writes_job_files_that_fio_runs(work: Path) -> None:
+    jobs = work / "jobs"
+    doc = ok(sweep(work, "--grid", "--export-jobs", str(jobs)))
+    assert sorted(p.name for p in jobs.iterdir()) == sorted(f"{k}.fio" for k in GRID)
+    best = doc["ranking"][0]["key"]
+    out = subprocess.run(["fio", "--output-format=json", str(jobs / f"{best}.fio")], capture_output=True,
+                         text=True, check=True)
+    doc_fio = json.loads(out.stdout[out.stdout.index("{"):])
+    swap_in = next(j for j in doc_fio["jobs"] if j["jobname"] == "swap-in")
+    assert swap_in["read"]["io_bytes"] == 2 * (1 << 20)          # files x file_bytes, read back
+    assert parse_fio_json(doc_fio).write_bytes_per_s > 0
+    assert list((work / "drive").iterdir()) == []               # the job file unlinks its files too
+
+
+def test_apply_writes_beside_the_config_and_in_place_over_it(work: Path) -> None:
+    user = {"train_batch_size": 8, "aio": {"num_threads": 4},
+            "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/mine"}}}
+    cfg = work / "ds_config.json"
+    cfg.write_text(json.dumps(user))
+    r = sweep(work, "--grid", "--apply", str(cfg))
+    doc = ok(r)
+    beside = work / "ds_config.iotune.json"
+    assert f"wrote {beside}\n" in r.stderr and json.loads(cfg.read_text()) == user     # original untouched
+    applied = json.loads(beside.read_text())
+    assert applied["aio"] == {"num_threads": 4, **doc["fragment"]["aio"]}
+    assert applied["zero_optimization"]["offload_optimizer"]["nvme_path"] == "/mine"
+    assert applied["zero_optimization"]["stage"] == 3 and applied["train_batch_size"] == 8
+    beside.unlink()
+    r = sweep(work, "--grid", "--apply", str(cfg), "--in-place")
+    assert ok(r)["fragment"] == doc["fragment"] and f"wrote {cfg}\n" in r.stderr
+    assert json.loads(cfg.read_text()) == applied and not beside.exists()

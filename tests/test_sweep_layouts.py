@@ -1,0 +1,87 @@
+"""`iotune sweep --layouts N`: layouts named by what was built, and which
+dimension (layout or aio settings) mattered most, computed exactly."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from iotune.cli import cli
+from iotune.model.layout import BuildPlan
+from iotune.model.sweep import SweepPoint
+from iotune.model.sweep_result import LayoutResult, Ranked, SweepOutcome
+from iotune.sweep.layouts import effects, layout_name
+
+MB = 1_000_000
+CAP = 100 * MB
+
+
+def plan(backend: str, fstype: str = "btrfs") -> BuildPlan:
+    return BuildPlan(backend, "", fstype, (), "/dev/x", None)
+
+
+def test_layouts_are_named_by_the_backend_used() -> None:
+    assert layout_name(plan("single", "xfs"), 1) == "xfs-1"
+    assert layout_name(plan("single"), 1) == "btrfs-1"
+    assert layout_name(plan("md", "xfs"), 3) == "md-raid0-3"
+    assert layout_name(plan("btrfs"), 2) == "btrfs-raid0-2"
+
+
+def result(name: str, medians: list[float]) -> LayoutResult:
+    ranking = [Ranked(SweepPoint(queue_depth=i + 1), "fio", (m,), 0, m, 0.0, m, m)
+               for i, m in enumerate(sorted(medians, reverse=True))]
+    outcome = SweepOutcome(name, "p", "fio", ranking, [], ranking[0].point, None, None, "", {}, None,
+                           len(ranking), len(ranking), 0, "j")
+    return LayoutResult(name, 1, "single", "", outcome)
+
+
+def test_effects_name_whichever_dimension_moved_the_score_more() -> None:
+    # two drives double the best (2.0x); within a layout, aio settings change it 1.25x at most
+    e = effects([result("one", [100 * MB, 80 * MB]), result("two", [200 * MB, 190 * MB])])
+    assert (e.layout, e.aio, e.dominant) == (2.0, 1.25, "layout")
+    # a bad queue depth costs 4x; a second drive adds 10%
+    e = effects([result("one", [100 * MB, 25 * MB]), result("two", [110 * MB, 100 * MB])])
+    assert (e.layout, e.aio, e.dominant) == (pytest.approx(1.1), 4.0, "aio settings")
+
+
+def _missing() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (loop devices, mkfs, mount, blkio cgroup)"
+    for tool in ("fio", "losetup", "mkfs.btrfs"):
+        if shutil.which(tool) is None:
+            return f"needs {tool}: scripts/setup.sh"
+    return None
+
+
+@pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
+def test_sweep_ranks_layouts_and_aio_settings_together(tmp_path: Path) -> None:
+    from iotune.volumes.layout import md_available
+
+    (tmp_path / "p.toml").write_text(
+        '[space]\nblock_size = ["1M"]\nqueue_depth = [1, 8]\nintra_op_parallelism = [1]\nsingle_submit = [false]\n'
+        'overlap_events = [true]\n[run]\nsearch = "grid"\nrepeats = 1\nconfirm_top = 0\nfile_bytes = "8M"\n'
+        'runtime_s = 1.5\nramp_s = 0.5\n')
+    r = CliRunner().invoke(cli, ["sweep", "--layouts", "2", "--drive-cap", "100MB/s", "--profile",
+                                 str(tmp_path / "p.toml"), "-o", str(tmp_path / "j"), "--json"])
+    assert r.exit_code == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    raid = "md-raid0-2" if md_available()[0] else "btrfs-raid0-2"
+    assert [x["layout"] for x in doc["layouts"]] == ["btrfs-1", raid]
+    assert doc["layouts"][1]["backend"] == raid.split("-")[0]
+    assert sorted((tmp_path / "j").iterdir()) == [tmp_path / "j" / "btrfs-1", tmp_path / "j" / raid]
+    rankings = [x["outcome"]["ranking"] for x in doc["layouts"]]
+    assert [len(rk) for rk in rankings] == [2, 2]          # both queue depths measured on both layouts
+    reads = [rk[0]["read_bytes_per_s"] for rk in rankings]
+    assert abs(reads[0] / CAP - 1) <= 0.05 and abs(reads[1] / CAP - 2) <= 0.10, reads
+    # the effects are exactly what the rankings say, and the dominant one is the larger
+    bests = [rk[0]["median"] for rk in rankings]
+    aio = max(max(x["median"] for x in rk) / min(x["median"] for x in rk) for rk in rankings)
+    assert doc["layout_effect"] == pytest.approx(max(bests) / min(bests), rel=1e-12)
+    assert doc["aio_effect"] == pytest.approx(max(aio, 1.0), rel=1e-12)
+    assert doc["dominant"] == ("layout" if doc["layout_effect"] >= doc["aio_effect"] else "aio settings")
+    assert not [m for m in Path("/proc/mounts").read_text().splitlines() if "iotune-layout" in m]
