@@ -28,7 +28,7 @@ class JsonRecord:
     keeps the keys this version knows (older and newer files load)."""
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)  # type: ignore[call-overload]
+        return asdict(self)  # type: ignore[call-overload,no-any-return]
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Self:
