@@ -13,6 +13,10 @@ OPS = ("AsyncIOBuilder", "CPUAdamBuilder", "ShareMemCommBuilder", "PinMemoryBuil
 def main() -> int:
     from deepspeed.accelerator import get_accelerator
 
+    from iotune.blockdev.proc import prefer_interpreter_tools
+
+    prefer_interpreter_tools()     # build with the venv's ninja, as every iotune process that loads the ops does
+
     acc = get_accelerator()
     failed = []
     for name in OPS:

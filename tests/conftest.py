@@ -13,6 +13,11 @@ from pathlib import Path
 import pytest
 
 from iotune.blockdev.devices import BlockDevice, resolve_device
+from iotune.blockdev.proc import prefer_interpreter_tools
+
+# Every process the tests start (DeepSpeed launchers and ranks included) builds
+# DeepSpeed ops with this venv's ninja, as the setup did: see prefer_interpreter_tools.
+prefer_interpreter_tools()
 
 
 def missing_for_tracing() -> str | None:

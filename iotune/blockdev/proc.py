@@ -9,6 +9,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Callable
 
 from ..errors import IotuneError
@@ -79,3 +80,16 @@ def effective_caps() -> int:
 
 def has_cap(bit: int, caps: int | None = None) -> bool:
     return bool((effective_caps() if caps is None else caps) & (1 << bit))
+
+
+def prefer_interpreter_tools(env: dict[str, str] | os._Environ[str] = os.environ) -> None:
+    """Put this interpreter's bin directory first on PATH (in place).
+
+    DeepSpeed builds its C++ ops with whatever `ninja` PATH finds. A venv
+    carries its own (pip's ninja 1.13) while Debian may have another (1.11);
+    each rewrites the other's build log in ~/.cache/torch_extensions, so
+    alternating between them rebuilds async_io and cpu_adam (minutes each).
+    Every process iotune starts that loads DeepSpeed ops calls this first."""
+    here = os.path.dirname(os.path.abspath(sys.executable))
+    parts = [p for p in env.get("PATH", "").split(os.pathsep) if p and p != here]
+    env["PATH"] = os.pathsep.join([here, *parts])

@@ -49,6 +49,7 @@ from typing import Any, NoReturn
 from ..blockdev.directio import direct_io_problem
 from ..model.sweep import SweepPoint
 from .executor import Target
+from ..blockdev.proc import prefer_interpreter_tools
 
 DIRECT_IO_ALIGN_BYTES = 4096     # O_DIRECT: offsets and lengths aligned to the logical block (<= 4 KiB)
 MAX_BLOCK_SIZE = 2**31 - 1       # aio_handle takes block_size as a C int
@@ -346,6 +347,7 @@ def run(argv: list[str] | None) -> tuple[int, dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    prefer_interpreter_tools()      # DeepSpeed op builds use this environment's ninja
     sys.stdout.flush()
     result_fd = os.dup(1)
     os.dup2(2, 1)         # whatever DeepSpeed prints lands on stderr

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from ..blockdev.proc import prefer_interpreter_tools
 
 
 def check(fragment: dict) -> None:
@@ -22,6 +23,7 @@ def check(fragment: dict) -> None:
 
 
 def main() -> int:
+    prefer_interpreter_tools()      # DeepSpeed op builds use this environment's ninja
     try:
         check(json.loads(sys.stdin.read()))
     except Exception as e:  # noqa: BLE001 - report whatever DeepSpeed says

@@ -32,6 +32,7 @@ from iotune.model.steps import STEP_PREFIX
 from iotune.workloads.data import token_blocks
 from iotune.workloads.presets import PRESETS, ModelShape
 from iotune.workloads.strategies import NVME_STRATEGIES, STRATEGIES, WorkloadSpec, ds_config
+from iotune.blockdev.proc import prefer_interpreter_tools
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -171,6 +172,7 @@ def train(spec: WorkloadSpec, steps: int, seed: int, checkpoint_dir: str | None,
 
 
 def main(argv: list[str] | None = None) -> int:
+    prefer_interpreter_tools()      # DeepSpeed op builds use this environment's ninja
     args = parse_args(argv)
     try:
         spec = spec_from_args(args)

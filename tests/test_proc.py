@@ -1,0 +1,53 @@
+"""blockdev.proc: the one way iotune runs system commands."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from iotune.blockdev.proc import last_line, not_installed, prefer_interpreter_tools, run, run_in_own_group
+from iotune.errors import IotuneError
+
+
+def test_last_line_skips_blank_lines_and_decodes_bytes() -> None:
+    assert last_line("a\nb\n\n  \n") == "b"
+    assert last_line(b"x\n\xff oops\n") == "\ufffd oops"
+    assert last_line("", "no message") == "no message"
+
+
+def test_run_names_the_command_and_its_last_error_line() -> None:
+    assert run(["sh", "-c", "echo out"]) == "out\n"
+    with pytest.raises(IotuneError, match=r"^`sh -c echo detail >&2; exit 3` failed: detail$"):
+        run(["sh", "-c", "echo detail >&2; exit 3"])
+    with pytest.raises(IotuneError) as e:
+        run(["iotune-no-such-tool"])
+    assert str(e.value) == not_installed("iotune-no-such-tool")
+    assert str(e.value) == "iotune-no-such-tool is not installed: run scripts/setup.sh or `iotune doctor --fix`"
+
+
+def test_a_timeout_kills_the_whole_group() -> None:
+    t0 = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_in_own_group(["sh", "-c", "sleep 41.123 & wait"], timeout_s=1.0)
+    assert time.monotonic() - t0 < 10
+    out = subprocess.run(["pgrep", "-f", "^sleep 41.123$"], capture_output=True, text=True)
+    assert out.stdout.strip() == "", "the grandchild survived its group being killed"
+
+
+def test_interpreter_tools_come_first_on_path() -> None:
+    here = os.path.dirname(os.path.abspath(sys.executable))
+    env = {"PATH": os.pathsep.join(["/usr/bin", here, "/bin"])}
+    prefer_interpreter_tools(env)
+    assert env["PATH"].split(os.pathsep) == [here, "/usr/bin", "/bin"]
+    env = {}
+    prefer_interpreter_tools(env)
+    assert env["PATH"] == here
+
+
+def test_this_suite_runs_with_the_interpreter_tools_first() -> None:
+    """conftest: DeepSpeed children build ops with this venv's ninja, never another."""
+    assert os.environ["PATH"].split(os.pathsep)[0] == os.path.dirname(os.path.abspath(sys.executable))
