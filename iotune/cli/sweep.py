@@ -37,7 +37,8 @@ from .options import (RATE, SIZE, bool_word, chosen_format, csv_list, emit, form
 @click.option("--file-bytes", type=SIZE, default=None, metavar="SIZE", help="Bytes per tensor file per trial.")
 @click.option("--confirm", "confirm_top", type=click.IntRange(0, 10), default=None,
               help="Candidates to confirm with real training steps (0: none).")
-@out_option("Journal directory (default iotune-sweeps/<profile>-<executor>). An existing journal is resumed.")
+@out_option("Journal directory (default iotune-sweeps/<profile>-<executor>-<drive id>, one per drive). "
+            "An existing journal is resumed.")
 @click.option("--fresh", is_flag=True, help="Start over (the old journal is kept under a new name).")
 @click.option("--apply", "apply_to", type=click.Path(dir_okay=False, path_type=Path), default=None,
               metavar="DS_CONFIG", help="Write DS_CONFIG with the recommendation applied to "
@@ -106,8 +107,14 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
         from ..sweep.fio_executor import export_jobfiles
         say(f"{export_jobfiles(outcome.ranking, target, export_jobs)} fio job files in {export_jobs}")
     if apply_to is not None and outcome.fragment:
-        from ..sweep.recommend import apply_to_file
-        say(f"wrote {apply_to_file(apply_to, outcome.fragment, in_place)}")
+        from dataclasses import replace
+        from ..sweep.recommend import DS_AIO_KEYS, apply_to_file
+        written, dropped = apply_to_file(apply_to, outcome.fragment, in_place)
+        say(f"wrote {written}")
+        if dropped:
+            say(f"left out aio keys DeepSpeed ignores: {', '.join(dropped)} "
+                f"(it reads {', '.join(DS_AIO_KEYS)})")
+        outcome = replace(outcome, applied_to=str(written), dropped_aio_keys=dropped)
     emit(outcome, fmt)
     if outcome.recommended is None or outcome.validation_error:
         sys.exit(1)
