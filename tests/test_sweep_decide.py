@@ -7,10 +7,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from iotune.errors import UsageError
 from iotune.model.sweep import Measurement, SweepPoint, Trial
-from iotune.model.sweep_result import NOTHING_TO_GAIN, Ranked
+from iotune.model.sweep_result import NOTHING_TO_GAIN, Ranked, SweepOutcome
+from iotune.render.sweep import render_sweep, sweep_doc
 from iotune.sweep.confirm import finalists, pair_plan
 from iotune.sweep.recommend import best_gain, pick, step_gain
+from iotune.sweep.space import load_profile
 
 DEFAULT = SweepPoint()                                   # DeepSpeed's aio defaults: 1M, qd 8
 FAST = SweepPoint(block_size=8 << 20, queue_depth=4)
@@ -87,10 +92,7 @@ def test_finalists_and_the_alternating_pair_plan() -> None:
     assert plan == [(FAST, 0, 0), (CHEAP, 0, 1), (FAST, 1, 2), (CHEAP, 1, 3), (FAST, 2, 4), (CHEAP, 2, 5)]
 
 
-def test_the_report_and_json_carry_the_gain(tmp_path: Path) -> None:
-    from iotune.model.sweep_result import SweepOutcome
-    from iotune.render.sweep import render_sweep, sweep_doc
-
+def test_the_report_and_json_carry_the_gain() -> None:
     g = step_gain(FAST, pairs(FAST, [(0.5, 1.05), (0.5, 1.0), (0.5, 1.1)]), 0.05)
     o = SweepOutcome(target="/d", profile="p", executor="fio", ranking=[ranked(FAST, 2e8), ranked(DEFAULT, 1e8)],
                      confirmed=[ranked(FAST, 2.0, "steps"), ranked(DEFAULT, 1.0, "steps")], recommended=FAST,
@@ -103,3 +105,14 @@ def test_the_report_and_json_carry_the_gain(tmp_path: Path) -> None:
     doc = sweep_doc(o)
     assert doc["step_gain"]["median"] == 2.1 and doc["step_gain"]["pairs"] == 3
     assert doc["step_gain"]["sentence"] == g.sentence() and doc["dropped_aio_keys"] == ("num_threads",)
+
+
+def test_profiles_set_the_pairs_and_the_noise_floor(tmp_path: Path) -> None:
+    run = load_profile("default").run
+    assert (run.confirm_top, run.confirm_pairs, run.noise_floor) == (2, 3, 0.05)
+    (tmp_path / "p.toml").write_text("[run]\nconfirm_pairs = 5\nnoise_floor = 0.02\n")
+    run = load_profile(str(tmp_path / "p.toml")).run
+    assert (run.confirm_pairs, run.noise_floor) == (5, 0.02)
+    (tmp_path / "p.toml").write_text("[run]\nnoise_floor = 5\n")
+    with pytest.raises(UsageError, match=r"\[run\] noise_floor \(line 2\): expected a fraction in \[0, 1\)"):
+        load_profile(str(tmp_path / "p.toml"))
