@@ -133,7 +133,7 @@ def test_export_jobs_writes_job_files_that_fio_runs(work: Path) -> None:
 
 
 def test_apply_writes_beside_the_config_and_in_place_over_it(work: Path) -> None:
-    user = {"train_batch_size": 8, "aio": {"num_threads": 4},
+    user = {"train_batch_size": 8, "aio": {"num_threads": 4, "thread_count": 2, "queue_depth": 64},
             "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/mine"}}}
     cfg = work / "ds_config.json"
     cfg.write_text(json.dumps(user))
@@ -142,7 +142,12 @@ def test_apply_writes_beside_the_config_and_in_place_over_it(work: Path) -> None
     beside = work / "ds_config.iotune.json"
     assert f"wrote {beside}\n" in r.stderr and json.loads(cfg.read_text()) == user     # original untouched
     applied = json.loads(beside.read_text())
-    assert applied["aio"] == {"num_threads": 4, **doc["fragment"]["aio"]}
+    # only the keys DeepSpeed reads: the user's num_threads and thread_count are dropped, and said so
+    assert applied["aio"] == doc["fragment"]["aio"] and set(applied["aio"]) == {
+        "block_size", "queue_depth", "intra_op_parallelism", "single_submit", "overlap_events", "use_gds"}
+    assert ("left out aio keys DeepSpeed ignores: num_threads, thread_count (it reads block_size, queue_depth, "
+            "intra_op_parallelism, single_submit, overlap_events, use_gds)\n") in r.stderr
+    assert doc["dropped_aio_keys"] == ["num_threads", "thread_count"] and doc["applied_to"] == str(beside)
     assert applied["zero_optimization"]["offload_optimizer"]["nvme_path"] == "/mine"
     assert applied["zero_optimization"]["stage"] == 3 and applied["train_batch_size"] == 8
     beside.unlink()

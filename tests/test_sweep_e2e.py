@@ -84,32 +84,47 @@ def test_a_steps_trial_runs_with_the_recommended_settings(tmp_path: Path) -> Non
 @needs_root
 @needs_fio
 @needs_deepspeed
-def test_confirmation_runs_training_steps_and_picks_from_them(tmp_path: Path) -> None:
-    """--confirm 1 on the built-in emulated drive: the executor's best and
-    DeepSpeed's default each run real training steps, the recommendation is
-    the steps' winner, and DeepSpeed accepts it."""
+def test_real_steps_decide_in_alternating_pairs_against_the_defaults(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """--confirm 1 on the built-in emulated drive, 2 pairs of 3 steps: the
+    executor's best and DeepSpeed's defaults alternate on real training
+    steps, each trial journaled; the outcome carries the paired gain and
+    recommends the candidate only when it is faster beyond the noise.
+    (DeepSpeed's check of the fragment has its own test above.)"""
     from .test_emulated_drive import _FUSE_MISSING
 
     if _FUSE_MISSING:
         pytest.skip(_FUSE_MISSING)
+    monkeypatch.setattr("iotune.sweep.pipeline.validate_with_deepspeed", lambda fragment: None)
     (tmp_path / "p.toml").write_text(
         '[space]\nblock_size = ["256K", "1M"]\nqueue_depth = [8]\nintra_op_parallelism = [1]\n'
         'single_submit = [false]\noverlap_events = [true]\n'
-        '[run]\nsearch = "grid"\nrepeats = 1\nfile_bytes = "4M"\nsteps = 2\nruntime_s = 1.0\nramp_s = 0.25\n')
+        '[run]\nsearch = "grid"\nrepeats = 1\nfile_bytes = "4M"\nsteps = 3\nconfirm_pairs = 2\n'
+        'runtime_s = 1.0\nramp_s = 0.25\n')
     out = tmp_path / "j"
     r = CliRunner().invoke(cli, ["sweep", "--profile", str(tmp_path / "p.toml"), "--confirm", "1", "-o", str(out),
                                  "--json"])
     assert r.exit_code == 0, r.stderr[-3000:]
-    assert "confirming 1 candidate(s) and DeepSpeed's defaults with 2 training steps each\n" in r.stderr
+    assert ("confirming 1 candidate(s) against DeepSpeed's defaults on real training steps: 2 alternating "
+            "pair(s) each, 3 steps per run\n") in r.stderr
     doc = json.loads(r.stdout)
     default = SweepPoint(block_size=1 << 20, queue_depth=8)          # DeepSpeed's aio defaults
-    expected = {doc["ranking"][0]["key"], default.key()}
+    candidate = SweepPoint(block_size=256 << 10, queue_depth=8)
     steps = [t for t in Journal(out / "journal.jsonl").trials if t.executor == "steps"]
-    assert {t.point.key() for t in steps} == expected and len(steps) == len(expected)
-    assert all(t.status == "ok" and len(t.raw["steps"]) == 2 for t in steps), [t.error for t in steps]
-    assert {c["key"] for c in doc["confirmed"]} == expected
+    assert [(t.point, t.repeat) for t in steps] == [(candidate, 0), (default, 0), (candidate, 1), (default, 1)]
+    assert all(t.status == "ok" and len(t.raw["steps"]) == 3 for t in steps), [t.error for t in steps]
+    opt = [t.measurement.optimizer_step_s for t in steps]
+    gain = doc["step_gain"]
+    assert gain["candidate"] == candidate.to_json() and gain["pairs"] == 2
+    assert gain["ratios"] == pytest.approx([opt[1] / opt[0], opt[3] / opt[2]])
+    assert gain["min"] <= gain["median"] <= gain["max"] and gain["noise"] >= 0.05
+    faster = gain["median"] > 1 + gain["noise"]
+    assert gain["verdict"] == ("faster" if faster else "slower" if gain["median"] < 1 - gain["noise"]
+                               else "within noise")
+    assert doc["recommended"] == (candidate if faster else default).to_json()
+    assert ("faster than DeepSpeed's defaults" if faster else
+            "the defaults already saturate this drive; nothing to gain") in gain["sentence"]
+    assert {c["key"] for c in doc["confirmed"]} == {candidate.key(), default.key()}
     for c in doc["confirmed"]:
-        assert c["executor"] == "steps" and 0 < c["optimizer_step_s"] < c["step_s"]
-    assert doc["recommended"] == doc["confirmed"][0]["point"]
+        assert c["executor"] == "steps" and len(c["scores"]) == 2 and 0 < c["optimizer_step_s"] < c["step_s"]
     assert doc["fragment"]["aio"]["block_size"] == doc["recommended"]["block_size"]
-    assert doc["validation_error"] is None

@@ -36,8 +36,10 @@ from .options import (RATE, SIZE, bool_word, chosen_format, csv_list, emit, form
 @click.option("--repeats", type=click.IntRange(1, 50), default=None, help="Repeats of the finalists.")
 @click.option("--file-bytes", type=SIZE, default=None, metavar="SIZE", help="Bytes per tensor file per trial.")
 @click.option("--confirm", "confirm_top", type=click.IntRange(0, 10), default=None,
-              help="Candidates to confirm with real training steps (0: none).")
-@out_option("Journal directory (default iotune-sweeps/<profile>-<executor>). An existing journal is resumed.")
+              help="Candidates that run real training steps in alternating pairs with DeepSpeed's "
+                   "defaults; the steps decide (0: none, the executor's best is recommended).")
+@out_option("Journal directory (default iotune-sweeps/<profile>-<executor>-<drive id>, one per drive). "
+            "An existing journal is resumed.")
 @click.option("--fresh", is_flag=True, help="Start over (the old journal is kept under a new name).")
 @click.option("--apply", "apply_to", type=click.Path(dir_okay=False, path_type=Path), default=None,
               metavar="DS_CONFIG", help="Write DS_CONFIG with the recommendation applied to "
@@ -65,10 +67,12 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
     Each point writes and reads back tensor-sized files with O_DIRECT, the
     way ZeRO-Infinity's swapper does. The default adaptive search measures
     block size, then queue depth, then threads and submit modes around the
-    best, then repeats the finalists and DeepSpeed's defaults; configs
-    inside the noise tie and the cheaper one wins. The best candidates are
-    then confirmed on real training steps. Every trial is journaled as it
-    ends: Ctrl-C and re-run resumes where it stopped.
+    best, then repeats the finalists and DeepSpeed's defaults (inside the
+    noise the faster median still leads). The best candidates then run real
+    training steps in alternating pairs with DeepSpeed's defaults, and one
+    is recommended only if its optimizer step is faster beyond the noise;
+    otherwise the defaults are. Every trial is journaled as it ends: Ctrl-C
+    and re-run resumes where it stopped.
 
     \b
     Examples:
@@ -106,8 +110,14 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
         from ..sweep.fio_executor import export_jobfiles
         say(f"{export_jobfiles(outcome.ranking, target, export_jobs)} fio job files in {export_jobs}")
     if apply_to is not None and outcome.fragment:
-        from ..sweep.recommend import apply_to_file
-        say(f"wrote {apply_to_file(apply_to, outcome.fragment, in_place)}")
+        from dataclasses import replace
+        from ..sweep.recommend import DS_AIO_KEYS, apply_to_file
+        written, dropped = apply_to_file(apply_to, outcome.fragment, in_place)
+        say(f"wrote {written}")
+        if dropped:
+            say(f"left out aio keys DeepSpeed ignores: {', '.join(dropped)} "
+                f"(it reads {', '.join(DS_AIO_KEYS)})")
+        outcome = replace(outcome, applied_to=str(written), dropped_aio_keys=dropped)
     emit(outcome, fmt)
     if outcome.recommended is None or outcome.validation_error:
         sys.exit(1)

@@ -32,7 +32,9 @@ class SweepEnv:
     kernel: str = ""
     target: str = ""                                    # the directory trials ran in
     executor: str = ""
-    drive: dict[str, Any] = field(default_factory=dict)  # the drive's identity: path, emulated limits, layout
+    # the drive's identity, not where it is mounted: filesystem UUID and device ids
+    # (blockdev.identity), or an emulated drive's limits, or a layout
+    drive: dict[str, Any] = field(default_factory=dict)
     fio: str = ""                                       # fio --version, when fio was there
     file_bytes: int = 0
     files: int = 0

@@ -35,6 +35,45 @@ class Ranked:
         return {**asdict(self), "point": self.point.to_json(), "key": self.point.key()}
 
 
+NOTHING_TO_GAIN = "the defaults already saturate this drive; nothing to gain"
+
+
+@dataclass(frozen=True)
+class StepGain:
+    """The best candidate against DeepSpeed's defaults on real optimizer
+    steps, from alternating pairs (candidate, then the defaults). Each ratio
+    is default / candidate optimizer-step time of one pair: above 1, the
+    candidate is faster. verdict: "faster" (beyond `noise`, recommended),
+    "within noise" or "slower" (the defaults are recommended)."""
+
+    candidate: SweepPoint
+    ratios: tuple[float, ...]
+    median: float
+    min: float
+    max: float
+    pairs: int
+    noise: float                         # the band the median had to clear: max(floor, max - min)
+    verdict: str
+    candidate_optimizer_step_s: float    # medians over the pairs
+    default_optimizer_step_s: float
+
+    @property
+    def recommended(self) -> bool:
+        return self.verdict == "faster"
+
+    def sentence(self) -> str:
+        """What the steps showed, in the words the report prints."""
+        d = 1 if self.median >= 2 else 2       # 2.1× [2.0–2.2], 1.07× [1.06–1.08]
+        spread = f"[{self.min:.{d}f}–{self.max:.{d}f}], {self.pairs} pair{'s' if self.pairs != 1 else ''}"
+        if self.recommended:
+            return f"optimizer step {self.median:.{d}f}× faster than DeepSpeed's defaults {spread}"
+        return (f"{NOTHING_TO_GAIN} (the best candidate's optimizer step ran at {self.median:.{d}f}× the "
+                f"defaults' speed {spread}: {self.verdict}, noise ±{100 * self.noise:.0f}%)")
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "candidate": self.candidate.to_json(), "sentence": self.sentence()}
+
+
 @dataclass(frozen=True)
 class SweepOutcome:
     """Everything a finished sweep reports."""
@@ -54,6 +93,9 @@ class SweepOutcome:
     trials_run_now: int
     failed: int
     journal: str
+    step_gain: StepGain | None = None          # the steps' verdict on the best candidate vs the defaults
+    applied_to: str = ""                       # --apply: the config written
+    dropped_aio_keys: tuple[str, ...] = ()     # --apply: the user's aio keys DeepSpeed ignores, left out
 
     def recommended_row(self) -> Ranked | None:
         """The recommendation's row in the executor's ranking."""

@@ -43,15 +43,19 @@ def ranking_table(o: SweepOutcome) -> RenderableType:
 def confirmed_table(o: SweepOutcome) -> RenderableType:
     if not o.confirmed:
         return Text("")
-    t = Table(title="Confirmed on training steps (built-in nvme-opt workload; medians)", title_justify="left",
-              show_edge=False, pad_edge=False)
-    for col in ("#", "block", "qd", "threads", "single_submit", "overlap", "step", "optimizer step", "note"):
+    t = Table(title="Confirmed on training steps (built-in nvme-opt workload; medians over alternating pairs "
+                    "with DeepSpeed's defaults)", title_justify="left", show_edge=False, pad_edge=False)
+    for col in ("#", "block", "qd", "threads", "single_submit", "overlap", "step", "optimizer step", "runs",
+                "note"):
         t.add_column(col, justify="left" if col == "note" else "right")
     default_key = o.default.point.key() if o.default else ""
+    chosen = o.recommended.key() if o.recommended else ""
     for i, r in enumerate(o.confirmed, 1):
-        mark = "DeepSpeed default" if r.point.key() == default_key else ""
+        marks = ["DeepSpeed default"] if r.point.key() == default_key else []
+        marks += ["recommended"] if r.point.key() == chosen else []
+        runs = f"{len(r.scores)}" + (f"+{r.failed} failed" if r.failed else "")
         t.add_row(str(i), *_point_cells(r), "-" if r.step_s is None else f"{r.step_s:.3f} s",
-                  "-" if r.optimizer_step_s is None else f"{r.optimizer_step_s:.3f} s", mark)
+                  "-" if r.optimizer_step_s is None else f"{r.optimizer_step_s:.3f} s", runs, ", ".join(marks))
     return Group(t, Text(""))
 
 
@@ -72,6 +76,13 @@ def summary_text(o: SweepOutcome) -> Text:
             t.append(f", {100 * best.median / o.ceiling_bytes_per_s:.0f}% of the drive's ceiling "
                      f"({units.rate(o.ceiling_bytes_per_s)} MB/s, {o.ceiling_source})")
         t.append("\n")
+    if o.step_gain is not None:
+        t.append(f"  training steps: {o.step_gain.sentence()}\n", style="bold")
+    elif o.confirmed:
+        t.append("  training steps: no usable (candidate, defaults) pair, so DeepSpeed's defaults are kept "
+                 "(see the failed steps trials in the journal)\n", style="bold red")
+    if o.dropped_aio_keys:
+        t.append(f"  --apply left out aio keys DeepSpeed ignores: {', '.join(o.dropped_aio_keys)}\n")
     if o.validation_error:
         t.append(f"  DeepSpeed REJECTED it: {o.validation_error}\n", style="bold red")
     else:
@@ -91,7 +102,9 @@ def render_sweep(o: SweepOutcome, width: int = 130) -> str:
 
 
 def sweep_doc(o: SweepOutcome) -> dict[str, Any]:
-    doc = {k: v for k, v in asdict(o).items() if k not in ("ranking", "confirmed", "default", "recommended")}
+    doc = {k: v for k, v in asdict(o).items()
+           if k not in ("ranking", "confirmed", "default", "recommended", "step_gain")}
+    doc["step_gain"] = o.step_gain.to_json() if o.step_gain else None
     doc["ranking"] = [r.to_json() for r in o.ranking]
     doc["confirmed"] = [r.to_json() for r in o.confirmed]
     doc["default"] = o.default.to_json() if o.default else None

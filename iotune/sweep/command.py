@@ -5,12 +5,15 @@ down afterwards), then the sweep itself."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from ..model.sweep_result import LayoutSweep, Progress, SweepOutcome
+from ..blockdev.identity import drive_identity
 from ..errors import UsageError
 from ..model.drive import DriveLimits
 from .executor import Target
@@ -91,13 +94,29 @@ def sweep_target(args: SweepArgs, prof: Profile, say: Callable[[str], None]) -> 
                drive.limits.ceiling_bytes_per_s(max(prof.space.block_size), 1 << 30))
 
 
+def drive_of(args: SweepArgs) -> dict[str, object]:
+    """The identity of the drive the sweep runs on: the filesystem and
+    device(s) holding --path (not the path: the same drive mounted elsewhere
+    is the same drive), or the built-in drive's limits."""
+    if args.target_dir is None:
+        return {"emulated": BUILTIN_LIMITS.to_json()}
+    if not args.target_dir.is_dir():
+        return {"path": str(args.target_dir)}      # refused by the pipeline, with its reason
+    return drive_identity(str(args.target_dir))
+
+
+def default_out(profile: str, executor: str, drive: dict[str, object]) -> Path:
+    """iotune-sweeps/<profile>-<executor>-<drive hash>: each drive resumes its own journal."""
+    digest = hashlib.sha1(json.dumps(drive, sort_keys=True).encode()).hexdigest()[:8]
+    return Path("iotune-sweeps") / f"{profile}-{executor}-{digest}"
+
+
 def run_sweep_command(args: SweepArgs, say: Callable[[str], None],
                       on_trial: Callable[[Progress], None] | None = None) -> tuple[SweepOutcome, Target]:
     prof = build_profile(args)
-    out = args.out or Path("iotune-sweeps") / f"{prof.name}-{args.executor}"
+    drive = drive_of(args)
+    out = args.out or default_out(prof.name, args.executor, drive)
     with sweep_target(args, prof, say) as (target, ceiling):
-        drive: dict[str, object] = ({"path": str(args.target_dir)} if args.target_dir
-                                    else {"emulated": BUILTIN_LIMITS.to_json()})
         req = SweepRequest(profile=prof, executor=args.executor, out_dir=out, fresh=args.fresh,
                            ceiling_bytes_per_s=ceiling, drive=drive)
         return run_sweep(req, target, on_trial, say), target

@@ -1,34 +1,66 @@
-"""Stage 4 of a sweep, confirm: the top candidates and DeepSpeed's default,
+"""Stage 4 of a sweep, confirm: the finalists and DeepSpeed's defaults,
 measured again on real training steps (the built-in nvme-opt workload,
-optimizer state swapped to the target) and ranked by step time."""
+optimizer state swapped to the target) in alternating pairs, so that real
+optimizer-step time decides.
+
+The finalists are the front of the executor's ranking (its tier of ties
+first, see rank.py), at most `confirm_top` of them, DeepSpeed's defaults
+left out (they are the reference). For `confirm_pairs` rounds, each
+finalist runs and then the defaults run right after it: candidate, default,
+candidate, default, ... Each pair's ratio (default / candidate
+optimizer-step time) compares two runs taken back to back, so slow drift of
+a shared machine cancels. Every trial is journaled as it ends: the
+candidate's repeat index is its round, the defaults' is round x finalists +
+the finalist's place, so a resumed sweep takes each pair from the journal.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
-from ..model.sweep import SweepPoint
-from ..model.sweep_result import Progress, Ranked
+from ..model.sweep import SweepPoint, Trial
+from ..model.sweep_result import Progress, Ranked, StepGain
 from .executor import Target
 from .journal import Journal
 from .measure import Measurer
-from .rank import rank, summarize_trials
+from .rank import summarize_trials
+from .recommend import best_gain, step_gain
 from .space import RunSettings
 from .steps_executor import StepsExecutor
 
 
+def finalists(ranking: list[Ranked], default: SweepPoint, top: int) -> list[SweepPoint]:
+    """The first `top` measured points of the ranking other than the defaults."""
+    return [r.point for r in ranking if r.scores and r.point.key() != default.key()][:max(0, top)]
+
+
+def pair_plan(candidates: list[SweepPoint], default: SweepPoint,
+              rounds: int) -> list[tuple[SweepPoint, int, int]]:
+    """(candidate, its repeat, the defaults' repeat) in the order they run."""
+    n = len(candidates)
+    return [(c, r, r * n + j) for r in range(rounds) for j, c in enumerate(candidates)]
+
+
 def confirm_on_steps(ranking: list[Ranked], default: SweepPoint, run: RunSettings, target: Target,
                      journal: Journal, on_trial: Callable[[Progress], None] | None = None,
-                     say: Callable[[str], None] = lambda s: None) -> list[Ranked]:
-    """The steps executor's ranking of the top `run.confirm_top` points of
-    `ranking` and `default` ([] when confirm_top is 0)."""
-    if run.confirm_top <= 0:
-        return []
-    candidates = [r.point for r in ranking[: run.confirm_top] if r.scores]
-    points = list(dict.fromkeys([*candidates, default]))
-    say(f"confirming {len(candidates)} candidate(s) and DeepSpeed's defaults with "
-        f"{run.steps} training steps each")
+                     say: Callable[[str], None] = lambda s: None) -> tuple[list[Ranked], StepGain | None]:
+    """(the steps trials' rows, fastest optimizer step first; the best
+    candidate's gain over the defaults). ([], None) when confirm_top is 0."""
+    candidates = finalists(ranking, default, run.confirm_top)
+    if run.confirm_top <= 0 or not candidates:
+        return [], None
+    rounds = max(1, run.confirm_pairs)
+    say(f"confirming {len(candidates)} candidate(s) against DeepSpeed's defaults on real training steps: "
+        f"{rounds} alternating pair(s) each, {run.steps} steps per run")
     steps = StepsExecutor(steps=run.steps)
-    measurer = Measurer(steps, target, journal, on_trial, planned=len(points))
-    for p in points:
-        measurer.measure(p)
-    return rank(summarize_trials(journal.trials, steps.name))
+    plan = pair_plan(candidates, default, rounds)
+    measurer = Measurer(steps, target, journal, on_trial, planned=2 * len(plan))
+    pairs: dict[str, list[tuple[Trial, Trial]]] = {c.key(): [] for c in candidates}
+    for cand, c_rep, d_rep in plan:
+        pairs[cand.key()].append((measurer.measure(cand, c_rep), measurer.measure(default, d_rep)))
+    gain = best_gain([step_gain(c, pairs[c.key()], run.noise_floor) for c in candidates])
+    keys = {default.key(), *pairs}
+    rows = summarize_trials([t for t in journal.trials if t.point.key() in keys], steps.name)
+    rows.sort(key=lambda r: (r.optimizer_step_s or math.inf, r.point.key()))
+    return rows, gain

@@ -1,7 +1,9 @@
 """One `iotune sweep`, as one pipeline that runs one way:
 
     propose points -> measure (executor + journal) -> rank
-        -> confirm on training steps -> recommend
+        -> confirm on training steps (finalists vs DeepSpeed's defaults,
+           alternating pairs) -> recommend (never slower than the defaults
+           beyond the measured noise)
 
 Each stage is a module of its own (propose, measure, rank, confirm,
 recommend); what passes between them are model records (Proposal, Trial,
@@ -102,8 +104,8 @@ def run_sweep(req: SweepRequest, target: Target, on_trial: Callable[[Progress], 
     measurer = Measurer(EXECUTORS[req.executor](), target, journal, on_trial, planned_trials(space, run))
     ranking = search(measurer, space, run)
     reference = default_point(space)
-    confirmed = confirm_on_steps(ranking, reference, run, target, journal, on_trial, say)
-    recommended = pick(ranking, confirmed)
+    confirmed, step_gain = confirm_on_steps(ranking, reference, run, target, journal, on_trial, say)
+    recommended = pick(ranking, confirmed, step_gain, reference)
     fragment = ds_fragment(recommended, str(target.directory)) if recommended else {}
     error = validate_with_deepspeed(fragment) if recommended and req.validate else None
     return SweepOutcome(
@@ -114,5 +116,5 @@ def run_sweep(req: SweepRequest, target: Target, on_trial: Callable[[Progress], 
         ceiling_source="known drive limits" if req.ceiling_bytes_per_s else "",
         fragment=fragment, validation_error=error, trials=len(journal.trials),
         trials_run_now=len(journal.trials) - before,
-        failed=sum(t.status != "ok" for t in journal.trials), journal=str(journal.path),
+        failed=sum(t.status != "ok" for t in journal.trials), journal=str(journal.path), step_gain=step_gain,
     )

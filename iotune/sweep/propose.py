@@ -2,8 +2,8 @@
 Proposals that is sent back the journaled trials after each one. An
 exhaustive grid, or the default adaptive search.
 
-Adaptive search, in stages, each ranked (rank.first_pass) with ties inside
-the noise going to the cheaper point:
+Adaptive search, in stages, each ranked (rank.first_pass; inside the noise
+the faster median still leads, see rank.py):
 1. block size, at DeepSpeed's default queue depth and one thread;
 2. queue depth, at the best block size;
 3. threads, single_submit, overlap_events and engine, one at a time around

@@ -1,27 +1,68 @@
 """Stage 5 of a sweep, recommend: the point to use, as a DeepSpeed config
 fragment that DeepSpeed accepts as pasted, validated by DeepSpeed itself,
-and applied to a user's config."""
+and applied to a user's config (keeping only the `aio` keys DeepSpeed reads).
+
+When training steps were run, the recommendation is never slower than
+DeepSpeed's defaults beyond the measured noise: a candidate is recommended
+only if the median of its paired ratios (default / candidate optimizer-step
+time, one per alternating pair) exceeds 1 + noise, where noise is the
+larger of the profile's noise_floor and the pairs' own spread (max - min of
+the ratios). Otherwise the recommendation is DeepSpeed's defaults."""
 
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
+from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from ..dsconfig import read_ds_config
-from ..model.sweep import SweepPoint
-from ..model.sweep_result import Ranked
+from ..model.aio import AioSettings
+from ..model.sweep import SweepPoint, Trial
+from ..model.sweep_result import Ranked, StepGain
+
+DS_AIO_KEYS = tuple(f.name for f in fields(AioSettings))   # what DeepSpeed 0.19's get_aio_config reads
 
 
-def pick(ranking: list[Ranked], confirmed: list[Ranked]) -> SweepPoint | None:
-    """The confirmed winner if training steps were run (ties inside the noise
-    go to the cheaper point, DeepSpeed's default included), else the
-    executor's best; None when nothing could be measured."""
-    if confirmed and confirmed[0].scores:
-        return confirmed[0].point
-    return ranking[0].point if ranking and ranking[0].scores else None
+def pick(ranking: list[Ranked], confirmed: list[Ranked], gain: StepGain | None,
+         default: SweepPoint) -> SweepPoint | None:
+    """With training steps run (`confirmed`): the candidate whose steps gain
+    is beyond the noise, else DeepSpeed's defaults. Without: the executor's
+    best. None when nothing could be measured."""
+    if not ranking or not ranking[0].scores:
+        return None
+    if confirmed:
+        return gain.candidate if gain is not None and gain.recommended else default
+    return ranking[0].point
+
+
+def step_gain(candidate: SweepPoint, pairs: Sequence[tuple[Trial, Trial]], noise_floor: float) -> StepGain | None:
+    """The verdict on `candidate` from its (candidate, default) steps trial
+    pairs; pairs where either failed are left out. None without a usable pair."""
+    usable = [(c.measurement.optimizer_step_s, d.measurement.optimizer_step_s) for c, d in pairs
+              if c.measurement and d.measurement and c.measurement.optimizer_step_s
+              and d.measurement.optimizer_step_s]
+    if not usable:
+        return None
+    ratios = tuple(d / c for c, d in usable)
+    med, lo, hi = statistics.median(ratios), min(ratios), max(ratios)
+    noise = max(noise_floor, hi - lo)
+    verdict = "faster" if med > 1 + noise else "slower" if med < 1 - noise else "within noise"
+    return StepGain(candidate=candidate, ratios=ratios, median=med, min=lo, max=hi, pairs=len(ratios),
+                    noise=noise, verdict=verdict,
+                    candidate_optimizer_step_s=statistics.median(c for c, _ in usable),
+                    default_optimizer_step_s=statistics.median(d for _, d in usable))
+
+
+def best_gain(gains: Sequence[StepGain | None]) -> StepGain | None:
+    """The candidate to report: a recommended one with the highest median
+    ratio, else the highest median ratio (ties: the point's key)."""
+    found = [g for g in gains if g is not None]
+    return min(found, key=lambda g: (not g.recommended, -g.median, g.candidate.key()), default=None)
 
 
 def ds_fragment(point: SweepPoint, nvme_path: str, pin_memory: bool = True) -> dict[str, Any]:
@@ -34,6 +75,16 @@ def ds_fragment(point: SweepPoint, nvme_path: str, pin_memory: bool = True) -> d
                                   "buffer_count": 4},
         },
     }
+
+
+def clean_aio(config: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """`config` with only the `aio` keys DeepSpeed reads, and the keys dropped
+    (a user's num_threads or thread_count, which DeepSpeed silently ignores)."""
+    aio = config.get("aio")
+    if not isinstance(aio, dict):
+        return config, ()
+    dropped = tuple(sorted(k for k in aio if k not in DS_AIO_KEYS))
+    return {**config, "aio": {k: v for k, v in aio.items() if k in DS_AIO_KEYS}}, dropped
 
 
 def merge(config: dict[str, Any], fragment: dict[str, Any]) -> dict[str, Any]:
@@ -50,15 +101,17 @@ def merge(config: dict[str, Any], fragment: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def apply_to_file(config_path: Path, fragment: dict[str, Any], in_place: bool) -> Path:
+def apply_to_file(config_path: Path, fragment: dict[str, Any], in_place: bool) -> tuple[Path, tuple[str, ...]]:
     """Write the user's DeepSpeed config with the fragment applied: to
-    NAME.iotune.json beside it, or over it with in_place."""
+    NAME.iotune.json beside it, or over it with in_place. Returns the file
+    written and the user's `aio` keys left out because DeepSpeed ignores them."""
     config = read_ds_config(config_path)
     out = config_path if in_place else config_path.with_name(config_path.stem + ".iotune.json")
     if out.exists() and not in_place and out != config_path:
         out.unlink()
-    out.write_text(json.dumps(merge(config, fragment), indent=2) + "\n")
-    return out
+    cleaned, dropped = clean_aio(merge(config, fragment))
+    out.write_text(json.dumps(cleaned, indent=2) + "\n")
+    return out, dropped
 
 
 def validate_with_deepspeed(fragment: dict[str, Any], timeout_s: float = 300) -> str | None:

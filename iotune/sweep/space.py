@@ -36,6 +36,8 @@ class RunSettings:
     finalists: int = 3                # adaptive: points that get the full repeats
     confirm_top: int = 2              # candidates confirmed with real training steps (0: none)
     steps: int = 6                    # training steps per confirmation trial
+    confirm_pairs: int = 3            # alternating (candidate, defaults) rounds per candidate on steps
+    noise_floor: float = 0.05         # steps: a gain must clear this fraction (and the pairs' spread)
     runtime_s: float = 0.0            # fio: time-based trials of this length per direction (0: size-based)
     ramp_s: float = 0.0               # fio: excluded from the start of each direction
 
@@ -128,6 +130,10 @@ def _run(raw: dict[str, Any], path: Path, text: str) -> RunSettings:
                 raise _bad(path, text, "run", key, str(e)) from None
             if vals[key] % 4096:
                 raise _bad(path, text, "run", key, "must be a multiple of 4096 (O_DIRECT)")
+        elif key == "noise_floor":
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+                raise _bad(path, text, "run", key, "expected a fraction in [0, 1), e.g. 0.05")
+            vals[key] = float(v)
         elif key in ("runtime_s", "ramp_s"):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
                 raise _bad(path, text, "run", key, "expected seconds >= 0, e.g. 2.0")

@@ -1,0 +1,118 @@
+"""Real steps decide (pure, hand-built trials): a candidate is recommended
+only when its paired optimizer-step ratios beat DeepSpeed's defaults beyond
+the noise; otherwise the recommendation is the defaults and the report says
+there is nothing to gain."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from iotune.errors import UsageError
+from iotune.model.sweep import Measurement, SweepPoint, Trial
+from iotune.model.sweep_result import NOTHING_TO_GAIN, Ranked, SweepOutcome
+from iotune.render.sweep import render_sweep, sweep_doc
+from iotune.sweep.confirm import finalists, pair_plan
+from iotune.sweep.recommend import best_gain, pick, step_gain
+from iotune.sweep.space import load_profile
+
+DEFAULT = SweepPoint()                                   # DeepSpeed's aio defaults: 1M, qd 8
+FAST = SweepPoint(block_size=8 << 20, queue_depth=4)
+CHEAP = SweepPoint(block_size=256 << 10, queue_depth=4)
+
+
+def steps(point: SweepPoint, opt_s: float | None, repeat: int) -> Trial:
+    if opt_s is None:
+        return Trial("steps", point, repeat, "failed", None, "training failed")
+    return Trial("steps", point, repeat, "ok", Measurement(step_s=opt_s + 0.3, optimizer_step_s=opt_s))
+
+
+def pairs(point: SweepPoint, times: list[tuple[float | None, float | None]]) -> list[tuple[Trial, Trial]]:
+    return [(steps(point, c, i), steps(DEFAULT, d, i)) for i, (c, d) in enumerate(times)]
+
+
+def ranked(point: SweepPoint, mbps: float, executor: str = "fio") -> Ranked:
+    return Ranked(point, executor, (mbps,), 0, mbps, 0.0, mbps, mbps)
+
+
+def test_faster_beyond_the_noise_is_recommended_with_its_ratio_and_spread() -> None:
+    g = step_gain(FAST, pairs(FAST, [(0.5, 1.05), (0.5, 1.0), (0.5, 1.1)]), noise_floor=0.05)
+    assert g is not None and g.verdict == "faster" and g.recommended
+    assert g.ratios == (2.1, 2.0, 2.2) and (g.median, g.min, g.max, g.pairs) == (2.1, 2.0, 2.2, 3)
+    assert abs(g.noise - 0.2) < 1e-12                                  # the pairs' spread, above the floor
+    assert g.sentence() == "optimizer step 2.1× faster than DeepSpeed's defaults [2.0–2.2], 3 pairs"
+    assert pick([ranked(FAST, 2.0)], [ranked(FAST, 2.0, "steps")], g, DEFAULT) == FAST
+    assert g.to_json()["candidate"] == FAST.to_json() and g.to_json()["verdict"] == "faster"
+
+
+def test_within_the_noise_the_defaults_are_recommended_and_nothing_to_gain_is_said() -> None:
+    # 4 % faster on the median, under the 5 % floor
+    g = step_gain(CHEAP, pairs(CHEAP, [(1.0, 1.04), (1.0, 1.03), (1.0, 1.05)]), noise_floor=0.05)
+    assert g is not None and g.verdict == "within noise" and not g.recommended
+    assert pick([ranked(CHEAP, 2.0)], [ranked(CHEAP, 1.0, "steps")], g, DEFAULT) == DEFAULT
+    assert g.sentence().startswith(NOTHING_TO_GAIN + " (")
+    # 12 % faster on the median, but the pairs spread over 30 %: not shown beyond the noise
+    wide = step_gain(FAST, pairs(FAST, [(1.0, 1.12), (1.0, 0.95), (1.0, 1.25)]), noise_floor=0.05)
+    assert wide is not None and wide.verdict == "within noise" and abs(wide.noise - 0.30) < 1e-9
+
+
+def test_a_candidate_slower_than_the_defaults_on_steps_is_never_recommended() -> None:
+    """The 256K/qd4 case of docs/benchmarks.md: 7.3 % slower per optimizer step."""
+    g = step_gain(CHEAP, pairs(CHEAP, [(0.4946, 0.4618), (0.4950, 0.4610), (0.4938, 0.4625)]), 0.05)
+    assert g is not None and g.verdict == "slower" and g.max < 1
+    assert pick([ranked(CHEAP, 204.5)], [ranked(CHEAP, 2.0, "steps")], g, DEFAULT) == DEFAULT
+    assert g.sentence() == (f"{NOTHING_TO_GAIN} (the best candidate's optimizer step ran at 0.93× the defaults' "
+                            f"speed [0.93–0.94], 3 pairs: slower, noise ±5%)")
+
+
+def test_failed_pairs_are_left_out_and_no_pair_keeps_the_defaults() -> None:
+    g = step_gain(FAST, pairs(FAST, [(0.5, 1.0), (None, 1.0), (0.5, None)]), 0.05)
+    assert g is not None and g.pairs == 1 and g.ratios == (2.0,)
+    assert step_gain(FAST, pairs(FAST, [(None, 1.0)]), 0.05) is None
+    assert pick([ranked(FAST, 2.0)], [ranked(DEFAULT, 1.0, "steps")], None, DEFAULT) == DEFAULT
+    assert pick([ranked(FAST, 2.0)], [], None, DEFAULT) == FAST         # no steps run: the executor's best
+    assert pick([], [], None, DEFAULT) is None
+
+
+def test_the_best_gain_prefers_a_recommended_candidate_then_the_higher_ratio() -> None:
+    fast = step_gain(FAST, pairs(FAST, [(0.5, 0.8)] * 3), 0.05)              # 1.6x, no spread
+    wild = step_gain(CHEAP, pairs(CHEAP, [(0.5, 2.0), (0.5, 0.5), (0.5, 1.0)]), 0.05)   # 2x median, 3x spread
+    assert fast is not None and wild is not None and wild.median > fast.median and not wild.recommended
+    assert best_gain([wild, None, fast]) == best_gain([fast, wild]) == fast
+    assert best_gain([None]) is None
+
+
+def test_finalists_and_the_alternating_pair_plan() -> None:
+    rows = [ranked(DEFAULT, 210.0), ranked(FAST, 209.0), ranked(CHEAP, 208.0),
+            Ranked(SweepPoint(queue_depth=1), "fio", (), 1, 0.0, 0.0, 0.0, 0.0)]
+    assert finalists(rows, DEFAULT, 2) == [FAST, CHEAP]                 # the defaults are the reference
+    assert finalists(rows, DEFAULT, 5) == [FAST, CHEAP]                 # never a failed point
+    plan = pair_plan([FAST, CHEAP], DEFAULT, 3)
+    assert plan == [(FAST, 0, 0), (CHEAP, 0, 1), (FAST, 1, 2), (CHEAP, 1, 3), (FAST, 2, 4), (CHEAP, 2, 5)]
+
+
+def test_the_report_and_json_carry_the_gain() -> None:
+    g = step_gain(FAST, pairs(FAST, [(0.5, 1.05), (0.5, 1.0), (0.5, 1.1)]), 0.05)
+    o = SweepOutcome(target="/d", profile="p", executor="fio", ranking=[ranked(FAST, 2e8), ranked(DEFAULT, 1e8)],
+                     confirmed=[ranked(FAST, 2.0, "steps"), ranked(DEFAULT, 1.0, "steps")], recommended=FAST,
+                     default=ranked(DEFAULT, 1e8), ceiling_bytes_per_s=None, ceiling_source="", fragment={},
+                     validation_error=None, trials=4, trials_run_now=4, failed=0, journal="j", step_gain=g,
+                     dropped_aio_keys=("num_threads",))
+    text = render_sweep(o)
+    assert "training steps: optimizer step 2.1× faster than DeepSpeed's defaults [2.0–2.2], 3 pairs\n" in text
+    assert "--apply left out aio keys DeepSpeed ignores: num_threads\n" in text
+    doc = sweep_doc(o)
+    assert doc["step_gain"]["median"] == 2.1 and doc["step_gain"]["pairs"] == 3
+    assert doc["step_gain"]["sentence"] == g.sentence() and doc["dropped_aio_keys"] == ("num_threads",)
+
+
+def test_profiles_set_the_pairs_and_the_noise_floor(tmp_path: Path) -> None:
+    run = load_profile("default").run
+    assert (run.confirm_top, run.confirm_pairs, run.noise_floor) == (2, 3, 0.05)
+    (tmp_path / "p.toml").write_text("[run]\nconfirm_pairs = 5\nnoise_floor = 0.02\n")
+    run = load_profile(str(tmp_path / "p.toml")).run
+    assert (run.confirm_pairs, run.noise_floor) == (5, 0.02)
+    (tmp_path / "p.toml").write_text("[run]\nnoise_floor = 5\n")
+    with pytest.raises(UsageError, match=r"\[run\] noise_floor \(line 2\): expected a fraction in \[0, 1\)"):
+        load_profile(str(tmp_path / "p.toml"))
