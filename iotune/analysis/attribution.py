@@ -12,7 +12,7 @@ phase and category.
 from __future__ import annotations
 
 import statistics
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
