@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ..volumes.beds import BEDS
 from .options import RATE, SIZE, library_errors, say, wait_for_ctrl_c
 
 
@@ -36,6 +37,35 @@ def volumes_scratch(drives: int, size: int, cap: float, workdir: Path | None) ->
         wait_for_ctrl_c("drives ready; Ctrl-C to remove them")
 
 
+def _beds_help() -> str:
+    from ..volumes.beds import BEDS
+
+    intro = ("Bring up a named test bed (an emulated drive with known limits, see `iotune sweep --bed`), "
+             "print its mount path, devices, cgroup, limits and the bandwidth each aio setting should "
+             "reach there by Little's law, and keep it until Ctrl-C (then everything is removed). Run "
+             "I/O in the printed cgroup for the caps to apply.")
+    lines = [intro, "", "Beds:", ""]
+    for b in BEDS.values():
+        lines += ["\b", f"{b.name}  ({b.describe()})", f"  stands for: {b.stands_for}",
+                  f"  shows: {b.behaviour}", f"  cannot show: {b.cannot_show}", ""]
+    return "\n".join(lines)
+
+
+@volumes.command("bed", help=_beds_help())
+@click.argument("name", type=click.Choice(list(BEDS)))
+@click.option("--dir", "workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the drive files go (default: a temporary directory).")
+@library_errors
+def volumes_bed(name: str, workdir: Path | None) -> None:
+    from ..render.volumes import render_bed
+    from ..volumes.beds import running_bed
+
+    with running_bed(name, workdir) as bed:
+        click.echo(render_bed(bed.spec, str(bed.path), [d.path for d in bed.devices], bed.cgroup), nl=False)
+        wait_for_ctrl_c("bed ready; Ctrl-C to remove it")
+    say("bed removed")
+
+
 @volumes.command("build")
 @click.argument("devices", nargs=-1, required=True)
 @click.option("--raid0", is_flag=True, help="Stripe the devices (md, or btrfs raid0 where md is missing).")
@@ -62,7 +92,12 @@ def volumes_build(devices: tuple[str, ...], raid0: bool, backend: str, chunk: in
     --destroy-data."""
     from ..blockdev.devices import resolve_device
     from ..render.volumes import render_build_plan
-    from ..volumes.layout import LayoutSpec, build_layout, parse_queue_settings, plan_layout
+    from ..volumes.layout import (
+        LayoutSpec,
+        build_layout,
+        parse_queue_settings,
+        plan_layout,
+    )
     from ..volumes.safety import refusals, refused_error
 
     spec = LayoutSpec(devices=tuple(resolve_device(d).path for d in devices), raid0=raid0, backend=backend,
