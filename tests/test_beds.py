@@ -212,3 +212,27 @@ def test_capped_beds_the_defaults_saturate(bed: Bed) -> None:
     best = max(got.values())
     assert got[DEFAULT] >= (1 - REL) * best
     assert got[DEFAULT] == pytest.approx(bed.ceiling_bytes_per_s, rel=REL)
+
+
+@needs_beds
+@needs_fuse
+def test_sweep_on_a_bed(tmp_path: Path) -> None:
+    """`iotune sweep --bed iops-bound`: trials run on the bed (its cgroup's
+    caps apply), the journal names the bed, the ceiling is the bed's."""
+    (tmp_path / "p.toml").write_text(
+        '[space]\nblock_size = ["64K", "1M"]\nqueue_depth = [8]\nintra_op_parallelism = [1]\n'
+        'single_submit = [false]\noverlap_events = [true]\n[run]\nsearch = "grid"\nrepeats = 1\nconfirm_top = 0\n'
+        'file_bytes = "8M"\nruntime_s = 1.5\nramp_s = 0.5\n')
+    r = CliRunner().invoke(cli, ["sweep", "--bed", "iops-bound", "--profile", str(tmp_path / "p.toml"),
+                                 "-o", str(tmp_path / "j"), "--json"])
+    assert r.exit_code == 0, r.stderr[-3000:]
+    assert "sweep: test bed iops-bound /dev/loop" in r.stderr
+    doc = json.loads(r.stdout)
+    spec = bed_spec("iops-bound")
+    assert doc["ceiling_bytes_per_s"] == spec.ceiling_bytes_per_s() == 200 * MB
+    by_bs = {x["point"]["block_size"]: x for x in doc["ranking"]}
+    for bs in (64 * KiB, MiB):
+        expected = spec.expected_bytes_per_s(AioPoint(bs, 8))
+        assert by_bs[bs]["read_bytes_per_s"] == pytest.approx(expected, rel=0.15), bs
+    header = json.loads((tmp_path / "j" / "journal.jsonl").read_text().splitlines()[0])
+    assert "iops-bound" in json.dumps(header)

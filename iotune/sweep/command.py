@@ -13,6 +13,7 @@ from typing import Any
 from ..errors import UsageError
 from ..model.drive import DriveLimits
 from ..model.sweep_result import LayoutSweep, Progress, SweepOutcome
+from ..volumes.beds import DEFAULT_BED, bed_spec
 from .executor import Target
 from .pipeline import SweepRequest, run_sweep
 from .space import Profile, load_profile
@@ -20,10 +21,10 @@ from .space import Profile, load_profile
 # The built-in drive: 200 MB/s and 800 IOPS caps, 4 ms per request with at most
 # 8 served at once. Block size matters (IOPS cap), and so does queue depth for
 # small blocks (latency): sensible configs reach 200 MB/s, bad ones a fraction.
-# (The test bed `builtin`, iotune.volumes.beds; `--bed NAME` picks another.)
-BUILTIN_LIMITS = DriveLimits(bw_bytes_per_s=200_000_000, iops=800, latency_us=4000.0, parallelism=8)
-BUILTIN_SIZE = 1 << 30
-BUILTIN_BED = "builtin"
+# It is the test bed `builtin` (iotune.volumes.beds); `--bed NAME` picks another.
+BUILTIN_BED = DEFAULT_BED
+BUILTIN_LIMITS: DriveLimits = bed_spec(BUILTIN_BED).member
+BUILTIN_SIZE = bed_spec(BUILTIN_BED).size_bytes
 BUILTIN_RUNTIME_S = 2.0     # used when the profile sets none
 BUILTIN_RAMP_S = 0.5
 
@@ -101,8 +102,6 @@ def target_drive(args: SweepArgs) -> dict[str, object]:
         return {"path": str(args.target_dir)}
     if args.bed in (None, BUILTIN_BED):
         return {"emulated": BUILTIN_LIMITS.to_json()}
-    from ..volumes.beds import bed_spec
-
     spec = bed_spec(args.bed)
     return {"bed": spec.name, "emulated": spec.member.to_json(), "drives": spec.drives}
 
