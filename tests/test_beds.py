@@ -236,3 +236,21 @@ def test_sweep_on_a_bed(tmp_path: Path) -> None:
         assert by_bs[bs]["read_bytes_per_s"] == pytest.approx(expected, rel=0.15), bs
     header = json.loads((tmp_path / "j" / "journal.jsonl").read_text().splitlines()[0])
     assert "iops-bound" in json.dumps(header)
+
+
+@needs_beds
+@needs_fuse
+def test_striped_bed_leaves_nothing_behind_on_error(tmp_path: Path) -> None:
+    seen: list[Bed] = []
+    with pytest.raises(KeyboardInterrupt):
+        with running_bed("striped", tmp_path) as b:
+            seen.append(b)
+            assert str(b.path) in Path("/proc/mounts").read_text() and b.cgroup and Path(b.cgroup).is_dir()
+            raise KeyboardInterrupt
+    b = seen[0]
+    assert str(tmp_path) not in Path("/proc/mounts").read_text()
+    loops = subprocess.run(["losetup", "-l", "-n", "-O", "BACK-FILE"], capture_output=True, text=True).stdout
+    assert str(tmp_path) not in loops
+    assert b.cgroup and not Path(b.cgroup).exists()
+    assert not any(Path(f"/proc/{d.daemon_pid}").exists() for d in b.drives)
+    assert list(tmp_path.iterdir()) == []
