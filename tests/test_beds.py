@@ -242,15 +242,53 @@ def test_sweep_on_a_bed(tmp_path: Path) -> None:
 @needs_fuse
 def test_striped_bed_leaves_nothing_behind_on_error(tmp_path: Path) -> None:
     seen: list[Bed] = []
-    with pytest.raises(KeyboardInterrupt):
-        with running_bed("striped", tmp_path) as b:
-            seen.append(b)
-            assert str(b.path) in Path("/proc/mounts").read_text() and b.cgroup and Path(b.cgroup).is_dir()
-            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt), running_bed("striped", tmp_path) as b:
+        seen.append(b)
+        assert str(b.path) in Path("/proc/mounts").read_text() and b.cgroup and Path(b.cgroup).is_dir()
+        raise KeyboardInterrupt
     b = seen[0]
     assert str(tmp_path) not in Path("/proc/mounts").read_text()
-    loops = subprocess.run(["losetup", "-l", "-n", "-O", "BACK-FILE"], capture_output=True, text=True).stdout
+    loops = subprocess.run(["losetup", "-l", "-n", "-O", "BACK-FILE"], capture_output=True, text=True,
+                           check=True).stdout
     assert str(tmp_path) not in loops
     assert b.cgroup and not Path(b.cgroup).exists()
     assert not any(Path(f"/proc/{d.daemon_pid}").exists() for d in b.drives)
     assert list(tmp_path.iterdir()) == []
+
+
+def _default_sigint() -> None:
+    """SIGINT back to its default in the child (a suite run as a background
+    job inherits it ignored)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@needs_beds
+@needs_fuse
+def test_volumes_bed_prints_the_bed_and_keeps_it_until_ctrl_c(tmp_path: Path) -> None:
+    import signal
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-m", "iotune", "volumes", "bed", "iops-bound", "--dir", str(tmp_path)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0,
+                             preexec_fn=_default_sigint)  # noqa: PLW1509 - the brief asks for it; no threads here
+    assert child.stdout is not None
+    lines = []
+    while not lines or not lines[-1].startswith("256K qd8 t1"):
+        line = child.stdout.readline()
+        assert line, child.communicate(timeout=30)[1][-2000:]
+        lines.append(line.rstrip("\n"))
+    doc = dict(line.split(None, 1) for line in lines if line[:1].isalpha() and "  " in line[:10])
+    mount = doc["mount"]
+    assert mount.startswith(str(tmp_path)) and mount in Path("/proc/mounts").read_text()
+    assert doc["limits"] == bed_spec("iops-bound").describe()
+    assert "1M qd8 t1                   200      100%  (DeepSpeed's defaults)" in lines
+    assert "64K qd8 t1                   26       13%" in lines
+    assert child.stderr is not None
+    while "bed ready; Ctrl-C to remove it" not in (line := child.stderr.readline()):
+        assert line, child.communicate(timeout=30)
+    os.killpg(child.pid, signal.SIGINT)
+    _, err = child.communicate(timeout=30)
+    assert child.returncode == 0 and "bed removed" in err, err[-2000:]
+    assert mount not in Path("/proc/mounts").read_text() and list(tmp_path.iterdir()) == []

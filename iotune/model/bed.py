@@ -18,7 +18,9 @@ below its max_sectors_kb of 1280 and FUSE's 1 MiB per operation. So each
 aio request becomes `daemon_ops(bs)` operations served in parallel: the
 request takes L + o while they fit in P, and the operations, not the
 requests, fill P (and count against an IOPS cap). Measured through ext4
-here: 1 MiB requests arrive as two 512 KiB operations, 4 MiB as eight.
+here: 1 MiB requests arrive as one or two operations (as the buffer's pages
+happen to be contiguous or not), 4 MiB as about eight; the model takes the
+split. This matters only where P binds, and no bed's telling setting is there.
 Each bed is built so that its behaviour shows where P is not the limit.
 
 A striped bed is RAID0 over `drives` such drives (btrfs raid0, 64 KiB
