@@ -50,6 +50,6 @@ def demo(workdir: Path | None, cap: float, out: Path | None, workload: str, step
     """
     from ..demo import run_demo
 
-    run = run_demo(workdir, int(cap), say, workload, steps, bed)
+    run = run_demo(workdir, int(cap), say, workload, steps, bed=bed)
     save_and_say(run, out or default_run_dir("demo"))
     emit(run, chosen_format(fmt, as_json), width, block_size or 512 * 1024)
