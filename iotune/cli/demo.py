@@ -8,16 +8,7 @@ import click
 
 from ..model.runfile import default_run_dir
 from ..volumes.beds import BEDS
-from .options import (
-    RATE,
-    chosen_format,
-    emit,
-    format_option,
-    library_errors,
-    out_option,
-    report_options,
-    say,
-)
+from .options import RATE, chosen_format, emit, format_option, library_errors, out_option, report_options, say
 from .trace import save_and_say
 
 

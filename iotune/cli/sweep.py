@@ -10,19 +10,8 @@ import click
 
 from ..model.units import parse_size
 from ..volumes.beds import BEDS, DEFAULT_BED
-from .options import (
-    RATE,
-    SIZE,
-    bool_word,
-    chosen_format,
-    csv_list,
-    emit,
-    format_option,
-    library_errors,
-    out_option,
-    positive_int,
-    say,
-)
+from .options import (RATE, SIZE, bool_word, chosen_format, csv_list, emit, format_option, library_errors,
+                      out_option, positive_int, say)
 
 
 @click.command()
@@ -101,12 +90,7 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
       sudo iotune sweep --path /mnt/nvme/swap --executor aio --apply ds_config.json
     """
     from ..render.progress import sweep_progress
-    from ..sweep.command import (
-        SpaceOverrides,
-        SweepArgs,
-        run_layouts_command,
-        run_sweep_command,
-    )
+    from ..sweep.command import SpaceOverrides, SweepArgs, run_layouts_command, run_sweep_command
 
     fmt = chosen_format(fmt, as_json)
     if bed is not None and (target_dir is not None or layout_drives is not None):

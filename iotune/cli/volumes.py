@@ -38,8 +38,6 @@ def volumes_scratch(drives: int, size: int, cap: float, workdir: Path | None) ->
 
 
 def _beds_help() -> str:
-    from ..volumes.beds import BEDS
-
     intro = ("Bring up a named test bed (an emulated drive with known limits, see `iotune sweep --bed`), "
              "print its mount path, devices, cgroup, limits and the bandwidth each aio setting should "
              "reach there by Little's law, and keep it until Ctrl-C (then everything is removed). Run "
@@ -92,12 +90,7 @@ def volumes_build(devices: tuple[str, ...], raid0: bool, backend: str, chunk: in
     --destroy-data."""
     from ..blockdev.devices import resolve_device
     from ..render.volumes import render_build_plan
-    from ..volumes.layout import (
-        LayoutSpec,
-        build_layout,
-        parse_queue_settings,
-        plan_layout,
-    )
+    from ..volumes.layout import LayoutSpec, build_layout, parse_queue_settings, plan_layout
     from ..volumes.safety import refusals, refused_error
 
     spec = LayoutSpec(devices=tuple(resolve_device(d).path for d in devices), raid0=raid0, backend=backend,

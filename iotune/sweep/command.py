@@ -10,9 +10,9 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from ..model.sweep_result import LayoutSweep, Progress, SweepOutcome
 from ..errors import UsageError
 from ..model.drive import DriveLimits
-from ..model.sweep_result import LayoutSweep, Progress, SweepOutcome
 from ..volumes.beds import DEFAULT_BED, bed_spec
 from .executor import Target
 from .pipeline import SweepRequest, run_sweep
