@@ -215,7 +215,7 @@ def test_demo_cap_takes_a_rate(cap: str, monkeypatch: pytest.MonkeyPatch) -> Non
 
     seen = []
 
-    def run_demo(workdir, cap_bytes_per_s, say, workload, steps):
+    def run_demo(workdir, cap_bytes_per_s, say, workload, steps, bed=None):
         seen.append(cap_bytes_per_s)
         raise IotuneError("stopped here")
 

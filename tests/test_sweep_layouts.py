@@ -85,3 +85,65 @@ def test_sweep_ranks_layouts_and_aio_settings_together(tmp_path: Path) -> None:
     assert doc["aio_effect"] == pytest.approx(max(aio, 1.0), rel=1e-12)
     assert doc["dominant"] == ("layout" if doc["layout_effect"] >= doc["aio_effect"] else "aio settings")
     assert not [m for m in Path("/proc/mounts").read_text().splitlines() if "iotune-layout" in m]
+
+
+def fs_result(name: str, fstype: str, opts: tuple[str, ...], drives: int, medians: list[float]) -> LayoutResult:
+    r = result(name, medians)
+    return LayoutResult(name, drives, "single" if drives == 1 else "btrfs", "", r.outcome, fstype, opts)
+
+
+def test_effects_split_filesystem_from_drive_count() -> None:
+    cow, nocow = ("noatime",), ("noatime", "nodatacow")
+    results = [fs_result("btrfs-1", "btrfs", nocow, 1, [100 * MB, 90 * MB]),
+               fs_result("btrfs-cow-1", "btrfs", cow, 1, [60 * MB, 50 * MB]),
+               fs_result("btrfs-raid0-2", "btrfs", nocow, 2, [120 * MB, 110 * MB]),
+               fs_result("btrfs-raid0-cow-2", "btrfs", cow, 2, [60 * MB, 55 * MB])]
+    e = effects(results)
+    # same drive count, nodatacow vs cow: 100/60 and 120/60; same options, 1 vs 2 drives: 1.2 and 1.0;
+    # within a layout, the aio settings: 100/90, 60/50, 120/110, 60/55
+    assert (e.filesystem, e.drives, e.layout, e.aio) == (2.0, pytest.approx(1.2), 2.0, pytest.approx(1.2))
+    assert e.dominant == "filesystem"
+    from iotune.model.sweep_result import LayoutSweep
+    assert LayoutSweep(tuple(results), e).ranking() == ["btrfs-raid0-2", "btrfs-1", "btrfs-cow-1", "btrfs-raid0-cow-2"]
+
+
+def test_variants_of_each_filesystem() -> None:
+    from iotune.errors import UsageError
+    from iotune.sweep.layouts import fs_variants
+
+    assert fs_variants(None, ("noatime", "nodatacow")) == [("btrfs", "", ("noatime", "nodatacow"))]
+    assert fs_variants(("xfs", "btrfs", "xfs"), ()) == [
+        ("xfs", "", ("noatime",)), ("btrfs", "", ("noatime", "nodatacow")), ("btrfs", "cow", ("noatime",))]
+    assert layout_name(plan("single", "btrfs"), 1, "cow") == "btrfs-cow-1"
+    assert layout_name(plan("btrfs"), 3, "cow") == "btrfs-raid0-cow-3"
+    with pytest.raises(UsageError, match="--filesystems zfs: choose from xfs, ext4, btrfs"):
+        fs_variants(("zfs",), ())
+
+
+COW_CAP = 400 * MB      # above what btrfs copy-on-write direct writes sustain here (about 220 MB/s)
+
+
+@pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
+def test_filesystem_dimension_ranks_nodatacow_above_cow(tmp_path: Path) -> None:
+    """btrfs with copy-on-write writes new extents and checksums on every
+    direct write: on a drive capped at 400 MB/s its writes stay near half
+    the cap, while nodatacow writes at the cap (ENVIRONMENT.md); reads tie."""
+    (tmp_path / "p.toml").write_text(
+        '[space]\nblock_size = ["1M"]\nqueue_depth = [8]\nintra_op_parallelism = [1]\nsingle_submit = [false]\n'
+        'overlap_events = [true]\n[run]\nsearch = "grid"\nrepeats = 1\nconfirm_top = 0\nfile_bytes = "8M"\n'
+        'runtime_s = 1.5\nramp_s = 0.5\n')
+    r = CliRunner().invoke(cli, ["sweep", "--layouts", "1", "--filesystems", "btrfs", "--drive-cap", "400MB/s",
+                                 "--profile", str(tmp_path / "p.toml"), "-o", str(tmp_path / "j"), "--json"])
+    assert r.exit_code == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    assert [(x["layout"], x["mount_options"]) for x in doc["layouts"]] == [
+        ("btrfs-1", ["noatime", "nodatacow"]), ("btrfs-cow-1", ["noatime"])]
+    nocow, cow = (x["outcome"]["ranking"][0] for x in doc["layouts"])
+    # nodatacow writes reach the cap (measured up to 10% over it under load: blkio lets bursts
+    # through, which is the throttle's doing, not the filesystem's); copy-on-write stays far below
+    assert nocow["write_bytes_per_s"] >= 0.9 * COW_CAP, nocow
+    assert cow["write_bytes_per_s"] < 0.75 * nocow["write_bytes_per_s"], (cow, nocow)
+    assert cow["read_bytes_per_s"] == pytest.approx(nocow["read_bytes_per_s"], rel=0.10)
+    assert doc["layout_ranking"] == ["btrfs-1", "btrfs-cow-1"]
+    assert doc["filesystem_effect"] == pytest.approx(nocow["median"] / cow["median"], rel=1e-12)
+    assert doc["dominant"] == "filesystem"

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ..model.runfile import default_run_dir
+from ..volumes.beds import BEDS
 from .options import RATE, chosen_format, emit, format_option, library_errors, out_option, report_options, say
 from .trace import save_and_say
 
@@ -21,11 +22,14 @@ from .trace import save_and_say
               help="train: the built-in DeepSpeed workload (ZeRO-3, optimizer on the drive); fio: a "
                    "swap-like fio job (no DeepSpeed needed).")
 @click.option("--steps", type=click.IntRange(2, 1000), default=8, show_default=True)
+@click.option("--bed", type=click.Choice(list(BEDS)), default=None, metavar="NAME",
+              help="Run on a test bed instead of the scratch drive (--cap is then ignored): "
+                   + ", ".join(BEDS) + ". See `iotune volumes bed --help`.")
 @format_option
 @report_options
 @library_errors
 def demo(workdir: Path | None, cap: float, out: Path | None, workload: str, steps: int, fmt: str, as_json: bool,
-         block_size: int | None, width: int | None) -> None:
+         block_size: int | None, width: int | None, bed: str | None = None) -> None:
     """Trace the built-in offload workload on a capped scratch drive.
 
     Creates a loop drive over a file (direct I/O, ext4, bandwidth-capped with
@@ -37,6 +41,6 @@ def demo(workdir: Path | None, cap: float, out: Path | None, workload: str, step
     """
     from ..demo import run_demo
 
-    run = run_demo(workdir, int(cap), say, workload, steps)
+    run = run_demo(workdir, int(cap), say, workload, steps, bed=bed)
     save_and_say(run, out or default_run_dir("demo"))
     emit(run, chosen_format(fmt, as_json), width, block_size or 512 * 1024)

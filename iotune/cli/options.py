@@ -146,10 +146,10 @@ def wait_for_ctrl_c(message: str) -> None:
     import signal
     import threading
 
-    say(message)
     stop = threading.Event()
     old = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
+        say(message)          # inside: a Ctrl-C as soon as the message shows is caught too
         stop.wait()
     except KeyboardInterrupt:
         pass

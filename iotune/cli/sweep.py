@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from ..model.units import parse_size
+from ..volumes.beds import BEDS, DEFAULT_BED
 from .options import (RATE, SIZE, bool_word, chosen_format, csv_list, emit, format_option, library_errors,
                       out_option, positive_int, say)
 
@@ -17,6 +18,11 @@ from .options import (RATE, SIZE, bool_word, chosen_format, csv_list, emit, form
 @click.option("--path", "target_dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
               help="A directory on the drive to tune (your nvme_path). Default: a built-in emulated "
                    "drive with known limits.")
+@click.option("--bed", type=click.Choice(list(BEDS)), default=None, metavar="NAME",
+              help="Sweep a built-in test bed (an emulated drive with known limits, torn down afterwards) "
+                   f"instead of --path; default {DEFAULT_BED}. "
+                   + ". ".join(f"{b.name}: {b.summary}" for b in BEDS.values())
+                   + ". Details and expected bandwidths: `iotune volumes bed --help`.")
 @click.option("--profile", default="default", show_default=True,
               help="Search space and run settings: a name from profiles/ (default, quick, "
                    "ds-nvme-tune-grid) or a TOML file.")
@@ -52,6 +58,10 @@ from .options import (RATE, SIZE, bool_word, chosen_format, csv_list, emit, form
 @click.option("--layouts", "layout_drives", type=click.IntRange(1, 8), default=None, metavar="N",
               help="Also sweep storage layouts: RAID0 over 1..N capped scratch drives (btrfs raid0 where md "
                    "is missing), the search on each, ranked together.")
+@click.option("--filesystems", callback=csv_list(str), default=None, metavar="LIST",
+              help="With --layouts: also search the filesystem, e.g. xfs,ext4,btrfs, each with the mount "
+                   "options that matter for O_DIRECT swap files (ext4: ordered and data=writeback; btrfs: "
+                   "nodatacow and copy-on-write), all ranked on one scale. Default: btrfs, noatime,nodatacow.")
 @click.option("--drive-cap", type=RATE, default=100e6, show_default=True,
               help="With --layouts: bandwidth cap per scratch drive, e.g. 100MB/s.")
 @format_option
@@ -60,7 +70,8 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
           threads: Any, single_submit: Any, overlap_events: Any, engines: Any, grid: bool,
           repeats: int | None, file_bytes: int | None, confirm_top: int | None, out: Path | None, fresh: bool,
           apply_to: Path | None, in_place: bool, export_to: Path | None, export_jobs: Path | None,
-          layout_drives: int | None, drive_cap: float, fmt: str, as_json: bool) -> None:
+          layout_drives: int | None, drive_cap: float, fmt: str, as_json: bool, bed: str | None = None,
+          filesystems: Any = None) -> None:
     """Tune DeepSpeed's aio settings (block size, queue depth, threads, submit
     modes) for a drive, and hand over a config DeepSpeed accepts as pasted.
 
@@ -77,6 +88,8 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
     \b
     Examples:
       sudo iotune sweep                                  built-in emulated drive
+      sudo iotune sweep --bed latency-bound              a test bed where the defaults lose
+      sudo iotune sweep --layouts 2 --filesystems xfs,ext4,btrfs
       sudo iotune sweep --path /mnt/nvme/swap --profile quick
       sudo iotune sweep --path /mnt/nvme/swap --executor aio --apply ds_config.json
     """
@@ -84,6 +97,10 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
     from ..sweep.command import SpaceOverrides, SweepArgs, run_layouts_command, run_sweep_command
 
     fmt = chosen_format(fmt, as_json)
+    if bed is not None and (target_dir is not None or layout_drives is not None):
+        raise click.UsageError("--bed excludes --path and --layouts: it sweeps a built-in test bed; give one of them")
+    if filesystems and layout_drives is None:
+        raise click.UsageError("--filesystems needs --layouts N (use --layouts 1 for one scratch drive)")
     if export_to is not None:
         from ..analysis.sweep_frames import check_export_path
         check_export_path(export_to)      # before the sweep, not after it
@@ -92,11 +109,12 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
                                               intra_op_parallelism=threads, single_submit=single_submit,
                                               overlap_events=overlap_events, engine=engines),
                      grid=grid, repeats=repeats, file_bytes=file_bytes, confirm_top=confirm_top, out=out,
-                     fresh=fresh)
+                     fresh=fresh, bed=bed)
     try:
         with sweep_progress() as on_trial:
             if layout_drives is not None:
-                emit(run_layouts_command(args, layout_drives, int(drive_cap), say, on_trial), fmt)
+                emit(run_layouts_command(args, layout_drives, int(drive_cap), say, on_trial,
+                                         tuple(filesystems) if filesystems else None), fmt)
                 return
             outcome, target = run_sweep_command(args, say, on_trial)
     except KeyboardInterrupt:

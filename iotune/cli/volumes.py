@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ..volumes.beds import BEDS
 from .options import RATE, SIZE, library_errors, say, wait_for_ctrl_c
 
 
@@ -34,6 +35,33 @@ def volumes_scratch(drives: int, size: int, cap: float, workdir: Path | None) ->
         for d in made:
             click.echo(f"{d.device.path}\t{d.image}\tcgroup {d.cgroup or '-'}")
         wait_for_ctrl_c("drives ready; Ctrl-C to remove them")
+
+
+def _beds_help() -> str:
+    intro = ("Bring up a named test bed (an emulated drive with known limits, see `iotune sweep --bed`), "
+             "print its mount path, devices, cgroup, limits and the bandwidth each aio setting should "
+             "reach there by Little's law, and keep it until Ctrl-C (then everything is removed). Run "
+             "I/O in the printed cgroup for the caps to apply.")
+    lines = [intro, "", "Beds:", ""]
+    for b in BEDS.values():
+        lines += ["\b", f"{b.name}  ({b.describe()})", f"  stands for: {b.stands_for}",
+                  f"  shows: {b.behaviour}", f"  cannot show: {b.cannot_show}", ""]
+    return "\n".join(lines)
+
+
+@volumes.command("bed", help=_beds_help())
+@click.argument("name", type=click.Choice(list(BEDS)))
+@click.option("--dir", "workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where the drive files go (default: a temporary directory).")
+@library_errors
+def volumes_bed(name: str, workdir: Path | None) -> None:
+    from ..render.volumes import render_bed
+    from ..volumes.beds import running_bed
+
+    with running_bed(name, workdir) as bed:
+        click.echo(render_bed(bed.spec, str(bed.path), [d.path for d in bed.devices], bed.cgroup), nl=False)
+        wait_for_ctrl_c("bed ready; Ctrl-C to remove it")
+    say("bed removed")
 
 
 @volumes.command("build")

@@ -129,16 +129,30 @@ class LayoutResult:
     backend: str
     reason: str
     outcome: SweepOutcome
+    fstype: str = ""                           # the filesystem the trials ran on ("": not recorded)
+    mount_options: tuple[str, ...] = ()
+
+    def best(self) -> float:
+        """The best point's score (0 when nothing was measured)."""
+        r = self.outcome.ranking
+        return r[0].median if r and r[0].scores else 0.0
 
 
 @dataclass(frozen=True)
 class Effects:
     layout: float      # best score of the best layout / best score of the worst layout
     aio: float         # largest best/worst ratio of aio settings within one layout
+    filesystem: float = 1.0    # largest best/worst ratio of (filesystem, mount options) at one drive count
+    drives: float = 1.0        # largest best/worst ratio of drive counts for one (filesystem, options)
 
     @property
     def dominant(self) -> str:
-        return "layout" if self.layout >= self.aio else "aio settings"
+        """The dimension with the largest effect: "layout" (the drive count,
+        or the whole layout when only one filesystem was tried), "filesystem"
+        or "aio settings"; ties go to the first."""
+        effects = {"layout": self.layout if self.filesystem <= 1.0 else self.drives,
+                   "filesystem": self.filesystem, "aio settings": self.aio}
+        return max(effects, key=lambda k: effects[k])
 
 
 @dataclass(frozen=True)
@@ -147,3 +161,7 @@ class LayoutSweep:
 
     results: tuple[LayoutResult, ...]
     effects: Effects
+
+    def ranking(self) -> list[str]:
+        """Layout names, best first by their best point's score (same scale for all)."""
+        return [r.name for r in sorted(self.results, key=lambda r: -r.best())]

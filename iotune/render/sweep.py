@@ -119,9 +119,12 @@ def sweep_json(o: SweepOutcome) -> str:
 
 def layouts_json(ls: LayoutSweep) -> str:
     docs = [{"layout": r.name, "drives": r.drives, "backend": r.backend, "reason": r.reason,
+             "fstype": r.fstype, "mount_options": list(r.mount_options),
              "outcome": sweep_doc(r.outcome)} for r in ls.results]
-    return json.dumps({"layouts": docs, "layout_effect": ls.effects.layout, "aio_effect": ls.effects.aio,
-                       "dominant": ls.effects.dominant}, indent=1) + "\n"
+    eff = ls.effects
+    return json.dumps({"layouts": docs, "layout_ranking": ls.ranking(), "layout_effect": eff.layout,
+                       "aio_effect": eff.aio, "filesystem_effect": eff.filesystem, "drive_count_effect": eff.drives,
+                       "dominant": eff.dominant}, indent=1) + "\n"
 
 
 def render_layouts(ls: LayoutSweep, width: int = 130) -> str:
@@ -147,7 +150,8 @@ def render_layouts(ls: LayoutSweep, width: int = 130) -> str:
     console = Console(file=buf, width=width, color_system=None, highlight=False)
     console.print(t)
     eff = ls.effects
-    buf.write(f"What mattered most: the {eff.dominant} ({eff.layout:.2f}× between layouts, "
+    fs = f", {eff.filesystem:.2f}× between filesystems and mount options" if eff.filesystem > 1.0 else ""
+    buf.write(f"What mattered most: the {eff.dominant} ({eff.layout:.2f}× between layouts{fs}, "
               f"{eff.aio:.2f}× between aio settings within a layout)\n")
     if ls.results:
         buf.write(f"{ls.results[-1].reason}\n")

@@ -16,6 +16,7 @@ from ..model.sweep_result import LayoutSweep, Progress, SweepOutcome
 from ..blockdev.identity import drive_identity
 from ..errors import UsageError
 from ..model.drive import DriveLimits
+from ..volumes.beds import DEFAULT_BED, bed_spec
 from .executor import Target
 from .pipeline import SweepRequest, run_sweep
 from .space import Profile, load_profile
@@ -23,8 +24,10 @@ from .space import Profile, load_profile
 # The built-in drive: 200 MB/s and 800 IOPS caps, 4 ms per request with at most
 # 8 served at once. Block size matters (IOPS cap), and so does queue depth for
 # small blocks (latency): sensible configs reach 200 MB/s, bad ones a fraction.
-BUILTIN_LIMITS = DriveLimits(bw_bytes_per_s=200_000_000, iops=800, latency_us=4000.0, parallelism=8)
-BUILTIN_SIZE = 1 << 30
+# It is the test bed `builtin` (iotune.volumes.beds); `--bed NAME` picks another.
+BUILTIN_BED = DEFAULT_BED
+BUILTIN_LIMITS: DriveLimits = bed_spec(BUILTIN_BED).member
+BUILTIN_SIZE = bed_spec(BUILTIN_BED).size_bytes
 BUILTIN_RUNTIME_S = 2.0     # used when the profile sets none
 BUILTIN_RAMP_S = 0.5
 
@@ -56,6 +59,7 @@ class SweepArgs:
     confirm_top: int | None = None
     out: Path | None = None
     fresh: bool = False
+    bed: str | None = None          # a named test bed (volumes.beds) when no target_dir; None: builtin
 
 
 def build_profile(args: SweepArgs) -> Profile:
@@ -82,24 +86,28 @@ def sweep_target(args: SweepArgs, prof: Profile, say: Callable[[str], None]) -> 
         yield Target(args.target_dir, prof.run.file_bytes, prof.run.files, None, prof.run.runtime_s,
                      prof.run.ramp_s), None
         return
-    from ..volumes.emulated import emulated_drive
+    from ..volumes.beds import running_bed
 
-    limits = BUILTIN_LIMITS
-    with emulated_drive(None, BUILTIN_SIZE, limits, fstype="ext4") as drive:
-        say(f"sweep: built-in emulated drive {drive.device.path}: {limits.describe()}, ext4 at {drive.path}")
+    with running_bed(args.bed or BUILTIN_BED) as bed:
+        what = "built-in emulated drive" if bed.spec.name == BUILTIN_BED else f"test bed {bed.spec.name}"
+        devices = ", ".join(d.path for d in bed.devices)
+        say(f"sweep: {what} {devices}: {bed.spec.describe()}, at {bed.path}")
         # time-based trials: blkio throttling lets a burst through at the start of each
         # direction, which ramp time leaves out, so trials measure the steady rate
         runtime, ramp = prof.run.runtime_s or BUILTIN_RUNTIME_S, prof.run.ramp_s or BUILTIN_RAMP_S
-        yield (Target(Path(drive.path), prof.run.file_bytes, prof.run.files, drive.cgroup, runtime, ramp),
-               drive.limits.ceiling_bytes_per_s(max(prof.space.block_size), 1 << 30))
+        yield (Target(bed.path, prof.run.file_bytes, prof.run.files, bed.cgroup, runtime, ramp),
+               bed.ceiling_bytes_per_s)
 
 
 def drive_of(args: SweepArgs) -> dict[str, object]:
     """The identity of the drive the sweep runs on: the filesystem and
     device(s) holding --path (not the path: the same drive mounted elsewhere
-    is the same drive), or the built-in drive's limits."""
+    is the same drive), or the test bed's limits."""
     if args.target_dir is None:
-        return {"emulated": BUILTIN_LIMITS.to_json()}
+        if args.bed in (None, BUILTIN_BED):
+            return {"emulated": BUILTIN_LIMITS.to_json()}
+        spec = bed_spec(args.bed)
+        return {"bed": spec.name, "emulated": spec.member.to_json(), "drives": spec.drives}
     if not args.target_dir.is_dir():
         return {"path": str(args.target_dir)}      # refused by the pipeline, with its reason
     return drive_identity(str(args.target_dir))
@@ -113,6 +121,9 @@ def default_out(profile: str, executor: str, drive: dict[str, object]) -> Path:
 
 def run_sweep_command(args: SweepArgs, say: Callable[[str], None],
                       on_trial: Callable[[Progress], None] | None = None) -> tuple[SweepOutcome, Target]:
+    if args.bed is not None and args.target_dir is not None:
+        raise UsageError("--bed and --path exclude each other: --bed sweeps a built-in test bed, --path "
+                         "your own drive; give one")
     prof = build_profile(args)
     drive = drive_of(args)
     out = args.out or default_out(prof.name, args.executor, drive)
@@ -123,12 +134,15 @@ def run_sweep_command(args: SweepArgs, say: Callable[[str], None],
 
 
 def run_layouts_command(args: SweepArgs, drives: int, cap_bytes_per_s: int, say: Callable[[str], None],
-                        on_trial: Callable[[Progress], None] | None = None) -> LayoutSweep:
-    """`iotune sweep --layouts N`: RAID0 over 1..N capped scratch drives."""
+                        on_trial: Callable[[Progress], None] | None = None,
+                        filesystems: tuple[str, ...] | None = None) -> LayoutSweep:
+    """`iotune sweep --layouts N`: RAID0 over 1..N capped scratch drives,
+    with `filesystems` each in its mount-option variants (default: btrfs,
+    noatime,nodatacow)."""
     from .layouts import effects, quick_profile, sweep_layouts
 
     prof = quick_profile(build_profile(args))
     out = args.out or Path("iotune-sweeps") / f"{prof.name}-{args.executor}-layouts"
     results = sweep_layouts(prof, args.executor, drives, cap_bytes_per_s, out, ("noatime", "nodatacow"),
-                            args.fresh, say, on_trial)
+                            args.fresh, say, on_trial, filesystems)
     return LayoutSweep(tuple(results), effects(results))
