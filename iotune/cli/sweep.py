@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,24 @@ from .options import (RATE, SIZE, bool_word, chosen_format, csv_list, emit, form
 @click.option("--file-bytes", type=SIZE, default=None, metavar="SIZE", help="Bytes per tensor file per trial.")
 @click.option("--confirm", "confirm_top", type=click.IntRange(0, 10), default=None,
               help="Candidates to confirm with real training steps (0: none).")
+@click.option("--steps", type=click.IntRange(1, 10_000), default=None,
+              help="Optimizer steps per training-step trial (the first is left out of the medians).")
+@click.option("--steps-timeout", "steps_timeout_s", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
+              help="Wall-clock limit of one training-step trial; the job's process group is killed after it.  "
+                   "[default: 1800]")
+@click.option("--steps-cmd", default=None, metavar="CMD",
+              help="Confirm on YOUR training job instead of the built-in one, e.g. "
+                   "\"deepspeed train.py --deepspeed_config {config}\": each candidate's aio block is written into "
+                   "a copy of --ds-config, whose path replaces {config}. Step times come from a startup hook "
+                   "(DeepSpeedEngine.step); the job is stopped after --steps optimizer steps.")
+@click.option("--ds-config", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+              help="With --steps-cmd: your DeepSpeed config. Its NVMe offload is pointed at a scratch "
+                   "directory under --path in each copy (the drive being tuned).")
+@click.option("--omp-threads", callback=csv_list(positive_int), default=None, metavar="LIST",
+              help="CPU-optimizer threads (OMP_NUM_THREADS) to compare on training steps, e.g. 1,2: the "
+                   "recommendation's optimizer-step time at each count, as a table, and the count to use. "
+                   f"This machine has {os.cpu_count()} cores: only 1..{os.cpu_count()} are meaningful here, more "
+                   "only oversubscribe them. Needs --confirm 1 or more.")
 @out_option("Journal directory (default iotune-sweeps/<profile>-<executor>). An existing journal is resumed.")
 @click.option("--fresh", is_flag=True, help="Start over (the old journal is kept under a new name).")
 @click.option("--apply", "apply_to", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -56,7 +75,9 @@ from .options import (RATE, SIZE, bool_word, chosen_format, csv_list, emit, form
 @library_errors
 def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any, queue_depths: Any,
           threads: Any, single_submit: Any, overlap_events: Any, engines: Any, grid: bool,
-          repeats: int | None, file_bytes: int | None, confirm_top: int | None, out: Path | None, fresh: bool,
+          repeats: int | None, file_bytes: int | None, confirm_top: int | None, steps: int | None,
+          steps_timeout_s: float | None, steps_cmd: str | None, ds_config: Path | None, omp_threads: Any,
+          out: Path | None, fresh: bool,
           apply_to: Path | None, in_place: bool, export_to: Path | None, export_jobs: Path | None,
           layout_drives: int | None, drive_cap: float, fmt: str, as_json: bool) -> None:
     """Tune DeepSpeed's aio settings (block size, queue depth, threads, submit
@@ -75,6 +96,8 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
       sudo iotune sweep                                  built-in emulated drive
       sudo iotune sweep --path /mnt/nvme/swap --profile quick
       sudo iotune sweep --path /mnt/nvme/swap --executor aio --apply ds_config.json
+      sudo iotune sweep --path /mnt/nvme/swap --ds-config ds_config.json \\
+          --steps-cmd "deepspeed train.py --deepspeed_config {config}" --omp-threads 1,2
     """
     from ..render.progress import sweep_progress
     from ..sweep.command import SpaceOverrides, SweepArgs, run_layouts_command, run_sweep_command
@@ -86,9 +109,11 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
     args = SweepArgs(target_dir=target_dir, profile=profile, executor=executor,
                      overrides=SpaceOverrides(block_size=block_sizes, queue_depth=queue_depths,
                                               intra_op_parallelism=threads, single_submit=single_submit,
-                                              overlap_events=overlap_events, engine=engines),
+                                              overlap_events=overlap_events, engine=engines,
+                                              omp_threads=omp_threads),
                      grid=grid, repeats=repeats, file_bytes=file_bytes, confirm_top=confirm_top, out=out,
-                     fresh=fresh)
+                     fresh=fresh, steps=steps, steps_timeout_s=steps_timeout_s, steps_cmd=steps_cmd,
+                     ds_config=ds_config)
     try:
         with sweep_progress() as on_trial:
             if layout_drives is not None:
@@ -109,5 +134,5 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
         from ..sweep.recommend import apply_to_file
         say(f"wrote {apply_to_file(apply_to, outcome.fragment, in_place)}")
     emit(outcome, fmt)
-    if outcome.recommended is None or outcome.validation_error:
+    if outcome.recommended is None or outcome.validation_error or outcome.confirm_error:
         sys.exit(1)

@@ -4,7 +4,7 @@ fills these lives in sweep/."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .sweep import SweepPoint, Trial
@@ -54,6 +54,9 @@ class SweepOutcome:
     trials_run_now: int
     failed: int
     journal: str
+    confirm_error: str = ""                    # every training-step trial failed: the first reason
+    threads: list[Ranked] = field(default_factory=list)   # the recommendation at each OMP_NUM_THREADS
+    omp_threads_best: int = 0                  # the thread count to use (0: not measured)
 
     def recommended_row(self) -> Ranked | None:
         """The recommendation's row in the executor's ranking."""

@@ -38,6 +38,7 @@ class RunSettings:
     steps: int = 6                    # training steps per confirmation trial
     runtime_s: float = 0.0            # fio: time-based trials of this length per direction (0: size-based)
     ramp_s: float = 0.0               # fio: excluded from the start of each direction
+    steps_timeout_s: float = 1800.0   # wall-clock limit of one training-step trial
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ def _run(raw: dict[str, Any], path: Path, text: str) -> RunSettings:
                 raise _bad(path, text, "run", key, str(e)) from None
             if vals[key] % 4096:
                 raise _bad(path, text, "run", key, "must be a multiple of 4096 (O_DIRECT)")
-        elif key in ("runtime_s", "ramp_s"):
+        elif key in ("runtime_s", "ramp_s", "steps_timeout_s"):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
                 raise _bad(path, text, "run", key, "expected seconds >= 0, e.g. 2.0")
             vals[key] = float(v)
