@@ -67,7 +67,7 @@ def threads_table(o: SweepOutcome) -> RenderableType:
     """Optimizer-step time against CPU threads (background document 001's table)."""
     if not o.threads:
         return Text("")
-    t = Table(title=f"CPU-optimizer threads at the recommended aio settings ({_workload(o.threads)}; medians)",
+    t = Table(title=f"CPU-optimizer threads ({_workload(o.threads)}; medians)",
               title_justify="left", show_edge=False, pad_edge=False)
     for col in ("Number of CPU threads", "Optimizer step time, ms", "Step time, ms", "runs", "note"):
         t.add_column(col, justify="left" if col == "note" else "right")
@@ -112,7 +112,7 @@ def summary_text(o: SweepOutcome) -> Text:
         t.append("\n")
     if o.confirm_error:
         t.append(f"  NOT confirmed on training steps: {o.confirm_error}\n  (the recommendation rests on "
-                 f"{o.executor} alone; fix the job and re-run to resume)\n", style="bold red")
+                 f"{o.executor} alone; fix the job, then re-run with --fresh)\n", style="bold red")
     t.append(threads_line(o))
     if o.validation_error:
         t.append(f"  DeepSpeed REJECTED it: {o.validation_error}\n", style="bold red")
