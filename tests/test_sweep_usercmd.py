@@ -293,3 +293,29 @@ def test_builtin_script_takes_a_ds_config_and_refuses_contradicting_options(tmp_
     assert r.returncode == 2
     assert r.stderr == (f"iotune-train: error: --strategy, --aio-queue-depth cannot be combined with --ds-config: "
                         f"the config file decides them; edit {cfg} instead\n")
+
+
+def _alive(marker: str) -> list[int]:
+    out = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if marker.encode() in cmdline.read_bytes():
+                out.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return out
+
+
+def test_time_limit_kills_what_left_the_process_group(tmp_path: Path) -> None:
+    """A job whose child moved to a process group of its own (as ninja's
+    compilers do during a DeepSpeed op build) is killed whole at the limit."""
+    from iotune.sweep.cmd_executor import run_job
+
+    marker = "3171.5"
+    events = tmp_path / "events"
+    events.mkdir()
+    code = (f"import subprocess, sys; p = subprocess.Popen(['sleep', '{marker}'], process_group=0); "
+            f"sys.stderr.write('started\\n'); sys.stderr.flush(); p.wait()")
+    job = run_job([sys.executable, "-c", code], {"PATH": "/usr/bin:/bin"}, None, 1.5, tmp_path, events, 3)
+    assert (job.ended_by, job.stderr) == ("time limit", "started\n")
+    assert _alive(f"sleep\0{marker}") == []

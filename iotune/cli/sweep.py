@@ -47,7 +47,8 @@ from .options import (RATE, SIZE, bool_word, chosen_format, csv_list, emit, form
               help="Confirm on YOUR training job instead of the built-in one, e.g. "
                    "\"deepspeed train.py --deepspeed_config {config}\": each candidate's aio block is written into "
                    "a copy of --ds-config, whose path replaces {config}. Step times come from a startup hook "
-                   "(DeepSpeedEngine.step); the job is stopped after --steps optimizer steps.")
+                   "(DeepSpeedEngine.step); the job is stopped after --steps optimizer steps. Journal default: "
+                   "iotune-sweeps/<profile>-<executor>-cmd.")
 @click.option("--ds-config", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
               help="With --steps-cmd: your DeepSpeed config. Its NVMe offload is pointed at a scratch "
                    "directory under --path in each copy (the drive being tuned).")

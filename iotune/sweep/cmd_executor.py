@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from ..blockdev.cgroup import join_cgroup_preexec
-from ..blockdev.proc import kill_group, last_line
+from ..blockdev.proc import kill_group, kill_session, last_line
 from ..dsconfig import read_ds_config
 from ..errors import UsageError
 from ..model.hook_events import (HookProcess, StepTiming, completed_steps, hook_env, read_events, read_processes,
@@ -192,7 +192,7 @@ def _check(job: UserJob, point: SweepPoint, run: JobRun, steps: list[StepTiming]
     stderr = last_line(run.stderr, "no output on stderr")
     if run.ended_by == "time limit" and len(steps) < job.steps:
         raise TrialFailed(f"your command did not complete {job.steps} optimizer steps within {job.timeout_s:g} s "
-                          f"(--steps-timeout); {len(steps)} seen; last stderr line: {stderr}", raw)
+                          f"(--steps-timeout); {len(steps)} seen; last stderr line: {stderr}{_lock_hint()}", raw)
     if run.returncode != 0 and not run.ended_by:
         raise TrialFailed(f"your command failed (exit {run.returncode}): {stderr}", raw)
     if not steps:
@@ -210,6 +210,22 @@ def _check(job: UserJob, point: SweepPoint, run: JobRun, steps: list[StepTiming]
         raise TrialFailed(f"OMP_NUM_THREADS was set to {want}, but the job's processes ran with {seen}: the "
                           f"command (or its launcher's --bind_cores_to_rank) overrides it; remove that, or drop "
                           f"--omp-threads", raw)
+
+
+def op_build_locks() -> list[Path]:
+    """DeepSpeed op build locks (torch's JIT extension cache). A build killed
+    midway leaves its lock, and every later load of that op waits on it
+    forever, silently."""
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
+    return sorted(root.glob("*/*/lock")) + sorted(root.glob("*/lock"))
+
+
+def _lock_hint() -> str:
+    locks = op_build_locks()
+    if not locks:
+        return ""
+    return (f"; DeepSpeed op build lock(s) exist: {', '.join(map(str, locks))}: a job waits on them silently, and "
+            f"one killed mid-build leaves its lock behind; if no DeepSpeed op is being built, remove them")
 
 
 def _swap_bytes(att: Any) -> dict[str, int]:
@@ -250,6 +266,7 @@ def run_job(argv: list[str], env: dict[str, str], cgroup: str | None, timeout_s:
                 break
     finally:
         kill_group(proc)      # ranks a launcher left behind, and on any interruption
+        kill_session(proc.pid)     # and what left the group (ninja's compilers of an op build)
         proc.wait()
     return JobRun(proc.returncode, round(time.monotonic() - t0, 3), ended_by, _tail(out_path), _tail(err_path))
 
