@@ -1,7 +1,8 @@
-"""Where iotune's data files are: the BPF probe sources (probes/) and the
-sweep profiles (profiles/). Stdlib only; any layer may import it.
+"""Where iotune's data files are: the BPF probe sources (probes/), the
+sweep profiles (profiles/) and the startup hook (trace/inject/). Stdlib only;
+any layer may import it.
 
-Both directories sit at the top of the repository and are shipped as the
+The first two sit at the top of the repository and are shipped as the
 package data `iotune.probes` and `iotune.profiles` (pyproject.toml maps the
 two subpackages onto them), so a regular `pip install` can trace and sweep.
 They are located with importlib.resources; when iotune runs from a source
@@ -67,3 +68,15 @@ def profile_path(name: str) -> Path:
     """Where the named profile's file is (`quick` -> .../profiles/quick.toml);
     the caller checks that it exists (profile_names() lists those that do)."""
     return profiles_dir() / f"{name}.toml"
+
+
+def inject_dir() -> Path:
+    """The startup-hook directory (sitecustomize.py + _iotune_hooks.py) that
+    `iotune trace` and `iotune sweep --steps-cmd` put first on a job's
+    PYTHONPATH. It ships inside the package (package data of iotune.trace);
+    only its location is shared, so the sweep needs no import of trace."""
+    path = Path(__file__).resolve().parent / "trace" / "inject"
+    if not (path / "sitecustomize.py").is_file():
+        raise IotuneError(f"iotune's startup hook is missing ({path / 'sitecustomize.py'}): reinstall iotune "
+                          f"(pip install iotune, or pip install -e . in a checkout)")
+    return path

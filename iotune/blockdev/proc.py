@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from ..errors import IotuneError
 
@@ -50,6 +51,24 @@ def kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:  # ty
         os.killpg(proc.pid, sig)
 
 
+def kill_session(sid: int, sig: int = signal.SIGKILL) -> int:
+    """Signal every process of session `sid` (a child started with
+    start_new_session leads one): also those that moved to process groups of
+    their own, such as the compilers ninja starts for a DeepSpeed op build,
+    which a group kill misses. Returns how many were signalled."""
+    hit = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # the fields after the ")" closing the command name: state ppid pgrp session ...
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[3]) == sid:
+                os.kill(int(stat.parent.name), sig)
+                hit += 1
+        except (OSError, IndexError, ValueError):
+            continue
+    return hit
+
+
 def run_in_own_group(argv: list[str], timeout_s: float | None, preexec_fn: Callable[[], None] | None = None,
                      env: dict[str, str] | None = None, text: bool = True) -> subprocess.CompletedProcess:  # type: ignore[type-arg]
     """Run argv as the leader of a new process group, capturing stdout and
@@ -61,6 +80,7 @@ def run_in_own_group(argv: list[str], timeout_s: float | None, preexec_fn: Calla
         out, err = proc.communicate(timeout=timeout_s)
     except BaseException:
         kill_group(proc)
+        kill_session(proc.pid)
         proc.wait()
         raise
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,25 @@ from .options import (RATE, SIZE, bool_word, chosen_format, csv_list, emit, form
 @click.option("--confirm", "confirm_top", type=click.IntRange(0, 10), default=None,
               help="Candidates that run real training steps in alternating pairs with DeepSpeed's "
                    "defaults; the steps decide (0: none, the executor's best is recommended).")
+@click.option("--steps", type=click.IntRange(1, 10_000), default=None,
+              help="Optimizer steps per training-step trial (the first is left out of the medians).")
+@click.option("--steps-timeout", "steps_timeout_s", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
+              help="Wall-clock limit of one training-step trial; the job's process group is killed after it.  "
+                   "[default: 1800]")
+@click.option("--steps-cmd", default=None, metavar="CMD",
+              help="Confirm on YOUR training job instead of the built-in one, e.g. "
+                   "\"deepspeed train.py --deepspeed_config {config}\": each candidate's aio block is written into "
+                   "a copy of --ds-config, whose path replaces {config}. Step times come from a startup hook "
+                   "(DeepSpeedEngine.step); the job is stopped after --steps optimizer steps. Journal default: "
+                   "iotune-sweeps/<profile>-<executor>-cmd-<drive id>.")
+@click.option("--ds-config", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+              help="With --steps-cmd: your DeepSpeed config. Its NVMe offload is pointed at a scratch "
+                   "directory under --path in each copy (the drive being tuned).")
+@click.option("--omp-threads", callback=csv_list(positive_int), default=None, metavar="LIST",
+              help="CPU-optimizer threads (OMP_NUM_THREADS) to compare on training steps, e.g. 1,2: the "
+                   "recommendation's optimizer-step time at each count, as a table, and the count to use. "
+                   f"This machine has {os.cpu_count()} cores: only 1..{os.cpu_count()} are meaningful here, more "
+                   "only oversubscribe them. Needs --confirm 1 or more.")
 @out_option("Journal directory (default iotune-sweeps/<profile>-<executor>-<drive id>, one per drive). "
             "An existing journal is resumed.")
 @click.option("--fresh", is_flag=True, help="Start over (the old journal is kept under a new name).")
@@ -68,7 +88,9 @@ from .options import (RATE, SIZE, bool_word, chosen_format, csv_list, emit, form
 @library_errors
 def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any, queue_depths: Any,
           threads: Any, single_submit: Any, overlap_events: Any, engines: Any, grid: bool,
-          repeats: int | None, file_bytes: int | None, confirm_top: int | None, out: Path | None, fresh: bool,
+          repeats: int | None, file_bytes: int | None, confirm_top: int | None, steps: int | None,
+          steps_timeout_s: float | None, steps_cmd: str | None, ds_config: Path | None, omp_threads: Any,
+          out: Path | None, fresh: bool,
           apply_to: Path | None, in_place: bool, export_to: Path | None, export_jobs: Path | None,
           layout_drives: int | None, drive_cap: float, fmt: str, as_json: bool, bed: str | None = None,
           filesystems: Any = None) -> None:
@@ -92,6 +114,8 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
       sudo iotune sweep --layouts 2 --filesystems xfs,ext4,btrfs
       sudo iotune sweep --path /mnt/nvme/swap --profile quick
       sudo iotune sweep --path /mnt/nvme/swap --executor aio --apply ds_config.json
+      sudo iotune sweep --path /mnt/nvme/swap --ds-config ds_config.json \\
+          --steps-cmd "deepspeed train.py --deepspeed_config {config}" --omp-threads 1,2
     """
     from ..render.progress import sweep_progress
     from ..sweep.command import SpaceOverrides, SweepArgs, run_layouts_command, run_sweep_command
@@ -107,9 +131,11 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
     args = SweepArgs(target_dir=target_dir, profile=profile, executor=executor,
                      overrides=SpaceOverrides(block_size=block_sizes, queue_depth=queue_depths,
                                               intra_op_parallelism=threads, single_submit=single_submit,
-                                              overlap_events=overlap_events, engine=engines),
+                                              overlap_events=overlap_events, engine=engines,
+                                              omp_threads=omp_threads),
                      grid=grid, repeats=repeats, file_bytes=file_bytes, confirm_top=confirm_top, out=out,
-                     fresh=fresh, bed=bed)
+                     fresh=fresh, bed=bed, steps=steps, steps_timeout_s=steps_timeout_s, steps_cmd=steps_cmd,
+                     ds_config=ds_config)
     try:
         with sweep_progress() as on_trial:
             if layout_drives is not None:
@@ -137,5 +163,5 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
                 f"(it reads {', '.join(DS_AIO_KEYS)})")
         outcome = replace(outcome, applied_to=str(written), dropped_aio_keys=dropped)
     emit(outcome, fmt)
-    if outcome.recommended is None or outcome.validation_error:
+    if outcome.recommended is None or outcome.validation_error or outcome.confirm_error:
         sys.exit(1)

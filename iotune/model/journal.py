@@ -27,7 +27,8 @@ class SweepEnv:
     resumed only by a sweep whose RESUME_FIELDS are equal: the same trials
     on the same drive."""
 
-    RESUME_FIELDS: ClassVar[tuple[str, ...]] = ("drive", "executor", "file_bytes", "files", "runtime_s")
+    RESUME_FIELDS: ClassVar[tuple[str, ...]] = ("drive", "executor", "file_bytes", "files", "runtime_s",
+                                                "steps_cmd")
 
     kernel: str = ""
     target: str = ""                                    # the directory trials ran in
@@ -40,6 +41,7 @@ class SweepEnv:
     files: int = 0
     runtime_s: float | None = None
     started_at: str = ""
+    steps_cmd: dict[str, Any] = field(default_factory=dict)   # --steps-cmd's job ({}: the built-in workload)
 
     def differs_from(self, other: SweepEnv) -> tuple[str, object, object] | None:
         """The first resume field whose value differs: (name, ours, theirs)."""

@@ -20,8 +20,9 @@ class SweepPoint(JsonRecord):
     overlap_events are DeepSpeed's `aio` keys. For fio, intra_op_parallelism
     is the number of jobs (threads) and engine picks libaio or io_uring; the
     aio executor uses DeepSpeed's own engine (libaio) and ignores `engine`.
-    omp_threads (0: unset) is the CPU optimizer's thread count, for the
-    steps executor.
+    omp_threads (0: unset) is the CPU optimizer's thread count
+    (OMP_NUM_THREADS), varied only on training steps (the steps and cmd
+    executors, in sweep/threads.py's stage).
     """
 
     block_size: int = 1_048_576

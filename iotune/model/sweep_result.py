@@ -4,7 +4,7 @@ fills these lives in sweep/."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .sweep import SweepPoint, Trial
@@ -96,6 +96,9 @@ class SweepOutcome:
     step_gain: StepGain | None = None          # the steps' verdict on the best candidate vs the defaults
     applied_to: str = ""                       # --apply: the config written
     dropped_aio_keys: tuple[str, ...] = ()     # --apply: the user's aio keys DeepSpeed ignores, left out
+    confirm_error: str = ""                    # every training-step trial failed: the first reason
+    threads: list[Ranked] = field(default_factory=list)   # the recommendation at each OMP_NUM_THREADS
+    omp_threads_best: int = 0                  # the thread count to use (0: not measured)
 
     def recommended_row(self) -> Ranked | None:
         """The recommendation's row in the executor's ranking."""

@@ -43,7 +43,7 @@ def ranking_table(o: SweepOutcome) -> RenderableType:
 def confirmed_table(o: SweepOutcome) -> RenderableType:
     if not o.confirmed:
         return Text("")
-    t = Table(title="Confirmed on training steps (built-in nvme-opt workload; medians over alternating pairs "
+    t = Table(title=f"Confirmed on training steps ({_workload(o.confirmed)}; medians over alternating pairs "
                     "with DeepSpeed's defaults)", title_justify="left", show_edge=False, pad_edge=False)
     for col in ("#", "block", "qd", "threads", "single_submit", "overlap", "step", "optimizer step", "runs",
                 "note"):
@@ -57,6 +57,44 @@ def confirmed_table(o: SweepOutcome) -> RenderableType:
         t.add_row(str(i), *_point_cells(r), "-" if r.step_s is None else f"{r.step_s:.3f} s",
                   "-" if r.optimizer_step_s is None else f"{r.optimizer_step_s:.3f} s", runs, ", ".join(marks))
     return Group(t, Text(""))
+
+
+def _workload(rows: list[Ranked]) -> str:
+    return "your command, --steps-cmd" if rows and rows[0].executor == "cmd" else "built-in nvme-opt workload"
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{1000 * seconds:.1f}"
+
+
+def threads_table(o: SweepOutcome) -> RenderableType:
+    """Optimizer-step time against CPU threads (background document 001's table)."""
+    if not o.threads:
+        return Text("")
+    t = Table(title=f"CPU-optimizer threads ({_workload(o.threads)}; medians)",
+              title_justify="left", show_edge=False, pad_edge=False)
+    for col in ("Number of CPU threads", "Optimizer step time, ms", "Step time, ms", "runs", "note"):
+        t.add_column(col, justify="left" if col == "note" else "right")
+    for r in o.threads:
+        threads = str(r.point.omp_threads) if r.point.omp_threads else "unset"
+        runs = f"{len(r.scores)}" + (f"+{r.failed} failed" if r.failed else "")
+        note = "use this" if o.omp_threads_best and r.point.omp_threads == o.omp_threads_best else ""
+        t.add_row(threads, _ms(r.optimizer_step_s), _ms(r.step_s), runs, note)
+    return Group(t, Text(""))
+
+
+def threads_line(o: SweepOutcome) -> str:
+    """The thread count to use, against the slowest count measured."""
+    timed = [r for r in o.threads if r.optimizer_step_s]
+    best = next((r for r in timed if r.point.omp_threads == o.omp_threads_best), None)
+    if best is None or not best.optimizer_step_s:
+        return ""
+    slowest = max(timed, key=lambda r: r.optimizer_step_s or 0.0)
+    ratio = (slowest.optimizer_step_s or 0.0) / best.optimizer_step_s
+    than = f", {ratio:.2f}× faster than {slowest.point.omp_threads}" if slowest is not best else ""
+    return (f"  CPU optimizer: OMP_NUM_THREADS={o.omp_threads_best} in the training job's environment "
+            f"(optimizer step {_ms(best.optimizer_step_s)} ms{than}; fewest threads within the noise of the "
+            f"fastest)\n")
 
 
 def summary_text(o: SweepOutcome) -> Text:
@@ -83,6 +121,10 @@ def summary_text(o: SweepOutcome) -> Text:
                  "(see the failed steps trials in the journal)\n", style="bold red")
     if o.dropped_aio_keys:
         t.append(f"  --apply left out aio keys DeepSpeed ignores: {', '.join(o.dropped_aio_keys)}\n")
+    if o.confirm_error:
+        t.append(f"  NOT confirmed on training steps: {o.confirm_error}\n  (the recommendation rests on "
+                 f"{o.executor} alone; fix the job, then re-run with --fresh)\n", style="bold red")
+    t.append(threads_line(o))
     if o.validation_error:
         t.append(f"  DeepSpeed REJECTED it: {o.validation_error}\n", style="bold red")
     else:
@@ -94,7 +136,7 @@ def summary_text(o: SweepOutcome) -> Text:
 def render_sweep(o: SweepOutcome, width: int = 130) -> str:
     buf = io.StringIO()
     console = Console(file=buf, width=width, color_system=None, highlight=False)
-    console.print(Group(ranking_table(o), confirmed_table(o), summary_text(o)))
+    console.print(Group(ranking_table(o), confirmed_table(o), threads_table(o), summary_text(o)))
     if o.fragment:
         buf.write("Paste into your DeepSpeed config (nvme_path: your own):\n")
         buf.write(json.dumps(o.fragment, indent=2) + "\n")
@@ -103,10 +145,11 @@ def render_sweep(o: SweepOutcome, width: int = 130) -> str:
 
 def sweep_doc(o: SweepOutcome) -> dict[str, Any]:
     doc = {k: v for k, v in asdict(o).items()
-           if k not in ("ranking", "confirmed", "default", "recommended", "step_gain")}
+           if k not in ("ranking", "confirmed", "default", "recommended", "step_gain", "threads")}
     doc["step_gain"] = o.step_gain.to_json() if o.step_gain else None
     doc["ranking"] = [r.to_json() for r in o.ranking]
     doc["confirmed"] = [r.to_json() for r in o.confirmed]
+    doc["threads"] = [{"omp_threads": r.point.omp_threads, **r.to_json()} for r in o.threads]
     doc["default"] = o.default.to_json() if o.default else None
     doc["recommended"] = o.recommended.to_json() if o.recommended else None
     doc["gain_over_default"] = gain(o.recommended_row(), o.default)

@@ -7,8 +7,8 @@ anything it started, such as a first-use JIT build of the op), and joins
 `target.cgroup` before exec. Its stdout is one JSON object; its stderr is
 DeepSpeed's noise, kept apart and quoted only when a trial fails.
 
-`point.engine` is ignored (DeepSpeed's aio is libaio) and so is
-`point.omp_threads`.
+`point.engine` is always libaio here (the CLI refuses --engines io_uring with this
+executor) and `point.omp_threads` is 0 (threads are a training-step dimension).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from ..blockdev.identity import drive_identity
 from ..errors import UsageError
 from ..model.drive import DriveLimits
 from ..volumes.beds import DEFAULT_BED, bed_spec
+from .cmd_executor import UserJob, parse_user_job
 from .executor import Target
 from .pipeline import SweepRequest, run_sweep
 from .space import Profile, load_profile
@@ -42,6 +43,7 @@ class SpaceOverrides:
     single_submit: tuple[bool, ...] | None = None
     overlap_events: tuple[bool, ...] | None = None
     engine: tuple[str, ...] | None = None
+    omp_threads: tuple[int, ...] | None = None
 
     def given(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name)}
@@ -60,6 +62,10 @@ class SweepArgs:
     out: Path | None = None
     fresh: bool = False
     bed: str | None = None          # a named test bed (volumes.beds) when no target_dir; None: builtin
+    steps: int | None = None                 # training steps per confirmation trial
+    steps_timeout_s: float | None = None     # wall-clock limit per training-step trial
+    steps_cmd: str | None = None             # the user's training command, with {config}
+    ds_config: Path | None = None            # the user's DeepSpeed config (with steps_cmd)
 
 
 def build_profile(args: SweepArgs) -> Profile:
@@ -68,15 +74,34 @@ def build_profile(args: SweepArgs) -> Profile:
     run = prof.run
     if args.grid:
         run = replace(run, search="grid")
-    for key in ("repeats", "file_bytes", "confirm_top"):
+    for key in ("repeats", "file_bytes", "confirm_top", "steps", "steps_timeout_s"):
         value = getattr(args, key)
         if value is not None:
             run = replace(run, **{key: value})
     if run.file_bytes % 4096:
         raise UsageError("--file-bytes must be a multiple of 4096 (O_DIRECT)")
     if args.executor == "aio" and space.engine != ("libaio",):
+        if args.overrides.engine:
+            raise UsageError(f"--engines {','.join(space.engine)}: the aio executor measures DeepSpeed's own "
+                             f"engine, which is libaio only; drop --engines, or use --executor fio")
         space = replace(space, engine=("libaio",))     # DeepSpeed's aio is libaio only
-    return replace(prof, space=space, run=run)
+    prof = replace(prof, space=space, run=run)
+    check_dimensions(prof, args)
+    return prof
+
+
+def check_dimensions(prof: Profile, args: SweepArgs) -> None:
+    """Refuse what this sweep could not vary or run, rather than ignore it."""
+    if args.ds_config is not None and not args.steps_cmd:
+        raise UsageError("--ds-config is the DeepSpeed config of --steps-cmd's job: give --steps-cmd too "
+                         "(to write a recommendation into a config, use --apply)")
+    needs_steps = [what for what, given in (
+        ("--steps-cmd", bool(args.steps_cmd)),
+        ("CPU-optimizer threads (--omp-threads, or omp_threads in the profile)",
+         any(v > 0 for v in prof.space.omp_threads))) if given]
+    if needs_steps and prof.run.confirm_top <= 0:
+        raise UsageError(f"{needs_steps[0]} is measured on training steps, and this sweep runs none "
+                         f"(--confirm 0 / confirm_top = 0 in profile {prof.name}): give --confirm 1 or more")
 
 
 @contextlib.contextmanager
@@ -125,12 +150,20 @@ def run_sweep_command(args: SweepArgs, say: Callable[[str], None],
         raise UsageError("--bed and --path exclude each other: --bed sweeps a built-in test bed, --path "
                          "your own drive; give one")
     prof = build_profile(args)
+    job = user_job(args, prof)
     drive = drive_of(args)
-    out = args.out or default_out(prof.name, args.executor, drive)
+    out = args.out or default_out(prof.name, args.executor + ("-cmd" if job else ""), drive)
     with sweep_target(args, prof, say) as (target, ceiling):
         req = SweepRequest(profile=prof, executor=args.executor, out_dir=out, fresh=args.fresh,
-                           ceiling_bytes_per_s=ceiling, drive=drive)
+                           ceiling_bytes_per_s=ceiling, drive=drive, user_job=job)
         return run_sweep(req, target, on_trial, say), target
+
+
+def user_job(args: SweepArgs, prof: Profile) -> UserJob | None:
+    """--steps-cmd/--ds-config, checked before anything runs (None: the built-in workload)."""
+    if not args.steps_cmd:
+        return None
+    return parse_user_job(args.steps_cmd, args.ds_config, prof.run.steps, prof.run.steps_timeout_s)
 
 
 def run_layouts_command(args: SweepArgs, drives: int, cap_bytes_per_s: int, say: Callable[[str], None],
@@ -141,7 +174,14 @@ def run_layouts_command(args: SweepArgs, drives: int, cap_bytes_per_s: int, say:
     noatime,nodatacow)."""
     from .layouts import effects, quick_profile, sweep_layouts
 
-    prof = quick_profile(build_profile(args))
+    prof = build_profile(args)
+    steps_only = [what for what, given in (("--steps-cmd", bool(args.steps_cmd)),
+                                           ("--omp-threads", any(v > 0 for v in prof.space.omp_threads)))
+                  if given]
+    if steps_only:
+        raise UsageError(f"{steps_only[0]} is measured on training steps, and --layouts runs none (it sweeps "
+                         f"scratch drives with the aio search only): use one or the other")
+    prof = quick_profile(prof)
     out = args.out or Path("iotune-sweeps") / f"{prof.name}-{args.executor}-layouts"
     results = sweep_layouts(prof, args.executor, drives, cap_bytes_per_s, out, ("noatime", "nodatacow"),
                             args.fresh, say, on_trial, filesystems)

@@ -1,6 +1,7 @@
 """Stage 4 of a sweep, confirm: the finalists and DeepSpeed's defaults,
 measured again on real training steps (the built-in nvme-opt workload,
-optimizer state swapped to the target) in alternating pairs, so that real
+optimizer state swapped to the target, or the user's own job through
+--steps-cmd) in alternating pairs, so that real
 optimizer-step time decides.
 
 The finalists are the front of the executor's ranking (its tier of ties
@@ -21,7 +22,7 @@ from collections.abc import Callable
 
 from ..model.sweep import SweepPoint, Trial
 from ..model.sweep_result import Progress, Ranked, StepGain
-from .executor import Target
+from .executor import Executor, Target
 from .journal import Journal
 from .measure import Measurer
 from .rank import summarize_trials
@@ -44,16 +45,19 @@ def pair_plan(candidates: list[SweepPoint], default: SweepPoint,
 
 def confirm_on_steps(ranking: list[Ranked], default: SweepPoint, run: RunSettings, target: Target,
                      journal: Journal, on_trial: Callable[[Progress], None] | None = None,
-                     say: Callable[[str], None] = lambda s: None) -> tuple[list[Ranked], StepGain | None]:
-    """(the steps trials' rows, fastest optimizer step first; the best
-    candidate's gain over the defaults). ([], None) when confirm_top is 0."""
+                     say: Callable[[str], None] = lambda s: None,
+                     steps: Executor | None = None) -> tuple[list[Ranked], StepGain | None]:
+    """(the training-step trials' rows, fastest optimizer step first; the
+    best candidate's gain over the defaults). ([], None) when confirm_top is
+    0. `steps` is the training-step executor (default: the built-in
+    workload; the user's job with --steps-cmd)."""
     candidates = finalists(ranking, default, run.confirm_top)
     if run.confirm_top <= 0 or not candidates:
         return [], None
     rounds = max(1, run.confirm_pairs)
-    say(f"confirming {len(candidates)} candidate(s) against DeepSpeed's defaults on real training steps: "
-        f"{rounds} alternating pair(s) each, {run.steps} steps per run")
-    steps = StepsExecutor(steps=run.steps)
+    steps = steps or StepsExecutor(steps=run.steps, timeout_s=run.steps_timeout_s)
+    say(f"confirming {len(candidates)} candidate(s) against DeepSpeed's defaults with {run.steps} "
+        f"{getattr(steps, 'what', 'training steps each')}, in {rounds} alternating pair(s)")
     plan = pair_plan(candidates, default, rounds)
     measurer = Measurer(steps, target, journal, on_trial, planned=2 * len(plan))
     pairs: dict[str, list[tuple[Trial, Trial]]] = {c.key(): [] for c in candidates}

@@ -3,7 +3,7 @@
     propose points -> measure (executor + journal) -> rank
         -> confirm on training steps (finalists vs DeepSpeed's defaults,
            alternating pairs) -> recommend (never slower than the defaults
-           beyond the measured noise)
+           beyond the measured noise) -> CPU-optimizer threads
 
 Each stage is a module of its own (propose, measure, rank, confirm,
 recommend); what passes between them are model records (Proposal, Trial,
@@ -23,7 +23,9 @@ from pathlib import Path
 from ..blockdev.directio import direct_io_problem
 from ..errors import UsageError
 from ..model.journal import SweepEnv
+from ..model.sweep import Trial
 from ..model.sweep_result import Progress, Ranked, SweepOutcome
+from .cmd_executor import CommandExecutor, UserJob, swap_note
 from .confirm import confirm_on_steps
 from .executor import Executor, Target
 from .fio_executor import FioExecutor
@@ -33,6 +35,8 @@ from .propose import default_point, planned_trials, propose
 from .rank import rank, summarize_trials
 from .recommend import ds_fragment, pick, validate_with_deepspeed
 from .space import Profile, RunSettings, SearchSpace
+from .steps_executor import StepsExecutor
+from .threads import best_threads, sweep_threads
 
 
 def _aio() -> Executor:
@@ -53,6 +57,7 @@ class SweepRequest:
     validate: bool = True
     ceiling_bytes_per_s: float | None = None     # known limits of the drive, if any
     drive: dict[str, object] | None = None       # what the trials run on; a journal resumes only on the same
+    user_job: UserJob | None = None              # --steps-cmd: training steps of the user's job, not the built-in
 
 
 def check_target(directory: Path) -> None:
@@ -64,7 +69,8 @@ def check_target(directory: Path) -> None:
                          f"directory on ext4, xfs or btrfs on the drive you will use")
 
 
-def environment(target: Target, executor: str, drive: dict[str, object] | None) -> SweepEnv:
+def environment(target: Target, executor: str, drive: dict[str, object] | None,
+                user_job: UserJob | None = None) -> SweepEnv:
     def version(argv: list[str]) -> str:
         try:
             return subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout.strip()
@@ -75,7 +81,8 @@ def environment(target: Target, executor: str, drive: dict[str, object] | None) 
                     drive=dict(drive or {"path": str(target.directory)}),
                     fio=version(["fio", "--version"]) if shutil.which("fio") else "",
                     file_bytes=target.file_bytes, files=target.files, runtime_s=target.runtime_s,
-                    started_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+                    started_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                    steps_cmd=user_job.identity() if user_job else {})
 
 
 def search(measurer: Measurer, space: SearchSpace, settings: RunSettings) -> list[Ranked]:
@@ -96,7 +103,7 @@ def run_sweep(req: SweepRequest, target: Target, on_trial: Callable[[Progress], 
               say: Callable[[str], None] = lambda s: None) -> SweepOutcome:
     check_target(target.directory)
     journal = open_journal(req.out_dir, req.fresh)
-    env = environment(target, req.executor, req.drive)
+    env = environment(target, req.executor, req.drive, req.user_job)
     journal.check_resumable(env)
     journal.start(env)
     before = len(journal.trials)
@@ -104,8 +111,12 @@ def run_sweep(req: SweepRequest, target: Target, on_trial: Callable[[Progress], 
     measurer = Measurer(EXECUTORS[req.executor](), target, journal, on_trial, planned_trials(space, run))
     ranking = search(measurer, space, run)
     reference = default_point(space)
-    confirmed, step_gain = confirm_on_steps(ranking, reference, run, target, journal, on_trial, say)
+    steps = training_steps(req, target, say)
+    confirmed, step_gain = confirm_on_steps(ranking, reference, run, target, journal, on_trial, say, steps)
     recommended = pick(ranking, confirmed, step_gain, reference)
+    confirm_error = steps_failure(confirmed, journal.trials, steps.name)
+    threads = (sweep_threads(recommended, space.omp_threads, steps, target, journal, on_trial, say)
+               if recommended is not None and not confirm_error and confirmed else [])
     fragment = ds_fragment(recommended, str(target.directory)) if recommended else {}
     error = validate_with_deepspeed(fragment) if recommended and req.validate else None
     return SweepOutcome(
@@ -117,4 +128,24 @@ def run_sweep(req: SweepRequest, target: Target, on_trial: Callable[[Progress], 
         fragment=fragment, validation_error=error, trials=len(journal.trials),
         trials_run_now=len(journal.trials) - before,
         failed=sum(t.status != "ok" for t in journal.trials), journal=str(journal.path), step_gain=step_gain,
+        confirm_error=confirm_error, threads=threads, omp_threads_best=best_threads(threads),
     )
+
+
+def training_steps(req: SweepRequest, target: Target, say: Callable[[str], None]) -> Executor:
+    """The executor of real training steps: the user's job or the built-in workload."""
+    run = req.profile.run
+    if req.user_job is None:
+        return StepsExecutor(steps=run.steps, timeout_s=run.steps_timeout_s)
+    say(swap_note(req.user_job, target.directory))
+    return CommandExecutor(req.user_job)
+
+
+def steps_failure(confirmed: list[Ranked], trials: list[Trial], executor: str) -> str:
+    """When training steps were run and none could be measured: why (the
+    first failed trial's error), so the outcome says so; else ""."""
+    if not confirmed or any(r.scores for r in confirmed):
+        return ""
+    keys = {r.point.key() for r in confirmed}
+    errors = [t.error for t in trials if t.executor == executor and t.status != "ok" and t.point.key() in keys]
+    return f"every training-step trial failed ({executor}); the first: {errors[0] if errors else 'no trial ran'}"

@@ -40,6 +40,7 @@ class RunSettings:
     noise_floor: float = 0.05         # steps: a gain must clear this fraction (and the pairs' spread)
     runtime_s: float = 0.0            # fio: time-based trials of this length per direction (0: size-based)
     ramp_s: float = 0.0               # fio: excluded from the start of each direction
+    steps_timeout_s: float = 1800.0   # wall-clock limit of one training-step trial
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,7 @@ def _run(raw: dict[str, Any], path: Path, text: str) -> RunSettings:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
                 raise _bad(path, text, "run", key, "expected a fraction in [0, 1), e.g. 0.05")
             vals[key] = float(v)
-        elif key in ("runtime_s", "ramp_s"):
+        elif key in ("runtime_s", "ramp_s", "steps_timeout_s"):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
                 raise _bad(path, text, "run", key, "expected seconds >= 0, e.g. 2.0")
             vals[key] = float(v)

@@ -22,6 +22,7 @@ from .executor import Target, TrialFailed
 
 class StepsExecutor:
     name = "steps"
+    what = "training steps each"
 
     def __init__(self, steps: int = 6, size: str = "tiny", strategy: str = "nvme-opt",
                  timeout_s: float = 1800.0) -> None:

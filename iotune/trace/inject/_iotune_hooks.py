@@ -15,7 +15,16 @@ Stdlib only: this runs inside the traced job, whichever Python it uses.
 
 Events go to IOTUNE_EVENTS_DIR/events-<pid>.jsonl, buffered and flushed at
 the end of every phase and at exit. Timing only: no synchronisation is added,
-so on a GPU, phase times are host-side (kernel launch) times.
+so on a GPU, phase times are host-side (kernel launch) times. The first line
+of each file is {"k": "proc", "pid", "rank", "argv", "omp"} (omp: the
+process's OMP_NUM_THREADS, null when unset).
+
+Stopping (`iotune sweep --steps-cmd`): with IOTUNE_MAX_STEPS=N, the process
+raises SystemExit(0) from DeepSpeedEngine.step() right after its N-th
+completed optimizer step, once that step's event is on disk. Every rank
+counts its own steps and they step in lockstep, so all ranks leave after the
+same step and a launcher sees a clean exit; the job's own cleanup (finally,
+atexit) still runs. Without the variable nothing is ever stopped.
 """
 
 import atexit
@@ -28,7 +37,7 @@ import threading
 import time
 
 _lock = threading.Lock()
-_state = {"step": 0, "phase": "", "out": None}
+_state = {"step": 0, "phase": "", "out": None, "optimizer_steps": 0}
 
 ENGINE = "deepspeed.runtime.engine"
 SWAP_UTILS = "deepspeed.runtime.swap_tensor.utils"
@@ -39,7 +48,8 @@ def _out():
     if _state["out"] is None:
         path = os.path.join(os.environ["IOTUNE_EVENTS_DIR"], f"events-{os.getpid()}.jsonl")
         out = open(path, "a", buffering=1 << 16)
-        proc = {"k": "proc", "pid": os.getpid(), "rank": int(os.environ.get("RANK", "0")), "argv": sys.argv[:8]}
+        proc = {"k": "proc", "pid": os.getpid(), "rank": int(os.environ.get("RANK", "0")), "argv": sys.argv[:8],
+                "omp": os.environ.get("OMP_NUM_THREADS")}
         out.write(json.dumps(proc, separators=(",", ":")) + "\n")
         _state["out"] = out
         atexit.register(_flush)
@@ -75,17 +85,37 @@ def _wrap_phase(cls, method, name):
         _state["step"], _state["phase"] = step, phase
         t0 = time.monotonic_ns()
         try:
-            return orig(self, *args, **kwargs)
+            result = orig(self, *args, **kwargs)
         finally:
             _emit({"k": "phase", "n": phase, "s": step, "t0": t0, "t1": time.monotonic_ns()})
             _state["phase"] = outer
             if not outer:
                 _flush()
+        if phase == "optimizer" and not outer:
+            _count_step()
+        return result
 
     wrapper.__wrapped__ = orig
     wrapper.__name__ = getattr(orig, "__name__", method)
     wrapper.__doc__ = getattr(orig, "__doc__", None)
     setattr(cls, method, wrapper)
+
+
+def _max_steps():
+    try:
+        return int(os.environ.get("IOTUNE_MAX_STEPS", "0"))
+    except ValueError:
+        return 0
+
+
+def _count_step():
+    """After the IOTUNE_MAX_STEPS-th optimizer step: leave the job cleanly."""
+    _state["optimizer_steps"] += 1
+    limit = _max_steps()
+    if limit > 0 and _state["optimizer_steps"] >= limit:
+        _emit({"k": "stop", "steps": _state["optimizer_steps"], "t": time.monotonic_ns()})
+        _flush()
+        raise SystemExit(0)
 
 
 def _accumulation_steps(engine):
