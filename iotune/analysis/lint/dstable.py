@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import pprint
+import sys
 import types
 import typing
 from pathlib import Path
@@ -119,5 +120,5 @@ def table_module_source(table: dict[str, Any]) -> str:
             f"TABLE: dict[str, Any] = {pprint.pformat(table, width=110, sort_dicts=True)}\n")
 
 
-if __name__ == "__main__":
-    print(table_module_source(generate_table()), end="")
+if __name__ == "__main__":          # regenerate: python -m iotune.analysis.lint.dstable > ds_schema_<version>.py
+    sys.stdout.write(table_module_source(generate_table()))
