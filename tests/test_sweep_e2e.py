@@ -105,8 +105,8 @@ def test_real_steps_decide_in_alternating_pairs_against_the_defaults(tmp_path: P
     r = CliRunner().invoke(cli, ["sweep", "--profile", str(tmp_path / "p.toml"), "--confirm", "1", "-o", str(out),
                                  "--json"])
     assert r.exit_code == 0, r.stderr[-3000:]
-    assert ("confirming 1 candidate(s) against DeepSpeed's defaults on real training steps: 2 alternating "
-            "pair(s) each, 3 steps per run\n") in r.stderr
+    assert ("confirming 1 candidate(s) against DeepSpeed's defaults with 3 training steps each, in 2 "
+            "alternating pair(s)\n") in r.stderr
     doc = json.loads(r.stdout)
     default = SweepPoint(block_size=1 << 20, queue_depth=8)          # DeepSpeed's aio defaults
     candidate = SweepPoint(block_size=256 << 10, queue_depth=8)

@@ -5,6 +5,7 @@ dimension (--omp-threads) on training steps."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import shutil
 import subprocess
 import sys
@@ -160,12 +161,17 @@ def ext4_dir(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["losetup", "-d", loop], check=False)
 
 
-def _profile(tmp_path: Path, block_sizes: str = '"1M"', steps: int = 3) -> Path:
+def _profile(tmp_path: Path, block_sizes: str = '"256K", "1M"', steps: int = 3) -> Path:
+    """Two points, so one candidate besides DeepSpeed's defaults (1M) is
+    confirmed against them, in one pair."""
     path = tmp_path / "p.toml"
     path.write_text(f'[space]\nblock_size = [{block_sizes}]\nqueue_depth = [8]\nintra_op_parallelism = [1]\n'
                     f'single_submit = [false]\noverlap_events = [true]\n[run]\nsearch = "grid"\nrepeats = 1\n'
-                    f'file_bytes = "4M"\nconfirm_top = 1\nsteps = {steps}\n')
+                    f'file_bytes = "4M"\nconfirm_top = 1\nconfirm_pairs = 1\nsteps = {steps}\n')
     return path
+
+
+CANDIDATE = SweepPoint(block_size=256 << 10)      # the profile's one point besides the defaults
 
 
 def _user_config(tmp_path: Path, **overrides: object) -> Path:
@@ -196,11 +202,15 @@ def test_user_command_loop_on_the_builtin_script_with_threads(ext4_dir: Path, tm
     assert (f"sweep: nvme_path {tmp_path / 'my-own-swap'} in {cfg}: each trial's config copy swaps to a fresh "
             f"directory {ext4_dir}/iotune-swap-* instead, since the sweep tunes the drive at --path") in r.stderr
     assert journal.env is not None and journal.env.steps_cmd["argv"][-1] == "{config}"
-    cmd = {t.point.omp_threads: t for t in journal.trials if t.executor == "cmd"}
-    assert sorted(cmd) == [0, 2] and {t.point.key() for t in cmd.values()} == {
-        DEFAULT.key(), SweepPoint(omp_threads=2).key()}
+    trials = [t for t in journal.trials if t.executor == "cmd"]
+    doc = json.loads(r.stdout)
+    chosen = SweepPoint.from_json(doc["recommended"])
+    # one (candidate, defaults) pair, then the recommendation at 2 CPU threads
+    assert [t.point.key() for t in trials] == [CANDIDATE.key(), DEFAULT.key(),
+                                               replace(chosen, omp_threads=2).key()]
     assert not [t for t in journal.trials if t.executor == "steps"]        # no built-in-workload trials
-    for threads, t in cmd.items():
+    cmd = {t.point.omp_threads: t for t in trials}
+    for threads, t in [(t.point.omp_threads, t) for t in trials]:
         assert t.status == "ok", t.error
         assert (t.raw["returncode"], t.raw["ended_by"], len(t.raw["steps"])) == (0, "", 3)   # stopped after 3
         assert t.raw["swap_bytes"]["write"] > 0 and t.raw["swap_bytes"]["read"] > 0
@@ -211,8 +221,7 @@ def test_user_command_loop_on_the_builtin_script_with_threads(ext4_dir: Path, tm
         for hooked in t.raw["steps"][:2]:
             assert abs(hooked["optimizer_step_s"] - own[hooked["step"] + 1].optimizer_step_s) < 0.005
     assert list(ext4_dir.glob("iotune-swap-*")) == []                   # swap files removed after every trial
-    doc = json.loads(r.stdout)
-    assert [c["executor"] for c in doc["confirmed"]] == ["cmd"] and doc["confirm_error"] == ""
+    assert {c["executor"] for c in doc["confirmed"]} == {"cmd"} and doc["confirm_error"] == ""
     [row] = doc["threads"]
     assert (row["omp_threads"], row["executor"], doc["omp_threads_best"]) == (2, "cmd", 2)
     assert row["optimizer_step_s"] == cmd[2].measurement.optimizer_step_s
@@ -226,10 +235,10 @@ def test_user_command_loop_on_a_plain_deepspeed_script(ext4_dir: Path, tmp_path:
     and the hook stops it after 3 of its 1000 steps."""
     cfg = _user_config(tmp_path, gradient_accumulation_steps=2, train_micro_batch_size_per_gpu=8)
     r, journal = _run_sweep(ext4_dir, tmp_path, f"{sys.executable} -W ignore {PLAIN_SCRIPT} --deepspeed_config "
-                            f"{{config}}", cfg, profile=_profile(tmp_path, '"256K", "1M"'))
+                            f"{{config}}", cfg)
     assert r.exit_code == 0, r.stderr[-3000:]
     doc = json.loads(r.stdout)
-    expected = {doc["ranking"][0]["key"], DEFAULT.key()}
+    expected = {CANDIDATE.key(), DEFAULT.key()}                        # one pair
     cmd = [t for t in journal.trials if t.executor == "cmd"]
     assert {t.point.key() for t in cmd} == expected and len(cmd) == len(expected)
     for t in cmd:
@@ -238,7 +247,8 @@ def test_user_command_loop_on_a_plain_deepspeed_script(ext4_dir: Path, tmp_path:
         assert f'"block_size": {t.point.block_size}' in t.raw["stdout_tail"]       # its own aio block
         assert 0 < t.measurement.optimizer_step_s < t.measurement.step_s
     assert {c["key"] for c in doc["confirmed"]} == expected
-    assert doc["recommended"] == doc["confirmed"][0]["point"] and doc["threads"] == []
+    faster = doc["step_gain"]["verdict"] == "faster"                  # the pair decides
+    assert doc["recommended"] == (CANDIDATE if faster else DEFAULT).to_json() and doc["threads"] == []
     assert list(ext4_dir.glob("iotune-swap-*")) == []
 
 
@@ -254,12 +264,14 @@ def test_a_failing_user_command_is_a_failed_trial(ext4_dir: Path, tmp_path: Path
                                                   error: str) -> None:
     r, journal = _run_sweep(ext4_dir, tmp_path, command, _user_config(tmp_path))
     assert r.exit_code == 1, r.output
-    [fio] = [t for t in journal.trials if t.executor == "fio"]
-    [cmd] = [t for t in journal.trials if t.executor == "cmd"]
-    assert fio.status == "ok" and cmd.status == "failed" and cmd.error.startswith(error), cmd.error
+    fio = [t for t in journal.trials if t.executor == "fio"]
+    cmd = [t for t in journal.trials if t.executor == "cmd"]        # the candidate, then the defaults
+    assert [t.status for t in fio] == ["ok", "ok"] and [t.point.key() for t in cmd] == [CANDIDATE.key(),
+                                                                                       DEFAULT.key()]
+    assert all(t.status == "failed" and t.error.startswith(error) for t in cmd), [t.error for t in cmd]
     doc = json.loads(r.stdout)
-    assert doc["confirm_error"] == f"every training-step trial failed (cmd); the first: {cmd.error}"
-    assert doc["failed"] == 1 and doc["threads"] == []
+    assert doc["confirm_error"] == f"every training-step trial failed (cmd); the first: {cmd[0].error}"
+    assert doc["failed"] == 2 and doc["threads"] == []
     assert list(ext4_dir.glob("iotune-swap-*")) == []
 
 
