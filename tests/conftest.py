@@ -3,6 +3,7 @@ reason naming what is missing; CI has all of them."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -71,3 +72,19 @@ def make_loops(tmp_path: Path, n: int, size: int = 256 << 20) -> list[str]:
         subprocess.run(["partx", "-d", dev], check=False, capture_output=True)
         out.append(dev)
     return out
+
+
+@contextlib.contextmanager
+def ext4_mount(tmp_path: Path, size: int) -> Iterator[Path]:
+    """A fresh ext4 filesystem of `size` bytes on a direct-I/O loop device,
+    mounted at tmp_path/mnt; unmounted and detached afterwards."""
+    [loop] = make_loops(tmp_path, 1, size)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    try:
+        subprocess.run(["mkfs.ext4", "-q", "-F", "-E", "nodiscard", loop], check=True)
+        subprocess.run(["mount", loop, str(mnt)], check=True)
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False, capture_output=True)
+        subprocess.run(["losetup", "-d", loop], check=False)

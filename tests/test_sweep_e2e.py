@@ -16,23 +16,15 @@ from iotune.sweep.journal import Journal
 from iotune.sweep.recommend import ds_fragment, validate_with_deepspeed
 from iotune.sweep.steps_executor import StepsExecutor
 
-from .conftest import make_loops, needs_deepspeed, needs_fio, needs_root
+from .conftest import ext4_mount, make_loops, needs_deepspeed, needs_fio, needs_root
 
 
 
 @pytest.fixture
 def small_fs(tmp_path: Path):
     """A 32 MiB ext4 filesystem on a loop device: fills up quickly."""
-    [loop] = make_loops(tmp_path, 1, 32 << 20)
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    subprocess.run(["mkfs.ext4", "-q", "-F", "-E", "nodiscard", loop], check=True)
-    subprocess.run(["mount", loop, str(mnt)], check=True)
-    try:
+    with ext4_mount(tmp_path, 32 << 20) as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], check=False)
-        subprocess.run(["losetup", "-d", loop], check=False)
 
 
 @needs_root

@@ -27,7 +27,7 @@ from iotune.sweep.cmd_executor import trial_config
 from iotune.sweep.threads import best_threads
 from iotune.workloads.strategies import WorkloadSpec, ds_config
 
-from .conftest import make_loops, needs_deepspeed, needs_fio, needs_root_for
+from .conftest import ext4_mount, needs_deepspeed, needs_fio, needs_root_for
 
 PLAIN_SCRIPT = Path(__file__).parent / "data" / "plain_ds_train.py"
 DEFAULT = SweepPoint()                    # DeepSpeed's aio defaults (1M, qd 8)
@@ -149,16 +149,8 @@ def ext4_dir(tmp_path: Path) -> Iterator[Path]:
     """A directory on a 512 MiB ext4 loop drive (DeepSpeed swaps with O_DIRECT)."""
     if shutil.which("mkfs.ext4") is None:
         pytest.skip("needs mkfs.ext4 (e2fsprogs)")
-    [loop] = make_loops(tmp_path, 1, 512 << 20)
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    subprocess.run(["mkfs.ext4", "-q", "-F", "-E", "nodiscard", loop], check=True)
-    subprocess.run(["mount", loop, str(mnt)], check=True)
-    try:
+    with ext4_mount(tmp_path, 512 << 20) as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], check=False)
-        subprocess.run(["losetup", "-d", loop], check=False)
 
 
 def _profile(tmp_path: Path, block_sizes: str = '"256K", "1M"', steps: int = 3) -> Path:
