@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..model.lint import LintFinding
 from ..model.reports import LintReport
 from .base import Renderer
 
@@ -30,15 +29,6 @@ def lint_json(report: LintReport) -> str:
     return json.dumps(report.to_json(), indent=1) + "\n"
 
 
-def render_findings(path: str, findings: list[LintFinding]) -> str:
-    """Console text for `findings` in `path` (the registry's entry point)."""
-    return render_lint(LintReport(path, tuple(findings)))
-
-
-def findings_json(path: str, findings: list[LintFinding]) -> str:
-    return lint_json(LintReport(path, tuple(findings)))
-
-
 class LintReportConsole(Renderer):
     record_type, format, file_extension = LintReport, "console", "txt"
 
@@ -51,6 +41,3 @@ class LintReportJson(Renderer):
 
     def render(self, record: Any) -> str:
         return lint_json(record)
-
-
-LINT_RENDERERS: dict[str, type[Renderer]] = {"console": LintReportConsole, "json": LintReportJson}
