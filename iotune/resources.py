@@ -1,6 +1,7 @@
 """Where iotune's data files are: the BPF probe sources (probes/), the
-sweep profiles (profiles/) and the startup hook (trace/inject/). Stdlib only;
-any layer may import it.
+sweep profiles (profiles/), the startup hook (trace/inject/) and the JSON
+Schemas of iotune's machine output (schemas/). Stdlib only; any layer may
+import it.
 
 The first two sit at the top of the repository and are shipped as the
 package data `iotune.probes` and `iotune.profiles` (pyproject.toml maps the
@@ -15,7 +16,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from .errors import IotuneError
+from .errors import IotuneError, UsageError
 
 PROBES, PROFILES = "probes", "profiles"
 # A file each directory must hold (tells the checkout copy from anything else).
@@ -80,3 +81,30 @@ def inject_dir() -> Path:
         raise IotuneError(f"iotune's startup hook is missing ({path / 'sitecustomize.py'}): reinstall iotune "
                           f"(pip install iotune, or pip install -e . in a checkout)")
     return path
+
+
+def schemas_dir() -> Path:
+    """The published JSON Schemas (NAME-MAJOR.json), package data of `iotune`."""
+    path = Path(__file__).resolve().parent / "schemas"
+    if not path.is_dir() or not any(path.glob("*.json")):
+        raise IotuneError(f"iotune's JSON Schemas are missing ({path}): reinstall iotune "
+                          f"(pip install iotune, or pip install -e . in a checkout)")
+    return path
+
+
+def schema_names() -> list[str]:
+    """Every schema, as NAME-MAJOR (e.g. run-1), sorted."""
+    return sorted(p.stem for p in schemas_dir().glob("*.json"))
+
+
+def schema_path(name: str) -> Path:
+    """The file of one schema: `run-1` (or `run-1.json`) names a version,
+    `run` the newest version of that document."""
+    stem = name.removesuffix(".json")
+    names = schema_names()
+    if stem not in names:
+        versions = [n for n in names if n.rpartition("-")[0] == stem and n.rpartition("-")[2].isdigit()]
+        if not versions:
+            raise UsageError(f"no JSON Schema named {name}: choose one of {', '.join(names)}")
+        stem = max(versions, key=lambda n: int(n.rpartition("-")[2]))
+    return schemas_dir() / f"{stem}.json"

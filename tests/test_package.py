@@ -54,6 +54,8 @@ def test_wheel_carries_every_module_probe_and_profile(wheel: Path) -> None:
         files = {f"iotune/{data}/{p.name}" for e in ext for p in (ROOT / data).glob(e)}
         assert files and files <= names, sorted(files - names)
     assert "iotune/probes/blockio.c" in names and "iotune/profiles/default.toml" in names
+    schemas = {p.relative_to(ROOT).as_posix() for p in (ROOT / "iotune" / "schemas").glob("*.json")}
+    assert "iotune/schemas/run-1.json" in schemas and schemas <= names, sorted(schemas - names)
 
 
 @needs_root
@@ -73,7 +75,8 @@ def test_installed_wheel_traces_from_outside_the_checkout(wheel: Path, loop_driv
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    where = subprocess.run([str(py), "-c", "import iotune.resources as r; print(r.__file__); print(r.probes_dir())"],
+    where = subprocess.run([str(py), "-c", "import iotune.resources as r; print(r.__file__); print(r.probes_dir()); "
+                                           "print(r.schema_path('run'))"],
                            capture_output=True, text=True, env=env, cwd=elsewhere, check=True).stdout.split()
     assert all(p.startswith(purelib) for p in where), where    # the installed copy, not this checkout
     out = tmp_path / "run"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from dataclasses import asdict
 from typing import Any
 
@@ -76,5 +77,10 @@ def render_check(rows: list[CheckRow], width: int = 110) -> str:
 def plan_json(plan: Plan, rows: list[CheckRow] | None = None) -> str:
     doc: dict[str, Any] = asdict(plan)
     if rows is not None:
-        doc["check"] = [{**asdict(r), "error_pct": r.error_pct} for r in rows]
-    return json.dumps(doc, indent=1) + "\n"
+        # null where the error has no finite value (nothing measured): JSON has no Infinity
+        doc["check"] = [{**asdict(r), "error_pct": _finite(r.error_pct)} for r in rows]
+    return json.dumps(doc, indent=1, allow_nan=False) + "\n"
+
+
+def _finite(v: float | None) -> float | None:
+    return v if v is not None and math.isfinite(v) else None

@@ -1,0 +1,66 @@
+"""`iotune schema`: the published JSON Schemas of iotune's machine output
+(run.json and the --json of trace/report, sweep and plan), listed, printed,
+or used to check a file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import UsageError
+from .options import CliError, library_errors
+
+
+@click.command()
+@click.argument("name", required=False)
+@click.option("--path", "show_path", is_flag=True, help="Print where the schema file is instead of its text.")
+@click.option("--validate", "documents", multiple=True, metavar="FILE",
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Check a JSON file against the schema (repeatable); exit 1 if one does not conform.")
+@library_errors
+def schema(name: str | None, show_path: bool, documents: tuple[Path, ...]) -> None:
+    """List the JSON Schemas, or print one (NAME: e.g. run, run-1, sweep).
+
+    \b
+    Examples:
+      iotune schema                                       what each schema covers
+      iotune schema run > run-1.json                      the schema of a saved run.json
+      iotune trace --json -- dd ... > t.json && iotune schema trace-report --validate t.json
+    """
+    from ..resources import schema_names, schema_path
+
+    if name is None:
+        if show_path or documents:
+            raise UsageError("--path and --validate need a schema NAME (iotune schema lists them)")
+        for n in schema_names():
+            click.echo(f"{n:<18} {_load(schema_path(n)).get('title', '')}")
+        return
+    path = schema_path(name)
+    if not documents:
+        click.echo(str(path) if show_path else path.read_text(), nl=show_path)
+        return
+    failures = [f"{doc}: {msg}" for doc in documents for msg in _problems(_load(path), _load(doc))]
+    if failures:
+        raise CliError(f"does not conform to {path.stem}:\n  " + "\n  ".join(failures))
+    for doc in documents:
+        click.echo(f"{doc}: conforms to {path.stem}")
+
+
+def _load(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{path} is not readable JSON: {e}") from None
+
+
+def _problems(schema_doc: dict[str, Any], doc: Any, limit: int = 20) -> list[str]:
+    """What in `doc` breaks the schema: "at /json/pointer: message", at most `limit`."""
+    try:
+        from jsonschema import Draft202012Validator
+    except ImportError:
+        raise UsageError("--validate needs the jsonschema package: pip install jsonschema") from None
+    errors = sorted(Draft202012Validator(schema_doc).iter_errors(doc), key=lambda e: list(map(str, e.path)))
+    return [f"at /{'/'.join(map(str, e.path))}: {e.message}" for e in errors[:limit]]
