@@ -60,7 +60,10 @@ def _problems(schema_doc: dict[str, Any], doc: Any, limit: int = 20) -> list[str
     """What in `doc` breaks the schema: "at /json/pointer: message", at most `limit`."""
     try:
         from jsonschema import Draft202012Validator
+        from jsonschema.exceptions import best_match
     except ImportError:
         raise UsageError("--validate needs the jsonschema package: pip install jsonschema") from None
-    errors = sorted(Draft202012Validator(schema_doc).iter_errors(doc), key=lambda e: list(map(str, e.path)))
-    return [f"at /{'/'.join(map(str, e.path))}: {e.message}" for e in errors[:limit]]
+    # an error under anyOf (a record or null) is reported from the branch that fits best
+    errors = [best_match([e]) or e for e in Draft202012Validator(schema_doc).iter_errors(doc)]
+    errors.sort(key=lambda e: list(map(str, e.absolute_path)))
+    return [f"at /{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in errors[:limit]]
