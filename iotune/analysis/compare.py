@@ -37,4 +37,5 @@ def compare_row(run: TraceRun, label: str) -> CompareRow:
 
 def compare_runs(runs: list[tuple[TraceRun, str]]) -> Comparison:
     """(run, fallback label) pairs -> the comparison, first run as reference."""
-    return Comparison(tuple(compare_row(run, label_of(run, name)) for run, name in runs))
+    return Comparison(tuple(compare_row(run, label_of(run, name)) for run, name in runs),
+                      tuple(run for run, _ in runs))

@@ -11,6 +11,7 @@ from typing import Any
 from .checks import CheckResult
 from .lint import LintFailure, LintFinding
 from .plan import Plan
+from .run import TraceRun
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class CompareRow:
 @dataclass(frozen=True)
 class Comparison:
     rows: tuple[CompareRow, ...]     # the first is the reference
+    runs: tuple[TraceRun, ...] = ()  # the runs themselves, row for row (for overlaid plots); may be empty
 
 
 @dataclass(frozen=True)

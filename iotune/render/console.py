@@ -8,6 +8,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ..analysis.downsample import envelope, interval_series
 from ..analysis.summary import patterns, summarize, top_sizes, totals
 from ..model.histogram import log2_from_sizes, size_slot_bounds
 from ..model.run import DeviceStats, DirectionStats, TraceRun
@@ -141,29 +142,22 @@ def pattern_table(run: TraceRun, block_size_bytes: int | None) -> RenderableType
 
 
 def timeline(run: TraceRun) -> RenderableType:
-    series: dict[tuple[str, str], dict[int, int]] = {}
-    last = 0
-    for p in run.timeline:
-        if p.op in ("read", "write"):
-            b = int(round(p.t_s / run.interval_s))
-            series.setdefault((p.device, p.op), {})[b] = series.get((p.device, p.op), {}).get(b, 0) + p.bytes
-            last = max(last, b)
+    series = interval_series(run)
     if not series:
         return Text("")
-    n = last + 1
-    group = max(1, -(-n // TIMELINE_WIDTH))
+    group = envelope(series[0].bytes, TIMELINE_WIDTH).bucket
     t = Text(f"Timeline: MB/s per {run.interval_s * group:g} s, scaled to each row's peak\n",
              style="bold italic")
-    for (dev, op), buckets in sorted(series.items()):
-        cols = [sum(buckets.get(i, 0) for i in range(c, c + group)) for c in range(0, n, group)]
+    for s in series:
+        cols = envelope(s.bytes, TIMELINE_WIDTH).total
         peak = max(cols)
         line = "".join(spark(v, peak) for v in cols)
         peak_rate = peak / (run.interval_s * group)
-        t.append(f"{dev:>8} {op:<5} |{line}| peak {units.rate(peak_rate)} MB/s\n")
+        t.append(f"{s.device:>8} {s.op:<5} |{line}| peak {units.rate(peak_rate)} MB/s\n")
     return t
 
 
-def spark(value: int, peak: int) -> str:
+def spark(value: float, peak: float) -> str:
     """One sparkline cell; any non-zero value shows at least the lowest bar."""
     if peak <= 0 or value <= 0:
         return SPARK[0]

@@ -13,6 +13,7 @@ from .base import Renderer, RenderOptions
 from .compare import compare_json, render_compare
 from .console import ConsoleRenderer
 from .doctor import doctor_json, render_checks
+from .html import HTML_RENDERERS
 from .json import JsonRenderer
 from .lint import LintReportConsole, LintReportJson
 from .plan import plan_json, render_check, render_plan
@@ -108,7 +109,8 @@ class DoctorJson(Renderer):
 RENDERERS: dict[tuple[type, str], type[Renderer]] = {
     (cls.record_type, cls.format): cls
     for cls in (TraceConsole, TraceJson, SweepConsole, SweepJson, LayoutsConsole, LayoutsJson, CompareConsole,
-                CompareJson, PlanConsole, PlanJson, LintReportConsole, LintReportJson, DoctorConsole, DoctorJson)
+                CompareJson, PlanConsole, PlanJson, LintReportConsole, LintReportJson, DoctorConsole, DoctorJson,
+                *HTML_RENDERERS)
 }
 
 
