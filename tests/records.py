@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from iotune.model.histogram import lat_slot, log2_from_sizes
 from iotune.model.run import DeviceStats, DirectionStats, HostInfo, TimelinePoint, TraceRun
+from iotune.model.sweep_result import SweepOutcome
 
 KiB = 1024
 
@@ -79,3 +80,34 @@ def attributed_run(strategy: str = "nvme-opt", step_ms: int = 400, swap_bytes: i
                    timeline=tuple(timeline), interval_s=0.01, duration_s=4 * step_ms / 1000,
                    clock_origin_ns=origin, attribution=Attribution(tuple(phases), tuple(swaps), (0,),
                                                                     {"optimizer: exp_avg": 1}))
+
+
+def sweep_outcome(confirmed: bool = True) -> SweepOutcome:
+    """A fio sweep over block sizes 256K/1M x queue depths 4/8/32 (1 and 2
+    threads at 1M qd8), the best confirmed on training steps against the
+    defaults, with an OMP_NUM_THREADS table."""
+    from iotune.model.sweep import SweepPoint
+    from iotune.model.sweep_result import Ranked, StepGain, SweepOutcome
+
+    def ranked(p: SweepPoint, mb_s: float, executor: str = "fio", step_s: float | None = None) -> Ranked:
+        score = mb_s * 1e6
+        return Ranked(p, executor, (score, score), 0, score, 0.0, score, score, step_s,
+                      None if step_s is None else step_s / 2)
+
+    grid = {(256 * KiB, 4): 120, (256 * KiB, 8): 180, (256 * KiB, 32): 190,
+            (1024 * KiB, 4): 150, (1024 * KiB, 8): 195, (1024 * KiB, 32): 199}
+    ranking = sorted((ranked(SweepPoint(block_size=b, queue_depth=q), mb) for (b, q), mb in grid.items()),
+                     key=lambda r: -r.median)
+    ranking.append(ranked(SweepPoint(block_size=1024 * KiB, queue_depth=8, intra_op_parallelism=2), 170))
+    best, default = ranking[0], next(r for r in ranking if r.point == SweepPoint())
+    gain = StepGain(best.point, (1.9, 2.1, 2.2), 2.1, 1.9, 2.2, 3, 0.3, "faster", 0.5, 1.05)
+    steps = [ranked(best.point, 2.0, "steps", 1.0), ranked(default.point, 1.0, "steps", 2.1)]
+    threads = [ranked(SweepPoint(block_size=best.point.block_size, queue_depth=32, omp_threads=n), 1.0, "steps", s)
+               for n, s in ((1, 1.4), (2, 1.0))]
+    return SweepOutcome(target="/mnt/nvme", profile="default", executor="fio", ranking=ranking,
+                        confirmed=steps if confirmed else [], recommended=best.point, default=default,
+                        ceiling_bytes_per_s=200e6, ceiling_source="known limits",
+                        fragment={"aio": {"block_size": best.point.block_size, "queue_depth": 32}},
+                        validation_error=None, trials=7, trials_run_now=7, failed=0, journal="iotune-sweeps/j",
+                        step_gain=gain if confirmed else None, threads=threads if confirmed else [],
+                        omp_threads_best=2 if confirmed else 0)

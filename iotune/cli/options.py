@@ -123,6 +123,27 @@ def report_options(fn: F) -> F:
     return fn
 
 
+def html_option(fn: F) -> F:
+    """--html FILE: also write the report as one self-contained HTML file."""
+    return click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                        metavar="FILE", help="Also write the report to FILE as one self-contained HTML page "
+                                             "with interactive charts (opens offline, nothing fetched).")(fn)
+
+
+def write_html(record: Any, path: Path | None) -> None:
+    """`record`'s HTML report into `path` (nothing when None); says where on stderr."""
+    if path is None:
+        return
+    from ..errors import UsageError
+    from ..render.registry import render
+
+    try:
+        path.write_text(render(record, "html"), encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"cannot write the HTML report to {path}: {e.strerror}; choose another --html FILE") from None
+    say(f"HTML report: {path}")
+
+
 def chosen_format(fmt: str, as_json: bool) -> str:
     return "json" if as_json else fmt
 

@@ -11,8 +11,8 @@ import click
 
 from ..model.units import parse_size
 from ..volumes.beds import BEDS, DEFAULT_BED
-from .options import (RATE, SIZE, bool_word, chosen_format, csv_list, emit, format_option, library_errors,
-                      out_option, positive_int, say)
+from .options import (RATE, SIZE, bool_word, chosen_format, csv_list, emit, format_option, html_option,
+                      library_errors, out_option, positive_int, say, write_html)
 
 
 @click.command()
@@ -85,6 +85,7 @@ from .options import (RATE, SIZE, bool_word, chosen_format, csv_list, emit, form
 @click.option("--drive-cap", type=RATE, default=100e6, show_default=True,
               help="With --layouts: bandwidth cap per scratch drive, e.g. 100MB/s.")
 @format_option
+@html_option
 @library_errors
 def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any, queue_depths: Any,
           threads: Any, single_submit: Any, overlap_events: Any, engines: Any, grid: bool,
@@ -93,7 +94,7 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
           out: Path | None, fresh: bool,
           apply_to: Path | None, in_place: bool, export_to: Path | None, export_jobs: Path | None,
           layout_drives: int | None, drive_cap: float, fmt: str, as_json: bool, bed: str | None = None,
-          filesystems: Any = None) -> None:
+          filesystems: Any = None, html_path: Path | None = None) -> None:
     """Tune DeepSpeed's aio settings (block size, queue depth, threads, submit
     modes) for a drive, and hand over a config DeepSpeed accepts as pasted.
 
@@ -139,8 +140,10 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
     try:
         with sweep_progress() as on_trial:
             if layout_drives is not None:
-                emit(run_layouts_command(args, layout_drives, int(drive_cap), say, on_trial,
-                                         tuple(filesystems) if filesystems else None), fmt)
+                layouts = run_layouts_command(args, layout_drives, int(drive_cap), say, on_trial,
+                                              tuple(filesystems) if filesystems else None)
+                emit(layouts, fmt)
+                write_html(layouts, html_path)
                 return
             outcome, target = run_sweep_command(args, say, on_trial)
     except KeyboardInterrupt:
@@ -163,5 +166,6 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
                 f"(it reads {', '.join(DS_AIO_KEYS)})")
         outcome = replace(outcome, applied_to=str(written), dropped_aio_keys=dropped)
     emit(outcome, fmt)
+    write_html(outcome, html_path)
     if outcome.recommended is None or outcome.validation_error or outcome.confirm_error:
         sys.exit(1)

@@ -11,7 +11,9 @@ import click
 from ..errors import UsageError
 from ..model.run import TraceRun
 from ..model.runfile import default_run_dir, give_to_sudo_user, load_run, save_run
-from .options import chosen_format, emit, format_option, library_errors, out_option, report_options, say
+from ..model.verdict import TraceReport
+from .options import (chosen_format, emit, format_option, html_option, library_errors, out_option, report_options, say,
+                      write_html)
 
 
 def progress_printer() -> Callable[[float, int, int, int, int], None] | None:
@@ -51,11 +53,13 @@ def progress_printer() -> Callable[[float, int, int, int, int], None] | None:
               help="Under sudo, run the command as root (default: as the user who ran sudo).")
 @format_option
 @report_options
+@html_option
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @library_errors
 def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, duration: float | None,
           interval: float | None, no_inject: bool, linger: float, out: Path | None, no_save: bool, as_root: bool,
-          fmt: str, as_json: bool, block_size: int | None, width: int | None, command: tuple[str, ...]) -> None:
+          fmt: str, as_json: bool, block_size: int | None, width: int | None, command: tuple[str, ...],
+          html_path: Path | None = None) -> None:
     """Trace block I/O of COMMAND (or of a time window) with eBPF.
 
     Every request on the chosen devices is counted in the kernel: exact sizes,
@@ -99,6 +103,7 @@ def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, du
     if not no_save:
         save_and_say(run, out or default_run_dir(argv[0] if argv else "window"))
     emit(run, fmt, width, block_size)
+    write_html(TraceReport(run, None), html_path)
     if run.exit_status:
         sys.exit(run.exit_status)
 
@@ -113,17 +118,22 @@ def save_and_say(run: TraceRun, where: Path) -> None:
 @click.argument("run_path", metavar="RUN", type=click.Path(path_type=Path))
 @format_option
 @report_options
+@html_option
 @library_errors
-def report(run_path: Path, fmt: str, as_json: bool, block_size: int | None, width: int | None) -> None:
+def report(run_path: Path, fmt: str, as_json: bool, block_size: int | None, width: int | None,
+           html_path: Path | None = None) -> None:
     """Show a saved run again (RUN is its directory or run.json)."""
-    emit(load_run(run_path), chosen_format(fmt, as_json), width, block_size)
+    run = load_run(run_path)
+    emit(run, chosen_format(fmt, as_json), width, block_size)
+    write_html(TraceReport(run, None), html_path)
 
 
 @click.command()
 @click.argument("run_paths", metavar="RUN...", nargs=-1, required=True, type=click.Path(path_type=Path))
 @format_option
+@html_option
 @library_errors
-def compare(run_paths: tuple[Path, ...], fmt: str, as_json: bool) -> None:
+def compare(run_paths: tuple[Path, ...], fmt: str, as_json: bool, html_path: Path | None = None) -> None:
     """Compare saved runs side by side: step time, optimizer step, GB moved
     per step, dominant request size, bandwidth. The first run is the
     reference for the ratio column.
@@ -134,4 +144,6 @@ def compare(run_paths: tuple[Path, ...], fmt: str, as_json: bool) -> None:
     """
     from ..analysis.compare import compare_runs
 
-    emit(compare_runs([(load_run(p), p.name) for p in run_paths]), chosen_format(fmt, as_json))
+    comparison = compare_runs([(load_run(p), p.name) for p in run_paths])
+    emit(comparison, chosen_format(fmt, as_json))
+    write_html(comparison, html_path)
