@@ -3,7 +3,8 @@
 # a second run only checks. Nothing here is meant to be done by hand instead.
 #   - apt: bcc (python3-bpfcc, bpfcc-tools), kernel headers, fio, libaio-dev,
 #     filesystem tools (xfsprogs, btrfs-progs, e2fsprogs, fdisk), and the FUSE
-#     toolchain for the emulated drive (gcc, fuse3, libfuse3-dev, pkg-config)
+#     toolchain for the emulated drive (gcc, fuse3, libfuse3-dev, pkg-config), and chromium
+#     (headless, for the HTML report's browser test; playwright drives it, downloads nothing)
 #   - /lib/modules/$(uname -r)/{build,source} -> Debian's headers, only when the
 #     running kernel has no headers of its own (bcc needs them to compile probes)
 #   - a venv in .venv with iotune and its Python dependencies, and Debian's bcc
@@ -12,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 log() { printf 'setup: %s\n' "$*" >&2; }
 
-APT_PKGS=(python3-bpfcc bpfcc-tools linux-headers-amd64 fio libaio-dev xfsprogs btrfs-progs e2fsprogs util-linux fdisk procps gcc fuse3 libfuse3-dev pkg-config)
+APT_PKGS=(python3-bpfcc bpfcc-tools linux-headers-amd64 fio libaio-dev xfsprogs btrfs-progs e2fsprogs util-linux fdisk procps gcc fuse3 libfuse3-dev pkg-config chromium)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -47,13 +47,14 @@ table { border-collapse: collapse; font-size: 0.9em; margin: 0.6em 0; }
 th, td { padding: 0.2em 0.6em; border-bottom: 1px solid #dde; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 .iotune-chart { width: 100%; }
+pre { white-space: pre-wrap; }
 """
 
 
 def offline_plotly_js() -> str:
     """plotly.js from the installed plotly package, with every URL a browser
     could fetch rewritten to an inert scheme, and safe inside <script>."""
-    from plotly.offline import get_plotlyjs
+    from plotly.offline import get_plotlyjs  # type: ignore[import-untyped]
 
     return _URL.sub(NEUTRAL_SCHEME, get_plotlyjs()).replace("</script", "<\\/script")
 

@@ -173,7 +173,7 @@ def size_chart(page: Page, run: TraceRun) -> None:
 
 
 def latency_chart(page: Page, run: TraceRun) -> None:
-    traces = []
+    traces: list[dict[str, Any]] = []
     for d in run.devices:
         for op in ("read", "write"):
             s = d.direction(op)

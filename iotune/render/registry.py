@@ -109,9 +109,9 @@ class DoctorJson(Renderer):
 RENDERERS: dict[tuple[type, str], type[Renderer]] = {
     (cls.record_type, cls.format): cls
     for cls in (TraceConsole, TraceJson, SweepConsole, SweepJson, LayoutsConsole, LayoutsJson, CompareConsole,
-                CompareJson, PlanConsole, PlanJson, LintReportConsole, LintReportJson, DoctorConsole, DoctorJson,
-                *HTML_RENDERERS)
+                CompareJson, PlanConsole, PlanJson, LintReportConsole, LintReportJson, DoctorConsole, DoctorJson)
 }
+RENDERERS.update({(cls.record_type, cls.format): cls for cls in HTML_RENDERERS})
 
 
 def formats_of(record_type: type) -> list[str]:
