@@ -122,7 +122,8 @@ def main() -> None:
     console_wall, console_cpu, text = timed(lambda: console_report(report), args.rounds)
     html_wall, html_cpu, doc = timed(lambda: render(report, "html"), args.rounds)
     html = str(doc)
-    figures = {"timeline_points": len(run.timeline), "console": summary(console_wall, console_cpu), "html": summary(html_wall, html_cpu),
+    figures = {"timeline_points": len(run.timeline), "console": summary(console_wall, console_cpu),
+               "html": summary(html_wall, html_cpu),
                "html_bytes": len(html.encode()), "spikes_survive": spikes_survive(html, DEVICES),
                "console_chars": len(str(text)), "python": platform.python_version(),
                "load_avg_1m": round(os.getloadavg()[0], 2), "cpus": os.cpu_count()}

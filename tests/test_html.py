@@ -5,6 +5,7 @@ CLI. The real-browser check is in test_html_browser.py."""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -25,6 +26,7 @@ from iotune.model.verdict import Finding, TraceReport, Verdict
 from iotune.render.html import CHART_CLASS, figure_specs
 from iotune.render.registry import render
 
+from .conftest import needs_fio
 from .records import KiB, attributed_run, offload_run, sweep_outcome
 
 DATA = Path(__file__).parent / "data"
@@ -201,3 +203,24 @@ def test_report_and_compare_write_the_html_file_and_say_where(tmp_path: Path) ->
     assert r.exit_code != 0
     assert (f"Error: cannot write the HTML report to {tmp_path / 'no' / 'x.html'}: No such file or directory; "
             "choose another --html FILE") in r.stderr
+
+
+@needs_fio
+def test_sweep_writes_the_html_of_a_real_fio_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("iotune.sweep.pipeline.validate_with_deepspeed", lambda fragment: None)
+    (tmp_path / "p.toml").write_text(
+        '[space]\nblock_size = ["64K", "256K"]\nqueue_depth = [1, 4]\nintra_op_parallelism = [1]\n'
+        'single_submit = [false]\noverlap_events = [true]\n'
+        '[run]\nrepeats = 1\nfinalists = 1\nconfirm_top = 0\nfile_bytes = "1M"\nfiles = 2\n')
+    (tmp_path / "drive").mkdir()
+    out = tmp_path / "sweep.html"
+    r = CliRunner().invoke(cli, ["sweep", "--path", str(tmp_path / "drive"), "--profile", str(tmp_path / "p.toml"),
+                                 "-o", str(tmp_path / "j"), "--grid", "--json", "--html", str(out)])
+    assert r.exit_code == 0, r.stderr[-2000:]
+    assert f"HTML report: {out}\n" in r.stderr
+    doc = json.loads(r.stdout)
+    heat = valid_figures(out.read_text())[0][0][0]
+    assert (heat["x"], heat["y"]) == (["1", "4"], ["64 KiB", "256 KiB"])
+    best = {(row["point"]["block_size"], row["point"]["queue_depth"]): round(row["median"] / 1e6, 1)
+            for row in doc["ranking"]}
+    assert heat["z"] == [[best[(b, q)] for q in (1, 4)] for b in (64 * KiB, 256 * KiB)]

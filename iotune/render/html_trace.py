@@ -179,7 +179,8 @@ def latency_chart(page: Page, run: TraceRun) -> None:
             s = d.direction(op)
             slots = sorted(k for k in s.lat_slots if lat_slot_bounds(k)[0] > 0)
             if slots:
-                traces.append({"type": "scatter", "mode": "lines+markers", "line": {"shape": "hv", "color": colour(len(traces))},
+                traces.append({"type": "scatter", "mode": "lines+markers",
+                               "line": {"shape": "hv", "color": colour(len(traces))},
                                "name": f"{_series_label(run, d.name)} {op}",
                                "x": [lat_slot_bounds(k)[0] / 1e3 for k in slots], "y": [s.lat_slots[k] for k in slots]})
     if not traces:
