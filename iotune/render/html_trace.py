@@ -108,7 +108,7 @@ def timeline_traces(run: TraceRun, series: list[IntervalSeries], max_points: int
     traces: list[dict[str, Any]] = []
     for s in series:
         c = 2 * devices.index(s.device) + (s.op == "write")
-        name, group = f"{s.device} {s.op}", f"{s.device}-{s.op}"
+        name, group = f"{_series_label(run, s.device)} {s.op}", f"{s.device}-{s.op}"
         requests = envelope(s.requests, max_points)
         dx = requests.bucket * interval
         traces += _band(envelope(s.bytes, max_points), 1 / (interval * 1e6), name, group, c, "y", True, dx)
