@@ -180,6 +180,10 @@ def test_a_comparison_overlays_the_runs() -> None:
 
 
 def test_plotly_is_inlined_once_and_nothing_in_the_file_would_be_fetched() -> None:
+    from plotly.offline import get_plotlyjs
+
+    assert FETCHABLE.findall('<script src="https://cdn.plot.ly/plotly.min.js"></script>')   # the check can fail
+    assert len(FETCHABLE.findall(get_plotlyjs())) >= 1        # plotly's own bundle links out (logo, map tiles)
     for page in (render(TraceReport(attributed_run(), None), "html"), render(sweep_outcome(), "html"),
                  render(compare_runs([(offload_run(), "a")]), "html")):
         assert page.count("* plotly.js v") == 1 and page.count("Plotly.newPlot = ") <= 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import importlib.util
+import re
 import shutil
 import subprocess
 import sys
@@ -32,6 +33,7 @@ _MISSING = ("needs Debian's chromium (apt-get install chromium; scripts/setup.sh
             "needs playwright (pip install -e '.[test]')" if importlib.util.find_spec("playwright") is None else None)
 pytestmark = pytest.mark.skipif(_MISSING is not None, reason=_MISSING or "")
 
+FETCHABLE = re.compile(r"""(?:\b(?:src|href)\s*=\s*["']?\s*|url\(\s*["']?\s*)https?://""", re.I)
 MIN_COLOURS = 50      # a rendered chart page has hundreds of distinct colours (antialiased text and lines)
 
 COUNT_COLOURS = """async (png) => {
@@ -130,6 +132,7 @@ def test_the_report_renders_in_chromium(browser: Any, pages: dict[str, Path], na
     if name not in pages:
         pytest.skip(f"no recorded run: {missing_for_tracing()}")
     text = pages[name].read_text()
+    assert FETCHABLE.findall(text) == []
     emitted = text.count(f'class="{CHART_CLASS}"')
     assert emitted >= (1 if name == "compare" else 2)
     page, errors, fetched = open_page(browser, pages[name])
