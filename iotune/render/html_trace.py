@@ -20,13 +20,15 @@ TIMELINE_POINTS = 1000      # buckets per timeline series at most
 MAX_STEP_BARS = 300         # more steps than this are shown in groups (mean per group)
 PALETTE = ((31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189),
            (140, 86, 75), (227, 119, 194), (127, 127, 127), (188, 189, 34), (23, 190, 207))
+LIGHT = ((174, 199, 232), (255, 187, 120), (152, 223, 138), (255, 152, 150), (197, 176, 213),
+         (196, 156, 148), (247, 182, 210), (199, 199, 199), (219, 219, 141), (158, 218, 229))
 PHASE_COLOURS = {"forward": "rgba(44,160,44,0.13)", "backward": "rgba(31,119,180,0.13)",
                  "accumulate": "rgba(148,103,189,0.13)", "optimizer": "rgba(214,39,40,0.15)",
                  "checkpoint": "rgba(127,127,127,0.2)"}
 
 
-def colour(i: int, alpha: float = 1.0) -> str:
-    r, g, b = PALETTE[i % len(PALETTE)]
+def colour(i: int, alpha: float = 1.0, light: bool = False) -> str:
+    r, g, b = (LIGHT if light else PALETTE)[i % len(PALETTE)]
     return f"rgba({r},{g},{b},{alpha})"
 
 
@@ -87,19 +89,19 @@ def _mean_latency_s(run: TraceRun, device: str, op: str) -> float | None:
     return s.lat_sum_ns / s.completed / 1e9 if s and s.completed else None
 
 
-def _band(env: Envelope, scale: float, name: str, group: str, c: int, axis: str, legend: bool,
+def _band(env: Envelope, scale: float, name: str, group: str, c: tuple[str, str], axis: str, legend: bool,
           dx: float) -> list[dict[str, Any]]:
-    """One series: a line, or when reduced, its min–max band and mean."""
+    """One series in colours `c` (line, band): a line, or when reduced, its min–max band and mean."""
     base = {"type": "scatter", "mode": "lines", "x0": 0, "dx": dx, "yaxis": axis, "legendgroup": group}
     if env.bucket == 1:
         return [{**base, "y": sig(env.high, scale), "name": name, "showlegend": legend,
-                 "line": {"color": colour(c), "width": 1.5}}]
+                 "line": {"color": c[0], "width": 1.5}}]
     return [{**base, "y": sig(env.low, scale), "name": f"{name} min", "showlegend": False,
-             "line": {"width": 0, "color": colour(c)}, "hoverinfo": "skip"},
+             "line": {"width": 0, "color": c[0]}, "hoverinfo": "skip"},
             {**base, "y": sig(env.high, scale), "name": f"{name} max", "showlegend": legend, "fill": "tonexty",
-             "fillcolor": colour(c, 0.25), "line": {"color": colour(c), "width": 1}},
+             "fillcolor": c[1], "line": {"color": c[0], "width": 1}},
             {**base, "y": sig(env.mean(), scale), "name": f"{name} mean", "showlegend": False,
-             "line": {"color": colour(c), "width": 1, "dash": "dot"}}]
+             "line": {"color": c[0], "width": 1, "dash": "dot"}}]
 
 
 def timeline_traces(run: TraceRun, series: list[IntervalSeries], max_points: int) -> list[dict[str, Any]]:
@@ -107,7 +109,8 @@ def timeline_traces(run: TraceRun, series: list[IntervalSeries], max_points: int
     devices = sorted({s.device for s in series})
     traces: list[dict[str, Any]] = []
     for s in series:
-        c = 2 * devices.index(s.device) + (s.op == "write")
+        k, light = devices.index(s.device), s.op == "write"      # a device's reads dark, its writes light
+        c = (colour(k, light=light), colour(k, 0.25, light))
         name, group = f"{_series_label(run, s.device)} {s.op}", f"{s.device}-{s.op}"
         requests = envelope(s.requests, max_points)
         dx = requests.bucket * interval
