@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import replace
+from html.parser import HTMLParser
 from pathlib import Path
 
 import plotly.graph_objects as go
@@ -33,12 +34,41 @@ DATA = Path(__file__).parent / "data"
 FETCHABLE = re.compile(r"""(?:\b(?:src|href)\s*=\s*["']?\s*|url\(\s*["']?\s*)https?://""", re.I)
 
 
+class TagBalance(HTMLParser):
+    """Every element closed in order (script bodies are opaque to the parser,
+    so a stray `</script` inside the inlined JS would show up here)."""
+
+    VOID = {"meta", "br", "img", "hr", "input", "link"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open: list[str] = []
+        self.bad: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: object) -> None:
+        if tag not in self.VOID:
+            self.open.append(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        if not self.open or self.open.pop() != tag:
+            self.bad.append(tag)
+
+
+def well_formed(page: str) -> bool:
+    parser = TagBalance()
+    parser.feed(page)
+    parser.close()
+    return page.startswith("<!DOCTYPE html>") and parser.open == [] and parser.bad == []
+
+
 def charts(page: str) -> int:
     return page.count(f'class="{CHART_CLASS}"')
 
 
 def valid_figures(page: str) -> list[tuple[list[dict], dict]]:
-    """Every chart of `page`, each checked by plotly's own figure validation."""
+    """Every chart of `page`, each checked by plotly's own figure validation,
+    in a page whose elements are balanced."""
+    assert well_formed(page)
     specs = figure_specs(page)
     for data, layout in specs:
         go.Figure(data=data, layout=layout)      # raises on any property plotly does not know
@@ -183,6 +213,7 @@ def test_plotly_is_inlined_once_and_nothing_in_the_file_would_be_fetched() -> No
     from plotly.offline import get_plotlyjs
 
     assert FETCHABLE.findall('<script src="https://cdn.plot.ly/plotly.min.js"></script>')   # the check can fail
+    assert not well_formed("<!DOCTYPE html><html><body><script>a('</script>')</script></body></html>")
     assert len(FETCHABLE.findall(get_plotlyjs())) >= 1        # plotly's own bundle links out (logo, map tiles)
     for page in (render(TraceReport(attributed_run(), None), "html"), render(sweep_outcome(), "html"),
                  render(compare_runs([(offload_run(), "a")]), "html")):
