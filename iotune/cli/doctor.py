@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ..errors import UsageError
 from .options import chosen_format, emit, format_option, library_errors, say
+
+if TYPE_CHECKING:
+    from ..doctor.job import Job
+    from ..model.checks import CheckResult
 
 
 @click.command()
@@ -48,11 +53,11 @@ def doctor(fix: bool, odirect_path: str | None, ds_config: Path | None, model_si
     if ds_config is not None:
         job = _job(ds_config, model_size, params, gpus)
 
-        def checks() -> list:
+        def checks() -> list[CheckResult]:
             from ..doctor.job import job_checks
             return job_checks(job, aio_timeout)
     else:
-        def checks() -> list:
+        def checks() -> list[CheckResult]:
             return run_checks(odirect_path)
     results = checks()
     if fix:
@@ -65,7 +70,7 @@ def doctor(fix: bool, odirect_path: str | None, ds_config: Path | None, model_si
         sys.exit(1)
 
 
-def _job(path: Path, model_size: str | None, params: int | None, gpus: int):  # -> doctor.job.Job
+def _job(path: Path, model_size: str | None, params: int | None, gpus: int) -> Job:
     from ..doctor.job import Job
     from ..dsconfig import read_ds_config
     from ..workloads.presets import get_preset, swappable_params

@@ -87,10 +87,10 @@ def _interrupt_group(proc: subprocess.Popen[str], grace_s: float = 20.0) -> None
 def extension_roots(env: dict[str, str] | None = None) -> list[Path]:
     """Where torch builds DeepSpeed's ops: $TORCH_EXTENSIONS_DIR/<op>, else
     ~/.cache/torch_extensions/<py3XX_cpu|cuXXX>/<op> (cpp_extension._get_build_directory)."""
-    env = os.environ if env is None else env
-    if env.get("TORCH_EXTENSIONS_DIR"):
-        return [Path(env["TORCH_EXTENSIONS_DIR"])]
-    cache = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "torch_extensions"
+    where = dict(os.environ if env is None else env)
+    if where.get("TORCH_EXTENSIONS_DIR"):
+        return [Path(where["TORCH_EXTENSIONS_DIR"])]
+    cache = Path(where.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "torch_extensions"
     return sorted(p for p in cache.glob("py*") if p.is_dir())
 
 
