@@ -22,7 +22,6 @@ from click.testing import CliRunner
 
 from iotune.cli import cli
 from iotune.doctor import jobfacts
-from iotune.doctor.fixes import apply_fixes
 from iotune.doctor.job import Job, job_checks
 
 from .conftest import ext4_mount, needs_deepspeed, needs_root_for
@@ -180,7 +179,7 @@ def test_a_stale_build_lock_is_found_and_fixed(tmp_path: Path, monkeypatch: pyte
     assert checks["async_io op"]["status"] == "fail" and "wait forever on the stale build lock" in \
         checks["async_io op"]["detail"]
     assert checks["op-build lock (async_io)"]["status"] == "fail"
-    assert checks["op-build lock (async_io)"]["fix"] == f"rm {stale} (iotune doctor --fix)"
+    assert checks["op-build lock (async_io)"]["fix"] == f"rm {stale}" and checks["op-build lock (async_io)"]["fixable"]
     assert checks["op-build lock (cpu_adam)"]["status"] == "warn"                 # 5 s old: maybe starting
     r = CliRunner().invoke(cli, ["doctor", "--ds-config", str(ds_config(tmp_path, tmp_path / "n")), "--fix"])
     assert f"fixed: removed the stale build lock {stale}" in r.stderr
@@ -197,7 +196,6 @@ def test_a_lock_being_built_is_not_stale(tmp_path: Path) -> None:
         worker.kill()
         worker.wait()
     assert found.builders == (worker.pid,) and found.op == "async_io"
-    assert apply_fixes([]) == []
 
 
 MEMLOCK_PROBE = textwrap.dedent("""
@@ -282,8 +280,8 @@ def test_a_held_lock_really_hangs_the_load_and_the_probe_cleans_up(tmp_path: Pat
     plant_lock(ext, "async_io", 0)
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(ext), "PYTHONPATH": str(WORKTREE)}
     t0 = time.monotonic()
-    probe = jobfacts.probe_async_io(25, env)
-    assert probe.timed_out and 25 <= time.monotonic() - t0 < 60
+    probe = jobfacts.probe_async_io(20, env)
+    assert probe.timed_out and 20 <= time.monotonic() - t0 < 60
     assert (ext / "async_io" / "lock").exists()                # ours: the probe did not take or drop it
     leftover = [p for p in jobfacts._pids() if "IOTUNE-AIO" in jobfacts.command_of(p)]
     assert leftover == []

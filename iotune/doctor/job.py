@@ -75,7 +75,7 @@ def check_async_io(locks: list[jobfacts.BuildLock], timeout_s: float, env: dict[
     stale = [lk for lk in locks if lk.op == "async_io" and _is_stale(lk)]
     if stale:
         return CheckResult(name, "fail", f"loading it would wait forever on the stale build lock {stale[0].path}",
-                           f"rm {stale[0].path} (iotune doctor --fix)", fixable=True, target=stale[0].path)
+                           f"rm {stale[0].path}", fixable=True, target=stale[0].path)
     building = [lk for lk in locks if lk.op == "async_io" and lk.builders]
     if building:
         pid = building[0].builders[0]
@@ -229,6 +229,6 @@ def check_lock(lock: jobfacts.BuildLock) -> CheckResult:
     if _is_stale(lock):
         return CheckResult(name, "fail", f"{lock.path}: {age}, no build running: a killed build left it, and "
                            f"every load of {lock.op} waits on it forever, silently",
-                           f"rm {lock.path} (iotune doctor --fix)", fixable=True, target=lock.path)
+                           f"rm {lock.path}", fixable=True, target=lock.path)
     return CheckResult(name, "warn", f"{lock.path}: {age}, no build running yet (a build may be starting)",
                        f"if it is still there in {STALE_LOCK_AFTER_S / 60:.0f} min, remove it")
