@@ -245,8 +245,11 @@ def test_a_container_limit_below_the_need_fails(tmp_path: Path, monkeypatch: pyt
     cfg = json.loads(ds_config(tmp_path, tmp_path / "n").read_text())
     from iotune.doctor.facts import gather
     from iotune.doctor.job import check_memory
-    [_, host] = check_memory(Job(cfg, params=10_000_000), gather([]))
-    assert host.status == "fail" and "against 64.0 MiB, the container's limit" in host.detail
+    [_, host] = check_memory(Job(cfg, params=10_000_000), gather([], 10_000_000))
+    # 4 optimizer swap buffers x 1e7 fp32 elements (aligned to 256) + 1e7 fp32 gradients in RAM
+    assert host.status == "fail" and host.detail == (
+        "190.7 MiB of host memory for 1 rank(s) (fp32 gradients + swap buffers 152.6 MiB per rank) against "
+        "64.0 MiB, the container's limit (/sys/fs/cgroup/x/memory.max)")
 
 
 def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:

@@ -180,12 +180,13 @@ def check_memory(job: Job, env: LintEnv) -> list[CheckResult]:
         return []
     what = "; ".join(b.describe() for b in buffers)
     out = [_memlock(env, pinned, what)]
-    host = float(pinned)
+    ranks = max(job.gpus, 1)
+    host = float(pinned) * ranks
     if job.params:
         dtype = model_dtype(job.cfg).value or "bf16"
-        plan = make_plan(PlanInput(params=job.params, strategy="nvme-opt", precision=dtype, gpus=job.gpus,
+        plan = make_plan(PlanInput(params=job.params, strategy="nvme-opt", precision=dtype, gpus=ranks,
                                    pinned_buffer_bytes=pinned))
-        host = sum(plan.memory["CPU"].values())
+        host = sum(plan.memory["CPU"].values()) * ranks
     limits = [(env.ram_bytes, "RAM")] if env.ram_bytes else []
     cg = jobfacts.cgroup_memory_limit()
     if cg:
@@ -193,8 +194,8 @@ def check_memory(job: Job, env: LintEnv) -> list[CheckResult]:
     if not limits:
         return out
     limit, which = min(limits)
-    text = (f"{mib(host)} of host memory per rank ({'fp32 gradients + ' if job.params else ''}swap buffers "
-            f"{mib(pinned)}) against {mib(limit)}, {which}")
+    text = (f"{mib(host)} of host memory for {ranks} rank(s) ({'fp32 gradients + ' if job.params else ''}swap "
+            f"buffers {mib(pinned)} per rank) against {mib(limit)}, {which}")
     status = "fail" if host > limit else "warn" if host > 0.8 * limit else "ok"
     out.append(CheckResult("host memory", status, text, "lower buffer_count / buffer_size / sub_group_size, "
                            "or raise the memory limit"))
