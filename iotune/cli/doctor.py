@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@click.option("--fix", is_flag=True, help="Apply the safe fixes (mount tracefs, link headers and bcc, apt-get install).")
+@click.option("--fix", is_flag=True, help="Apply the safe fixes (mount tracefs, link headers and bcc, apt-get install; "
+                   "with --ds-config: remove stale op-build locks).")
 @click.option("--path", "odirect_path", type=click.Path(), default=None, metavar="DIR",
               help="Also check that DIR (your nvme_path) supports O_DIRECT.")
 @click.option("--ds-config", "ds_config", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -27,9 +28,9 @@ if TYPE_CHECKING:
 @click.option("--params", type=click.IntRange(min=1), default=None, help="With --ds-config: or a parameter count.")
 @click.option("--gpus", type=click.IntRange(min=1), default=1, show_default=True,
               help="With --ds-config: data-parallel ranks on this machine.")
-@click.option("--aio-timeout", type=click.FloatRange(min=1), default=180.0, show_default=True, metavar="S",
+@click.option("--aio-timeout", type=click.FloatRange(min=1), default=300.0, show_default=True, metavar="S",
               help="With --ds-config: how long loading DeepSpeed's async_io op may take (a first build "
-                   "takes a minute).")
+                   "takes minutes on a small machine).")
 @format_option
 @library_errors
 def doctor(fix: bool, odirect_path: str | None, ds_config: Path | None, model_size: str | None,

@@ -42,7 +42,7 @@ class Job:
     gpus: int = 1
 
 
-def job_checks(job: Job, aio_timeout_s: float = 180.0, env: dict[str, str] | None = None) -> list[CheckResult]:
+def job_checks(job: Job, aio_timeout_s: float = 300.0, env: dict[str, str] | None = None) -> list[CheckResult]:
     paths = swap_paths(job.cfg)
     lint_env = gather(list(paths), job.params, job.largest_param_numel, None, job.gpus)
     locks = jobfacts.build_locks(jobfacts.extension_roots(env))
