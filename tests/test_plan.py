@@ -25,7 +25,7 @@ B16 = PRESETS["16b"].param_count()
 def test_16b_nvme_opt_by_hand() -> None:
     plan = make_plan(PlanInput(params=B16, strategy="nvme-opt", drive_bytes_per_s=3e9, drives=3, target_step_s=10))
     assert B16 == 15_847_060_480
-    assert plan.nvme_capacity_bytes == 12 * B16                      # master 4 + moments 8
+    assert plan.nvme_capacity_bytes == 16 * B16                      # master 4 + moments 8 + gradient files 4
     assert plan.per_optimizer_step.total_read == 16 * B16            # 12 B state + 4 B gradients
     assert plan.per_optimizer_step.total_write == 16 * B16
     assert plan.storage_s_per_step == pytest.approx(32 * B16 / 9e9)
@@ -104,7 +104,7 @@ def test_plan_cli_and_bad_input(tmp_path: Path) -> None:
     r = CliRunner().invoke(cli, ["plan", "--model", "16b", "--drive-bandwidth", "3GB/s", "--drives", "3", "--json"])
     assert r.exit_code == 0
     doc = json.loads(r.stdout)
-    assert doc["nvme_capacity_bytes"] == 12 * B16
+    assert doc["nvme_capacity_bytes"] == 12 * B16 + 4 * swappable_params(PRESETS["16b"])   # norms: no gradient file
     r = CliRunner().invoke(cli, ["plan"])
     assert r.exit_code == 2 and r.stderr == "Error: give the model as --model PRESET or --params N (one of them)\n"
     r = CliRunner().invoke(cli, ["plan", "--params", "-5"])

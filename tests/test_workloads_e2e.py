@@ -253,3 +253,7 @@ def test_plan_predicts_traced_swap_bytes_exactly(swap_fs, tmp_path: Path, size: 
     assert [r.direction for r in block] == ["read", "write"]
     for r in block:
         assert r.error_pct is not None and abs(r.error_pct) < 0.1, (r.direction, r.error_pct)
+    # space: the swap files DeepSpeed leaves under nvme_path (master, moments and the
+    # swappable tensors' fp32 gradients) are exactly the plan's NVMe capacity
+    files = [f for f in (mnt / f"plan-{size}").rglob("*.swp") if f.is_file()]
+    assert sum(f.stat().st_size for f in files) == plan.nvme_capacity_bytes

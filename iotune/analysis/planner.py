@@ -16,8 +16,16 @@ ranks, so each rank holds 1/gpus of the partitioned parts):
     baseline   GPU: all 18 B
     cpu        GPU: weights 2 B + gradients 2 B (bf16); CPU: master 4 + moments 8 + fp32 gradients 4
     zenflow    as cpu; the top-k fraction of gradient columns is updated on the GPU every step
-    nvme-opt   GPU: weights; CPU: fp32 gradients 4 B + swap buffers; NVMe: master 4 + moments 8
+    nvme-opt   GPU: weights; CPU: fp32 gradients 4 B + swap buffers;
+               NVMe: master 4 + moments 8 + fp32 gradient swap files 4
     nvme-all   as nvme-opt, and the 2 B weights also live on NVMe
+
+The gradient swap files are real space: DeepSpeed writes each swappable
+gradient partition to its own file under nvme_path
+(swap_tensor/optimizer_utils.py OptimizerStateSwapInfo.get_or_create_gradient_paths)
+and keeps it for the next step. Document 001's 16B table has exactly this
+space: 16 B per parameter with the optimizer on NVMe, 18 B with the weights
+too (both cases give the same model size, 14.22e9 parameters).
 
 NVMe traffic per optimizer step (derived from ZeRO-Infinity's swapper, which
 the attribution of real traces confirms: every optimizer tensor is read in
@@ -26,8 +34,9 @@ are swapped out and back in):
 
     optimizer state   read 12 B x P_opt     write 12 B x P_opt
     gradients         read  4 B x P_swap    write  4 B x P_swap
-    parameters        read  2 x w x P_swap  write  w x P_swap      (nvme-all only; w = 2 B in bf16:
-                      fetched for forward and again for backward, written after the update)
+    parameters        read  2 x w x A x P_swap  write  w x P_swap  (nvme-all only; w = 2 B in bf16:
+                      fetched for forward and again for backward in each of the A = grad_accum
+                      micro-steps, written once after the update)
 
 P_opt = params / gpus. P_swap counts only parameters in tensors DeepSpeed
 swaps — at least max(1 MiB, aio.block_size) in their swap dtype — divided
@@ -61,7 +70,7 @@ def traffic(inp: PlanInput) -> Traffic:
     read = {**{cat: 4 * p_opt for cat in OPTIMIZER_CATEGORIES}, GRADIENTS: 4 * p_swap}
     write = dict(read)
     if inp.strategy == "nvme-all":
-        read[PARAMETERS] = 2 * w * p_swap
+        read[PARAMETERS] = 2 * w * p_swap * inp.grad_accum
         write[PARAMETERS] = w * p_swap
     return Traffic(read, write)
 
@@ -80,7 +89,8 @@ def memory(inp: PlanInput) -> dict[str, dict[str, float]]:
     if s in ("cpu", "zenflow"):
         cpu.update({"master weights": 4 * p / g, "Adam moments": 8 * p / g})
     else:
-        nvme.update({"master weights": 4 * p / g, "Adam moments": 8 * p / g})
+        p_swap = inp.swappable_params if inp.swappable_params is not None else p
+        nvme.update({"master weights": 4 * p / g, "Adam moments": 8 * p / g, "gradients (fp32)": 4 * p_swap / g})
     if s == "nvme-all":
         nvme["weights"] = w * p / g
     return {"GPU": gpu, "CPU": cpu, "NVMe": nvme}

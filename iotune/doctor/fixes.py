@@ -21,12 +21,22 @@ APT_PACKAGES = {
 }
 
 
+def remove_stale_locks(results: list[CheckResult]) -> list[str]:
+    """Remove the op-build locks `doctor --ds-config` found stale (no root needed)."""
+    done = []
+    for path in sorted({r.target for r in results if r.fixable and r.target and r.status == "fail"}):
+        if Path(path).name == "lock":
+            Path(path).unlink(missing_ok=True)
+            done.append(f"removed the stale build lock {path}")
+    return done
+
+
 def apply_fixes(results: list[CheckResult]) -> list[str]:
     """Apply the fixable failures; returns what was done, one line each."""
-    todo = [r for r in results if r.status in ("fail", "warn") and r.fixable]
+    done = remove_stale_locks(results)
+    todo = [r for r in results if r.status in ("fail", "warn") and r.fixable and not r.target]
     if todo and os.geteuid() != 0:
         raise PrivilegeError("`iotune doctor --fix` installs and mounts things: run it as root (sudo)")
-    done: list[str] = []
     packages = sorted({
         p for r in todo for p in APT_PACKAGES.get(r.name, [])
         if not (r.name == "kernel headers" and _debian_headers())

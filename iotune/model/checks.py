@@ -14,6 +14,7 @@ class CheckResult:
     fix: str = ""        # what to do about a failure, as a command or a sentence
     fixable: bool = False   # `iotune doctor --fix` can apply `fix`
     fixed: bool = False     # --fix was applied and the check now passes
+    target: str = ""        # the file a fix acts on (a stale lock to remove), if any
 
     @property
     def ok(self) -> bool:

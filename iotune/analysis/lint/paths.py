@@ -15,7 +15,7 @@ from ...model.lint import LintEnv, LintFinding, PathFacts
 from .memory import mib
 from .view import device, element_bytes, finding, model_dtype, offload, stage
 
-OPTIMIZER_BYTES_PER_PARAM = 12      # fp32 master + exp_avg + exp_avg_sq
+OPTIMIZER_BYTES_PER_PARAM = 16      # fp32 master + exp_avg + exp_avg_sq + the fp32 gradient swap files (planner.py)
 
 
 def swap_paths(cfg: dict[str, Any]) -> dict[str, list[str]]:
