@@ -11,7 +11,7 @@ import pytest
 
 from iotune.errors import UsageError
 from iotune.model.sweep import Measurement, SweepPoint, Trial
-from iotune.model.sweep_result import NOTHING_TO_GAIN, Ranked, SweepOutcome
+from iotune.model.sweep_result import NOTHING_TO_GAIN, SLOWER_ON_STEPS, Ranked, SweepOutcome
 from iotune.render.sweep import render_sweep, sweep_doc
 from iotune.sweep.confirm import finalists, pair_plan
 from iotune.sweep.recommend import best_gain, pick, step_gain
@@ -62,8 +62,10 @@ def test_a_candidate_slower_than_the_defaults_on_steps_is_never_recommended() ->
     g = step_gain(CHEAP, pairs(CHEAP, [(0.4946, 0.4618), (0.4950, 0.4610), (0.4938, 0.4625)]), 0.05)
     assert g is not None and g.verdict == "slower" and g.max < 1
     assert pick([ranked(CHEAP, 204.5)], [ranked(CHEAP, 2.0, "steps")], g, DEFAULT) == DEFAULT
-    assert g.sentence() == (f"{NOTHING_TO_GAIN} (the best candidate's optimizer step ran at 0.93× the defaults' "
-                            f"speed [0.93–0.94], 3 pairs: slower, noise ±5%)")
+    assert g.sentence() == (f"{SLOWER_ON_STEPS} (the best candidate's optimizer step ran at 0.93× the defaults' "
+                            f"speed [0.93–0.94], 3 pairs: slower, noise ±5%); keeping DeepSpeed's defaults. "
+                            f"A faster fio or aio score did not carry over to this job's steps")
+    assert NOTHING_TO_GAIN not in g.sentence()                         # slower is not "saturated"
 
 
 def test_failed_pairs_are_left_out_and_no_pair_keeps_the_defaults() -> None:
@@ -88,6 +90,14 @@ def test_finalists_and_the_alternating_pair_plan() -> None:
             Ranked(SweepPoint(queue_depth=1), "fio", (), 1, 0.0, 0.0, 0.0, 0.0)]
     assert finalists(rows, DEFAULT, 2) == [FAST, CHEAP]                 # the defaults are the reference
     assert finalists(rows, DEFAULT, 5) == [FAST, CHEAP]                 # never a failed point
+    # spread over block sizes: the best, then the best at the defaults' block size, then other sizes
+    deep = SweepPoint(block_size=1 << 20, queue_depth=32)
+    fast_qd8 = SweepPoint(block_size=8 << 20, queue_depth=8)
+    spread = [ranked(FAST, 600.0), ranked(fast_qd8, 600.0), ranked(CHEAP, 590.0), ranked(deep, 580.0)]
+    assert finalists(spread, DEFAULT, 2) == [FAST, deep]
+    assert finalists(spread, DEFAULT, 3) == [FAST, deep, CHEAP]
+    assert finalists(spread, DEFAULT, 4) == [FAST, deep, CHEAP, fast_qd8]
+    assert finalists(spread, DEFAULT, 1) == [FAST] and finalists(spread, DEFAULT, 0) == []
     plan = pair_plan([FAST, CHEAP], DEFAULT, 3)
     assert plan == [(FAST, 0, 0), (CHEAP, 0, 1), (FAST, 1, 2), (CHEAP, 1, 3), (FAST, 2, 4), (CHEAP, 2, 5)]
 

@@ -36,6 +36,7 @@ class Ranked:
 
 
 NOTHING_TO_GAIN = "the defaults already saturate this drive; nothing to gain"
+SLOWER_ON_STEPS = "no candidate beat DeepSpeed's defaults on real steps"
 
 
 @dataclass(frozen=True)
@@ -67,8 +68,12 @@ class StepGain:
         spread = f"[{self.min:.{d}f}–{self.max:.{d}f}], {self.pairs} pair{'s' if self.pairs != 1 else ''}"
         if self.recommended:
             return f"optimizer step {self.median:.{d}f}× faster than DeepSpeed's defaults {spread}"
-        return (f"{NOTHING_TO_GAIN} (the best candidate's optimizer step ran at {self.median:.{d}f}× the "
-                f"defaults' speed {spread}: {self.verdict}, noise ±{100 * self.noise:.0f}%)")
+        measured = (f"the best candidate's optimizer step ran at {self.median:.{d}f}× the defaults' speed "
+                    f"{spread}: {self.verdict}, noise ±{100 * self.noise:.0f}%")
+        if self.verdict == "slower":
+            return (f"{SLOWER_ON_STEPS} ({measured}); keeping DeepSpeed's defaults. A faster fio or aio "
+                    f"score did not carry over to this job's steps")
+        return f"{NOTHING_TO_GAIN} ({measured})"
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "candidate": self.candidate.to_json(), "sentence": self.sentence()}

@@ -32,8 +32,24 @@ from .steps_executor import StepsExecutor
 
 
 def finalists(ranking: list[Ranked], default: SweepPoint, top: int) -> list[SweepPoint]:
-    """The first `top` measured points of the ranking other than the defaults."""
-    return [r.point for r in ranking if r.scores and r.point.key() != default.key()][:max(0, top)]
+    """`top` measured points other than the defaults, in ranking order but
+    spread over block sizes: the best point, then the best at the defaults'
+    block size, then the best of each further block size, then the rest.
+    DeepSpeed cuts each swapped tensor into requests of the block size, so a
+    block size that wins on fio's large files can lose on a job's tensors;
+    only real steps can tell, and they can only if the finalists differ in it."""
+    measured = [r.point for r in ranking if r.scores and r.point.key() != default.key()]
+    if not measured or top <= 0:
+        return []
+    chosen = [measured[0]]
+    at_default = next((p for p in measured if p.block_size == default.block_size), None)
+    if at_default is not None and at_default.block_size != measured[0].block_size:
+        chosen.append(at_default)
+    for p in measured:
+        if p.block_size not in {c.block_size for c in chosen}:
+            chosen.append(p)
+    chosen += [p for p in measured if p not in chosen]
+    return chosen[:top]
 
 
 def pair_plan(candidates: list[SweepPoint], default: SweepPoint,
