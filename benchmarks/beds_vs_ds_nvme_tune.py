@@ -46,6 +46,7 @@ sys.path.insert(0, str(HERE.parent))
 from sweep_vs_ds_nvme_tune import (  # noqa: E402
     VENV_BIN, LoadMeter, Recorder, describe, one_steps_run, run_ds_nvme_tune, say, spread)
 
+from iotune.blockdev.proc import prefer_interpreter_tools  # noqa: E402
 from iotune.model.aio import DEEPSPEED_AIO_DEFAULTS  # noqa: E402
 from iotune.model.sweep import SweepPoint  # noqa: E402
 from iotune.sweep.executor import Target  # noqa: E402
@@ -150,6 +151,7 @@ def main() -> int:
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     args.budget_s, args.pilot = None, False
+    prefer_interpreter_tools()      # ds_nvme_tune, its ds_io and the steps build ops with the venv's ninja, as iotune does
     if os.geteuid() != 0:
         print("error: run as root (loop devices, FUSE, blkio cgroups)", file=sys.stderr)
         return 2
