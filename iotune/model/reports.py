@@ -11,6 +11,7 @@ from typing import Any
 from .checks import CheckResult
 from .lint import LintFailure, LintFinding
 from .plan import Plan
+from .verdict import Finding
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class CheckRow:
 class PlanReport:
     plan: Plan
     check: tuple[CheckRow, ...] | None = None     # None: no --check run given
+    endurance: Finding | None = None              # None: the plan writes nothing to NVMe
 
 
 @dataclass(frozen=True)

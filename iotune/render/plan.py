@@ -13,6 +13,7 @@ from rich.text import Text
 
 from ..model.reports import CheckRow
 from ..model.plan import Plan
+from ..model.verdict import Finding
 from . import units
 
 
@@ -73,8 +74,14 @@ def render_check(rows: list[CheckRow], width: int = 110) -> str:
     return buf.getvalue()
 
 
-def plan_json(plan: Plan, rows: list[CheckRow] | None = None) -> str:
+def render_endurance(f: Finding | None) -> str:
+    """The plan's endurance line (nothing when the plan writes nothing to NVMe)."""
+    return f"Endurance: {f.headline}\n  rule: {f.rule}\n" if f is not None else ""
+
+
+def plan_json(plan: Plan, rows: list[CheckRow] | None = None, endurance: Finding | None = None) -> str:
     doc: dict[str, Any] = asdict(plan)
+    doc["endurance"] = endurance.to_json() if endurance is not None else None
     if rows is not None:
         doc["check"] = [{**asdict(r), "error_pct": r.error_pct} for r in rows]
     return json.dumps(doc, indent=1) + "\n"
