@@ -111,7 +111,9 @@ def plan_write_rate(plan: Plan, step_s: float, step_source: str,
 
 
 def _big(n: float) -> str:
-    """Decimal GB, or TB from 1,000 GB."""
+    """Decimal MB under 1 GB, TB from 1,000 GB, else GB."""
+    if n < 1e9:
+        return f"{n / 1e6:,.2f} MB"
     return f"{n / 1e12:,.2f} TB" if n >= 1e12 else f"{n / 1e9:,.2f} GB"
 
 

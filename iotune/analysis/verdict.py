@@ -144,8 +144,12 @@ def judge(run: TraceRun, inputs: VerdictInputs = VerdictInputs()) -> Verdict:
 
 
 def _no_training(run: TraceRun, rest: list[Finding]) -> Verdict:
-    why = ("the job ran with no DeepSpeedEngine training calls" if run.attribution is not None else
-           "no training phases were recorded (not a Python/DeepSpeed job, or traced with --no-inject)")
+    if run.outcome in ("interrupted", "failed") and run.command:
+        why = f"the command ended ({run.outcome}, exit {run.exit_status}) before any training step was recorded"
+    elif run.attribution is not None:
+        why = "the job ran with no DeepSpeedEngine training calls"
+    else:
+        why = "no training phases were recorded (not a Python/DeepSpeed job, or traced with --no-inject)"
     note = Finding("limit", f"No training verdict: {why}; what the devices did is below.",
                    "a step verdict needs the training phases the injected hooks record", {})
     return Verdict(NO_TRAINING, f"No training verdict: {why}.", (note, *rest))

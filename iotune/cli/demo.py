@@ -41,6 +41,13 @@ def demo(workdir: Path | None, cap: float, out: Path | None, workload: str, step
     """
     from ..demo import run_demo
 
+    from ..model.verdict import DeviceCeiling, VerdictInputs
+    from .verdict_inputs import trace_report
+
     run = run_demo(workdir, int(cap), say, workload, steps, bed=bed)
     save_and_say(run, out or default_run_dir("demo"))
-    emit(run, chosen_format(fmt, as_json), width, block_size or 512 * 1024)
+    # the scratch drive's ceiling is its cap, known exactly (a test bed's is not passed on here)
+    known = tuple(DeviceCeiling(d.name, cap, "the scratch drive's blkio cap (--cap), each direction", cap, cap)
+                  for d in run.devices if not d.is_lower) if cap and bed is None else ()
+    emit(trace_report(run, VerdictInputs(ceilings=known)), chosen_format(fmt, as_json), width,
+         block_size or 512 * 1024)
