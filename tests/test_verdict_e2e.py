@@ -137,3 +137,13 @@ def test_dd_gets_no_training_verdict(drive: Any, tmp_path: Path) -> None:
     # 32 MiB at most CAP: busy for at least 0.5 s, and never faster than the cap while busy
     assert d["bytes_per_s_busy"] <= 1.1 * CAP, d
     assert list(doc) == ["run", "summary", "totals", "patterns", "verdict"]
+
+
+def test_ceiling_probe_never_writes_a_raw_device(loop_drive: Any) -> None:
+    from iotune.errors import IotuneError
+    from iotune.sweep.ceiling import probe_ceiling
+
+    with pytest.raises(IotuneError) as e:
+        probe_ceiling(loop_drive)
+    assert str(e.value) == (f"--ceiling: {loop_drive.name} has no mounted filesystem, and probing the raw device "
+                            f"would overwrite it; mount it, or sweep a directory on it (`iotune sweep --path DIR`)")

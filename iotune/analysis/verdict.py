@@ -213,7 +213,7 @@ def limit_finding(run: TraceRun, rows: list[StepBreakdown], p: StepParts) -> tup
                 f"(the rest is launch, DeepSpeed initialisation, op loading and shutdown); within a step the job "
                 f"is {words[step_limit]}: {split}. Trace more steps to judge a long run.")
         return STARTUP_DOMINATED, Finding("limit", head, rule, figures)
-    head = f"{words[step_limit].capitalize()}: in the median steady step, {split}."
+    head = f"{words[step_limit][0].upper()}{words[step_limit][1:]}: in the median steady step, {split}."
     return step_limit, Finding("limit", head, rule, figures)
 
 
