@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -12,6 +13,7 @@ from click.testing import CliRunner
 from iotune.analysis.endurance import run_endurance
 from iotune.blockdev.smart import DriveWear, parse_nvme_cli, parse_smartctl
 from iotune.cli import cli
+from iotune.model.runfile import load_run
 from iotune.model.verdict import VerdictInputs
 
 from .records import offload_run
@@ -39,6 +41,30 @@ def test_endurance_of_a_recorded_run_by_hand() -> None:
     assert f.headline == ("226.49 GB written per hour of training on loop0; 5,062.50 drive writes per day on its "
                           "1.07 GB; the rated 600.00 TB (--drive-tbw) lasts 110 days of writing around the clock.")
     assert "2 steady step(s): 62.9 MB written in 1.00 s" in f.rule
+
+
+RECORDED = Path(__file__).parent / "data" / "run-nvme-opt-capped"
+
+
+def test_endurance_of_a_real_recorded_run_by_hand() -> None:
+    """A real trace (iotune 2026-11-23): 8 steps of the built-in tiny workload, nvme-opt,
+    on a 1 GiB ext4 loop drive capped at 60 MB/s per direction."""
+    # steady steps 1-6 (all but the first and last), from the run's phases and 10 ms timeline:
+    #   written 46,370,816 + 46,407,680 + 46,370,816 + 46,428,160 + 46,370,816 + 46,370,816 = 278,319,104 B
+    #   in 2.082980135 + 2.511754179 + 2.687759208 + 2.296351828 + 1.962979964 + 1.995360042 = 13.537185356 s
+    #   -> 278,319,104 / 13.537185356 = 20,559,599.11 B/s
+    #   per hour: × 3,600 = 74,014,556,797 B (74.01 GB); per day: × 86,400 = 1,776,349,363,122 B (1.78 TB)
+    #   on the 1 GiB drive (1,073,741,824 B, recorded by the trace): 1,654.35 drive writes per day
+    #   600 TB rated: 600e12 / 1,776,349,363,122 = 337.77 days
+    f = run_endurance(load_run(RECORDED), VerdictInputs(drive_tbw_bytes=600e12, tbw_source="--drive-tbw"))
+    assert f is not None
+    assert f.figures["written_bytes_per_hour"] == pytest.approx(74_014_556_797, abs=1)
+    assert f.figures["written_bytes_per_day"] == pytest.approx(1_776_349_363_122, abs=1)
+    assert f.figures["capacity_bytes"] == 1_073_741_824
+    assert round(f.figures["drive_writes_per_day"], 2) == 1654.35      # type: ignore[arg-type]
+    assert round(f.figures["days_to_tbw"], 2) == 337.77                 # type: ignore[arg-type]
+    assert f.headline == ("74.01 GB written per hour of training on loop4; 1,654.35 drive writes per day on its "
+                          "1.07 GB; the rated 600.00 TB (--drive-tbw) lasts 338 days of writing around the clock.")
 
 
 def test_already_written_and_capacity_override() -> None:

@@ -203,6 +203,31 @@ def test_journal_of_the_same_drive_gives_the_ceiling(tmp_path: Path, monkeypatch
     assert ceiling_mod.journal_ceiling(BlockDevice(7, 0, "loop0"), tmp_path) is None
 
 
+RECORDED = Path(__file__).parent / "data" / "run-nvme-opt-capped"
+
+
+def test_recorded_capped_run_is_storage_bound_at_the_cap() -> None:
+    """A real trace: the tiny workload, nvme-opt, 8 steps on a loop drive capped at
+    60 MB/s per direction (tests/test_verdict_e2e.py records such runs afresh)."""
+    from iotune.analysis.attribution import steady, step_breakdowns
+    from iotune.model.runfile import load_run
+
+    run = load_run(RECORDED)
+    v = judge(run, VerdictInputs(ceilings=(DeviceCeiling("loop4", 60e6, "the cap"),)))
+    assert v.limit == STORAGE_BOUND
+    stall = one(v, "stall")
+    # the optimizer step moves 46.4 MB each way per step: at 60 MB/s at least 0.77 s; it took
+    # 1.480 s (median), 1.470 s of it with I/O in flight
+    assert (round(stall["optimizer_s"], 3), round(stall["optimizer_stall_s"], 3)) == (1.480, 1.470)
+    opt_bytes = [r.block_by_phase["optimizer"] for r in steady(step_breakdowns(run))]
+    assert all(w.read_bytes == 12 * 3_688_704 + 2_097_152 for w in opt_bytes)   # optimizer state + gradients
+    assert round(one(v, "distance")["share_of_ceiling"], 2) == 1.04            # 62.3 MB/s while busy
+    assert one(v, "advice", "in flight")["action"] == "add drives (RAID0) or use a faster drive"
+    what_if = one(v, "advice", "RAID0")
+    # 0.004 s computing + 92,732,416 B / (2 × 60 MB/s)
+    assert what_if["optimizer_s_with_2_drives"] == pytest.approx(0.00415 + 92_732_416 / 120e6, abs=1e-4)
+
+
 def _roundtrip(run: TraceRun) -> TraceRun:
     return TraceRun.from_json(json.loads(json.dumps(run.to_json())))
 

@@ -23,8 +23,8 @@ from .conftest import needs_deepspeed, needs_fio, needs_root
 
 pytestmark = [needs_root]
 
-CAP = 60_000_000        # bytes/s per direction
-STEPS = 8
+CAP = 40_000_000        # bytes/s per direction: the optimizer step (93 MB) takes about 2.3 s
+STEPS = 6
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +84,8 @@ def test_nvme_opt_on_a_capped_drive_is_storage_bound(nvme_opt: tuple[dict[str, A
     opt = [r.block_by_phase["optimizer"] for r in rows]
     floor_s = min(max(w.read_bytes, w.write_bytes) for w in opt) / CAP
     assert 0.9 * floor_s <= stall["optimizer_stall_s"] <= stall["optimizer_s"] + 1e-9, (floor_s, stall)
-    assert stall["optimizer_stall_share"] >= 0.7, stall
+    # and on a capped drive the optimizer step is that I/O: Adam on 3.7 M parameters takes milliseconds
+    assert stall["optimizer_stall_share"] >= 0.85, stall
     assert stall["stall_share"] >= 0.5, stall
     # what to do: with 2 drives the optimizer step takes less than now
     what_if = next(f.figures for f in v.of_kind("advice") if "RAID0" in f.headline)
@@ -100,8 +101,11 @@ def test_the_ceiling_probe_measures_the_cap(nvme_opt: tuple[dict[str, Any], Verd
     assert str(d["ceiling_source"]).startswith("fio probe (--ceiling) in ")
     # fio in the drive's cgroup: each direction runs at the cap, so their harmonic mean is the cap
     assert 0.85 * CAP <= d["ceiling_bytes_per_s"] <= 1.15 * CAP, d
-    # the job, reading and writing at once against two CAP budgets, is busy at up to 2 × CAP
-    assert 0.5 <= d["share_of_ceiling"] <= 2.1, d
+    # the job reads, then writes (a little overlap is allowed: two CAP budgets), at the cap while busy
+    assert 0.7 <= d["share_of_ceiling"] <= 1.6, d
+    # so a deeper queue would not help: more drives would
+    advice = next(f.figures for f in v.of_kind("advice") if "in flight" in f.headline)
+    assert advice["action"] == "add drives (RAID0) or use a faster drive", advice
 
 
 @needs_deepspeed

@@ -7,7 +7,8 @@ Rules, with their thresholds (module constants):
 
 - busy: a timeline interval in which the traced top-level devices issued
   bytes is busy, and so is a gap of at most BRIDGE_S between two busy
-  intervals (a throttled or queued drive releases requests in bursts).
+  intervals (device_use.BRIDGE_S: a throttled or queued drive releases
+  requests in bursts).
 - exposed I/O stall: per steady step, the busy time inside its phases
   (forward, backward, accumulate, optimizer step); its share of the step and,
   for the optimizer step alone, of the optimizer step. Compute that overlaps
@@ -19,6 +20,8 @@ Rules, with their thresholds (module constants):
   STARTUP_SHARE of it.
 - not on the traced device: DeepSpeed swapped bytes in the steady steps, and
   the traced devices carried less than OFF_DEVICE_SHARE of them.
+- distance to the device (device_use), what to do (verdict_advice) and
+  endurance (endurance) are explained in their modules.
 """
 
 from __future__ import annotations
@@ -137,7 +140,7 @@ def judge(run: TraceRun, inputs: VerdictInputs = VerdictInputs()) -> Verdict:
         return _no_training(run, common + tail)
     stall = stall_finding(parts)
     limit, limit_f = limit_finding(run, rows, parts)
-    advice = (storage_advice(run, inputs, stable, parts.optimizer_s, parts.optimizer_stall_s)
+    advice = (storage_advice(run, inputs, stable, parts.optimizer_s, parts.optimizer_compute_s)
               if parts.limit() == STORAGE_BOUND else [])
     findings = (stall, *common, limit_f, *advice, *tail)
     return Verdict(limit, summary_line(limit, parts, limit_f, advice), findings)

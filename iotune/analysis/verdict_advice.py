@@ -30,7 +30,7 @@ def _mib(n: float) -> str:
 
 
 def storage_advice(run: TraceRun, inputs: VerdictInputs, rows: list[StepBreakdown], optimizer_s: float,
-                   optimizer_stall_s: float) -> list[Finding]:
+                   optimizer_compute_s: float) -> list[Finding]:
     dev = busiest(run)
     if dev is None:
         return []
@@ -45,7 +45,7 @@ def storage_advice(run: TraceRun, inputs: VerdictInputs, rows: list[StepBreakdow
     per_drive = ceiling.bytes_per_s if ceiling else use.bytes_per_s
     source = "its ceiling" if ceiling else "the bandwidth measured while busy (ceiling unknown)"
     if moved > 0 and per_drive > 0:
-        out.append(what_if_finding(moved, per_drive, source, optimizer_s, optimizer_stall_s))
+        out.append(what_if_finding(moved, per_drive, source, optimizer_s, optimizer_compute_s))
     return out
 
 
@@ -85,9 +85,7 @@ def in_flight_finding(f: InFlight, busy_bytes_per_s: float, ceiling: float | Non
                              f"depth (request size, the filesystem, the CPU side) — run `{SWEEP}`.", rule, figures)
 
 
-def what_if_finding(moved: float, per_drive: float, source: str, optimizer_s: float,
-                    optimizer_stall_s: float) -> Finding:
-    compute = max(0.0, optimizer_s - optimizer_stall_s)
+def what_if_finding(moved: float, per_drive: float, source: str, optimizer_s: float, compute: float) -> Finding:
     est = {n: compute + striped_seconds(moved, per_drive, n) for n in (1, *WHAT_IF_DRIVES)}
     alts = ", ".join(f"with {n} drives in RAID0 ≈ {est[n]:.2f} s" for n in WHAT_IF_DRIVES)
     head = (f"The optimizer step takes {optimizer_s:.2f} s now; {alts} (one drive at "
