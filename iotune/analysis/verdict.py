@@ -196,7 +196,7 @@ def _run_share(run: TraceRun, rows: list[StepBreakdown]) -> float:
 
 def limit_finding(run: TraceRun, rows: list[StepBreakdown], p: StepParts) -> tuple[str, Finding]:
     step_limit = p.limit()
-    total = p.stall_s + p.optimizer_compute_s + p.other_compute_s or 1.0
+    total = p.total_s or 1.0       # shares of the median step (time between phases is in none of the three)
     words = {STORAGE_BOUND: "storage-bound", CPU_OPTIMIZER_BOUND: "CPU-optimizer-bound",
              COMPUTE_BOUND: "compute-bound"}
     split = (f"waiting on swap I/O {p.stall_s:.3f} s ({p.stall_s / total:.0%}), the optimizer step computing "

@@ -32,12 +32,14 @@ def verdict_options(fn: F) -> F:
 
 
 def _present(run: TraceRun) -> list[Any]:
-    """The run's top-level devices that exist now with the same number."""
+    """The run's top-level devices that moved data and exist now with the
+    same number (only those are looked up or probed)."""
     from ..blockdev.devices import device_by_number
 
     out = []
     for d in run.devices:
-        now = device_by_number(d.major, d.minor) if not d.is_lower else None
+        moved = d.direction("read").bytes + d.direction("write").bytes
+        now = device_by_number(d.major, d.minor) if not d.is_lower and moved else None
         if now is not None and now.name == d.name:
             out.append(now)
     return out
