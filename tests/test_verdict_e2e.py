@@ -151,3 +151,25 @@ def test_ceiling_probe_never_writes_a_raw_device(loop_drive: Any) -> None:
         probe_ceiling(loop_drive)
     assert str(e.value) == (f"--ceiling: {loop_drive.name} has no mounted filesystem, and probing the raw device "
                             f"would overwrite it; mount it, or sweep a directory on it (`iotune sweep --path DIR`)")
+
+
+def test_a_sweep_journal_of_the_same_drive_gives_its_ceiling(drive: Any, tmp_path: Path) -> None:
+    """The journal a `iotune sweep --path` on this drive would write (its drive identity: the
+    filesystem UUID) is found from the traced device alone."""
+    from iotune.blockdev.identity import drive_identity
+    from iotune.model.journal import SweepEnv
+    from iotune.model.sweep import Measurement, SweepPoint, Trial
+    from iotune.sweep.ceiling import journal_ceiling
+    from iotune.sweep.command import default_out
+    from iotune.sweep.journal import open_journal
+
+    identity = drive_identity(str(drive.mount_point))
+    assert "filesystem_uuid" in identity
+    out = tmp_path / default_out("default", "fio", identity)
+    j = open_journal(out, fresh=False)
+    j.start(SweepEnv(executor="fio", drive=identity))
+    j.record(Trial("fio", SweepPoint(), 0, "ok", Measurement(41e6, 39e6)))
+    found = journal_ceiling(drive.device, tmp_path / "iotune-sweeps")
+    assert found is not None and found.read_bytes_per_s == 41e6 and found.write_bytes_per_s == 39e6
+    assert found.source == f"sweep journal {out} (best of 1 fio trials)"
+    assert journal_ceiling(drive.device, tmp_path / "elsewhere") is None
