@@ -95,6 +95,18 @@ def test_what_if_more_drives_uses_the_planner_arithmetic() -> None:
     assert "ceiling unknown" in str(w2["drive_bandwidth_source"])
 
 
+def test_what_if_counts_the_drives_already_striped() -> None:
+    # the same bytes over loop0 and loop1 in turn: two drives now, what-ifs at 4 and 8
+    both = VerdictInputs(ceilings=tuple(DeviceCeiling(f"loop{i}", 1e9, "test") for i in range(2)))
+    v = judge(training_run(drives=2), both)
+    w = one(v, "advice", "RAID0")
+    assert w["drives_now"] == 2 and "optimizer_s_with_1_drives" not in w
+    assert w["optimizer_s_with_2_drives"] == pytest.approx(0.1 + 60 * MiB / 2e9)
+    assert w["optimizer_s_with_8_drives"] == pytest.approx(0.1 + 60 * MiB / 8e9)
+    assert [f.figures["device"] for f in v.of_kind("distance")] == ["loop0", "loop1"]
+    assert one(v, "stall")["stall_s"] == pytest.approx(0.3)              # busy on either drive counts
+
+
 def test_cpu_optimizer_and_compute_bound() -> None:
     v = judge(training_run(io=100))          # optimizer 0.4 s, 0.1 s of it busy: 0.3 s computing
     assert v.limit == CPU_OPTIMIZER_BOUND and not v.of_kind("advice")

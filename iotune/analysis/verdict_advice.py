@@ -21,7 +21,7 @@ from .device_use import BRIDGE_S, CEILING_HINT, InFlight, busiest, ceiling_of, d
 from .planner import striped_seconds
 
 NEAR_CEILING = 0.8       # bandwidth while busy at this share of the ceiling: the drive is saturated
-WHAT_IF_DRIVES = (2, 4)
+WHAT_IF_DRIVES = (2, 4)  # multiples of the drives traced
 SWEEP = "iotune sweep --path NVME_PATH"
 
 
@@ -44,8 +44,9 @@ def storage_advice(run: TraceRun, inputs: VerdictInputs, rows: list[StepBreakdow
     moved = float(statistics.median(w.read_bytes + w.write_bytes for w in opt)) if opt else 0.0
     per_drive = ceiling.bytes_per_s if ceiling else use.bytes_per_s
     source = "its ceiling" if ceiling else "the bandwidth measured while busy (ceiling unknown)"
+    drives = sum(1 for d in run.devices if not d.is_lower and any(d.direction(op).bytes for op in ("read", "write")))
     if moved > 0 and per_drive > 0:
-        out.append(what_if_finding(moved, per_drive, source, optimizer_s, optimizer_compute_s))
+        out.append(what_if_finding(moved, per_drive, source, optimizer_s, optimizer_compute_s, max(1, drives)))
     return out
 
 
@@ -85,15 +86,19 @@ def in_flight_finding(f: InFlight, busy_bytes_per_s: float, ceiling: float | Non
                              f"depth (request size, the filesystem, the CPU side) — run `{SWEEP}`.", rule, figures)
 
 
-def what_if_finding(moved: float, per_drive: float, source: str, optimizer_s: float, compute: float) -> Finding:
-    est = {n: compute + striped_seconds(moved, per_drive, n) for n in (1, *WHAT_IF_DRIVES)}
-    alts = ", ".join(f"with {n} drives in RAID0 ≈ {est[n]:.2f} s" for n in WHAT_IF_DRIVES)
-    head = (f"The optimizer step takes {optimizer_s:.2f} s now; {alts} (one drive at "
-            f"{per_drive / 1e6:,.1f} MB/s: ≈ {est[1]:.2f} s): it moves {moved / 1e6:,.1f} MB per step.")
+def what_if_finding(moved: float, per_drive: float, source: str, optimizer_s: float, compute: float,
+                    drives: int = 1) -> Finding:
+    """The optimizer step on `drives` drives (as traced, each at `per_drive`) and on WHAT_IF_DRIVES times as many."""
+    counts = (drives, *(k * drives for k in WHAT_IF_DRIVES))
+    est = {n: compute + striped_seconds(moved, per_drive, n) for n in counts}
+    alts = ", ".join(f"with {n} drives in RAID0 ≈ {est[n]:.2f} s" for n in counts[1:])
+    head = (f"The optimizer step takes {optimizer_s:.2f} s now; {alts} ({drives} drive(s) at "
+            f"{per_drive / 1e6:,.1f} MB/s each: ≈ {est[drives]:.2f} s): it moves {moved / 1e6:,.1f} MB per step.")
     rule = ("optimizer step with N drives = its time without I/O + its block bytes / (N × bandwidth per drive), "
-            f"as `iotune plan --drives N` computes storage time; bandwidth per drive: {source}")
+            f"as `iotune plan --drives N` computes storage time; bandwidth per drive: {source}; the traced drives "
+            f"that moved data count as the drives now")
     figures: dict[str, float | int | str | None] = {
         "optimizer_s": optimizer_s, "optimizer_compute_s": compute, "optimizer_bytes": moved,
-        "drive_bytes_per_s": per_drive, "drive_bandwidth_source": source,
-        **{f"optimizer_s_with_{n}_drives": est[n] for n in (1, *WHAT_IF_DRIVES)}}
+        "drive_bytes_per_s": per_drive, "drive_bandwidth_source": source, "drives_now": drives,
+        **{f"optimizer_s_with_{n}_drives": est[n] for n in counts}}
     return Finding("advice", head, rule, figures)
