@@ -17,7 +17,7 @@ import pytest
 
 from iotune.analysis.attribution import steady, step_breakdowns
 from iotune.model.runfile import load_run
-from iotune.model.verdict import NO_TRAINING, STORAGE_BOUND, Verdict
+from iotune.model.verdict import NO_TRAINING, STARTUP_DOMINATED, STORAGE_BOUND, Verdict
 
 from .conftest import needs_deepspeed, needs_fio, needs_root
 
@@ -74,7 +74,14 @@ def figures(v: Verdict, kind: str) -> dict[str, Any]:
 @needs_fio
 def test_nvme_opt_on_a_capped_drive_is_storage_bound(nvme_opt: tuple[dict[str, Any], Verdict, Path]) -> None:
     doc, v, out = nvme_opt
-    assert v.limit == STORAGE_BOUND, v.to_json()
+    limit = figures(v, "limit")
+    assert limit["step_limit"] == STORAGE_BOUND, v.to_json()
+    # the run as a whole is storage-bound, unless DeepSpeed's start-up took over 80% of it (it builds
+    # its ops first when their cache is cold, minutes on 2 cores): then it says so, naming the step's limit
+    if limit["steps_share_of_run"] >= 0.2:
+        assert v.limit == STORAGE_BOUND and v.summary.startswith("Storage-bound: "), v.to_json()
+    else:
+        assert v.limit == STARTUP_DOMINATED and "; storage-bound: " in v.summary, v.to_json()
     run = load_run(out)
     rows = steady(step_breakdowns(run))
     stall = figures(v, "stall")
@@ -90,7 +97,6 @@ def test_nvme_opt_on_a_capped_drive_is_storage_bound(nvme_opt: tuple[dict[str, A
     # what to do: with 2 drives the optimizer step takes less than now
     what_if = next(f.figures for f in v.of_kind("advice") if "RAID0" in f.headline)
     assert what_if["optimizer_s_with_2_drives"] < 0.75 * stall["optimizer_s"], what_if
-    assert v.summary.startswith("Storage-bound: ")
 
 
 @needs_deepspeed
