@@ -94,11 +94,12 @@ def step_stalls(run: TraceRun, rows: list[StepBreakdown]) -> list[StepStall]:
     busy = busy_spans(run, bridge_s=BRIDGE_S)
     spans = _spans_of(run)
     origin = run.clock_origin_ns
+
+    def busy_in(phases: Iterable[PhaseSpan]) -> float:
+        return sum(overlap(busy, (p.t0_ns - origin) / 1e9, (p.t1_ns - origin) / 1e9) for p in phases)
+
     out = []
     for r in rows:
-        def busy_in(phases: Iterable[PhaseSpan]) -> float:
-            return sum(overlap(busy, (p.t0_ns - origin) / 1e9, (p.t1_ns - origin) / 1e9) for p in phases)
-
         mine = spans.get(r.step, [])
         opt = [p for p in mine if p.phase == "optimizer"]
         out.append(StepStall(r.step, r.total_s, r.phase_s.get("optimizer", 0.0),
