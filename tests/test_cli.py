@@ -196,6 +196,15 @@ def test_demo_traces_and_cleans_up(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert sum(size * n for size, n in data_reads.items()) == 3 * 128 * mib
     assert 3 * 128 * mib <= doc["totals"]["write_bytes"] < 3 * 128 * mib + 8 * mib
     assert "demo: scratch drive" in r.stderr and "capped at 200 MB/s" in r.stderr
+    # the verdict: fio is no training job; the drive's ceiling is its cap
+    verdict = doc["verdict"]
+    assert verdict["limit"] == "no-training"
+    [distance] = [f for f in verdict["findings"] if f["kind"] == "distance"]
+    assert distance["figures"]["ceiling_bytes_per_s"] == 200e6
+    # and an offline HTML report next to the run, with the same verdict at its top
+    html = (tmp_path / "run" / "report.html").read_text()
+    assert f"HTML report: {tmp_path / 'run' / 'report.html'}" in r.stderr
+    assert html.count("<script") >= 1 and verdict["summary"].split(":")[0] in html
     # one cgroup, capping the drive at 200 MB/s each way; fio ran in it: writing and
     # reading 3 x 128 MiB at 200 MB/s takes at least 4 s (less a throttle burst)
     [(cgroup, [limit], read_bps, write_bps)] = made

@@ -102,7 +102,7 @@ def make_plan(inp: PlanInput) -> Plan:
                         {k: v / inp.grad_accum for k, v in opt.write.items()})
     moved = opt.total_read + opt.total_write
     bw = inp.drive_bytes_per_s * inp.drives if inp.drive_bytes_per_s else None
-    storage_s = moved / bw if bw and moved else (0.0 if bw else None)
+    storage_s = striped_seconds(moved, inp.drive_bytes_per_s, inp.drives) if bw else None
     need_bw = moved / inp.target_step_s if inp.target_step_s and moved else None
     drives = math.ceil(need_bw / inp.drive_bytes_per_s) if need_bw and inp.drive_bytes_per_s else None
     mem = memory(inp)
@@ -125,3 +125,11 @@ def bottleneck(inp: PlanInput, moved: float, storage_s: float | None) -> str:
     return (f"Each optimizer step moves {moved / 1e9:.1f} GB to and from NVMe per rank, "
             f"{storage_s:.1f} s at {inp.drives} drive(s): storage bandwidth sets the optimizer step time; "
             f"more drives in RAID0 cut it proportionally, gradient accumulation spreads it over more samples.")
+
+
+def striped_seconds(moved_bytes: float, drive_bytes_per_s: float | None, drives: int) -> float:
+    """Seconds to move `moved_bytes` over `drives` striped drives (RAID0) of
+    `drive_bytes_per_s` each: the storage time of one step."""
+    if not moved_bytes:
+        return 0.0
+    return moved_bytes / ((drive_bytes_per_s or 0.0) * max(1, drives)) if drive_bytes_per_s else float("inf")

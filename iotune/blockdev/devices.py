@@ -160,6 +160,14 @@ def describe(dev: BlockDevice) -> str:
     return ""
 
 
+def size_bytes(dev: BlockDevice) -> int:
+    """The device's capacity in bytes from sysfs (0 when the kernel does not say)."""
+    try:
+        return int((SYS_DEV_BLOCK / dev.number / "size").read_text()) * 512
+    except (OSError, ValueError):
+        return 0
+
+
 @dataclass(frozen=True)
 class Mount:
     mount_point: str
@@ -184,6 +192,19 @@ def mount_of(path: str) -> Mount:
     if best is None:
         raise UsageError(f"cannot find the mount holding {path}")
     return best
+
+
+def mount_point_of(dev: BlockDevice) -> str | None:
+    """Where `dev` is mounted (its filesystem's device number, or for btrfs
+    its mount source), the shortest mount point if several; None if nowhere."""
+    found = []
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            left, _, right = line.partition(" - ")
+            parts, rparts = left.split(), right.split()
+            if parts[2] == dev.number or (len(rparts) > 1 and rparts[1] == dev.path):
+                found.append(parts[4].encode().decode("unicode_escape"))
+    return min(found, key=len) if found else None
 
 
 def devices_for_path(path: str) -> list[BlockDevice]:

@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 from ..errors import UsageError
-from .devices import SYS_BLOCK, BlockDevice, device_by_number, devices_for_path, mount_of
+from .devices import SYS_BLOCK, BlockDevice, device_by_number, devices_for_path, mount_of, whole_disk
 
 HARDWARE_ID_FILES = ("wwid", "device/wwid", "serial", "device/serial")
 
@@ -35,14 +35,29 @@ def drive_identity(path: str) -> dict[str, object]:
     return {"devices": [hardware_id(d) or f"{d.number} {_size_bytes(d)} bytes" for d in devices]}
 
 
-def filesystem_uuid(path: str) -> str:
-    """The UUID of the filesystem holding `path` ("" when it has none or blkid is missing)."""
-    st = os.stat(path)
-    dev = device_by_number(os.major(st.st_dev), os.minor(st.st_dev)) if os.major(st.st_dev) else None
-    # btrfs has an anonymous st_dev: its mount source is one of its members
-    node = dev.path if dev is not None else mount_of(path).source
+def device_identities(dev: BlockDevice) -> tuple[str, set[str]]:
+    """(filesystem UUID on `dev` or "", the ids drive_identity may list for
+    it): what a sweep journal's drive is matched against."""
+    uuid = _blkid_uuid(dev.path)
+    ids = {f"{dev.number} {_size_bytes(dev)} bytes"}
+    for d in {dev, whole_disk(dev)}:
+        if hardware_id(d):
+            ids.add(hardware_id(d))
+    return uuid, ids
+
+
+def journal_drive_matches(drive: dict[str, object], uuid: str, ids: set[str]) -> bool:
+    """Whether a journal's drive identity (drive_identity's dict) is the device
+    with this UUID and these ids."""
+    if uuid and drive.get("filesystem_uuid") == uuid:
+        return True
+    listed = drive.get("devices")
+    return isinstance(listed, list) and any(str(x) in ids for x in listed)
+
+
+def _blkid_uuid(node: str) -> str:
     blkid = shutil.which("blkid")
-    if blkid is None or not node.startswith("/dev/"):
+    if blkid is None:
         return ""
     try:
         proc = subprocess.run([blkid, "-o", "value", "-s", "UUID", node], capture_output=True, text=True,
@@ -50,6 +65,15 @@ def filesystem_uuid(path: str) -> str:
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return proc.stdout.strip()
+
+
+def filesystem_uuid(path: str) -> str:
+    """The UUID of the filesystem holding `path` ("" when it has none or blkid is missing)."""
+    st = os.stat(path)
+    dev = device_by_number(os.major(st.st_dev), os.minor(st.st_dev)) if os.major(st.st_dev) else None
+    # btrfs has an anonymous st_dev: its mount source is one of its members
+    node = dev.path if dev is not None else mount_of(path).source
+    return _blkid_uuid(node) if node.startswith("/dev/") else ""
 
 
 def hardware_id(dev: BlockDevice) -> str:

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import click
 
-from ..model.runfile import default_run_dir
+from ..model.runfile import default_run_dir, give_to_sudo_user
 from ..volumes.beds import BEDS
-from .options import RATE, chosen_format, emit, format_option, library_errors, out_option, report_options, say
+from .options import (RATE, chosen_format, emit, format_option, library_errors, out_option, report_options, say,
+                      write_html)
 from .trace import save_and_say
 
 
@@ -36,11 +37,22 @@ def demo(workdir: Path | None, cap: float, out: Path | None, workload: str, step
     cgroup blkio: an NVMe stand-in with a known limit), trains the built-in
     tiny Llama with ZeRO-3 and the optimizer state swapped to that drive
     through DeepSpeed's aio (512 KiB blocks), traces it with phase and swap
-    attribution, and prints the report. Everything it creates is removed
-    afterwards, also on Ctrl-C.
+    attribution, and prints the report with its verdict; the run and an HTML
+    report (report.html, open it in any browser, offline) are saved together.
+    Everything else it creates is removed afterwards, also on Ctrl-C.
     """
     from ..demo import run_demo
 
+    from ..model.verdict import DeviceCeiling, VerdictInputs
+    from .verdict_inputs import trace_report
+
     run = run_demo(workdir, int(cap), say, workload, steps, bed=bed)
-    save_and_say(run, out or default_run_dir("demo"))
-    emit(run, chosen_format(fmt, as_json), width, block_size or 512 * 1024)
+    where = out or default_run_dir("demo")
+    save_and_say(run, where)
+    # the scratch drive's ceiling is its cap, known exactly (a test bed's is not passed on here)
+    known = tuple(DeviceCeiling(d.name, cap, "the scratch drive's blkio cap (--cap), each direction", cap, cap)
+                  for d in run.devices if not d.is_lower) if cap and bed is None else ()
+    judged = trace_report(run, VerdictInputs(ceilings=known))
+    write_html(judged, where / "report.html")
+    give_to_sudo_user(where)
+    emit(judged, chosen_format(fmt, as_json), width, block_size or 512 * 1024)

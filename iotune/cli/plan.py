@@ -27,13 +27,21 @@ STRATEGIES = ["baseline", "cpu", "nvme-opt", "nvme-all", "zenflow"]
               help="Storage time per step to aim for: prints the bandwidth and drives needed.")
 @click.option("--aio-block-size", type=SIZE, default=1 << 20, show_default=True,
               help="Tensors under max(1 MiB, this) are not swapped.")
+@click.option("--step-time", type=click.FloatRange(min=0, min_open=True), default=None, metavar="S",
+              help="Seconds per optimizer step, for the SSD-endurance forecast (default: the storage time "
+                   "per step at --drive-bandwidth, an upper bound on the write rate).")
+@click.option("--drive-tbw", type=SIZE, default=None, metavar="SIZE",
+              help="One drive's rated endurance (total bytes written), e.g. 600TB: days until it is reached.")
+@click.option("--drive-capacity", type=SIZE, default=None, metavar="SIZE",
+              help="One drive's capacity, e.g. 3.84TB, for drive writes per day (default: per TB).")
 @click.option("--check", "check_run", type=click.Path(path_type=Path), default=None, metavar="RUN",
               help="Compare the prediction with a traced run of the same model and strategy.")
 @format_option
 @library_errors
 def plan(model_size: str | None, params: int | None, strategy: str, precision: str, grad_accum: int, gpus: int,
          drive_bandwidth: float | None, drives: int, target_step: float | None, aio_block_size: int,
-         check_run: Path | None, fmt: str, as_json: bool) -> None:
+         check_run: Path | None, fmt: str, as_json: bool, step_time: float | None = None,
+         drive_tbw: int | None = None, drive_capacity: int | None = None) -> None:
     """NVMe capacity, GB moved per step, storage time and drives needed for
     an offloaded training job, from the 18-bytes-per-parameter accounting.
 
@@ -44,6 +52,7 @@ def plan(model_size: str | None, params: int | None, strategy: str, precision: s
       iotune plan --model tiny --strategy nvme-opt --check iotune-runs/<run>
     """
     from ..analysis.calibration import check
+    from ..analysis.endurance import plan_endurance
     from ..analysis.planner import make_plan
     from ..model.plan import PlanInput
     from ..model.reports import PlanReport
@@ -62,4 +71,5 @@ def plan(model_size: str | None, params: int | None, strategy: str, precision: s
                     target_step_s=target_step)
     result = make_plan(inp)
     rows = tuple(check(result, load_run(check_run))) if check_run else None
-    emit(PlanReport(result, rows), chosen_format(fmt, as_json))
+    wear = plan_endurance(result, step_time, drive_tbw, drive_capacity)
+    emit(PlanReport(result, rows, wear), chosen_format(fmt, as_json))

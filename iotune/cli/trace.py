@@ -11,9 +11,9 @@ import click
 from ..errors import UsageError
 from ..model.run import TraceRun
 from ..model.runfile import default_run_dir, give_to_sudo_user, load_run, save_run
-from ..model.verdict import TraceReport
 from .options import (chosen_format, emit, format_option, html_option, library_errors, out_option, report_options, say,
                       write_html)
+from .verdict_inputs import gather_inputs, trace_report, verdict_options
 
 
 def progress_printer() -> Callable[[float, int, int, int, int], None] | None:
@@ -54,12 +54,14 @@ def progress_printer() -> Callable[[float, int, int, int, int], None] | None:
 @format_option
 @report_options
 @html_option
+@verdict_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @library_errors
 def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, duration: float | None,
           interval: float | None, no_inject: bool, linger: float, out: Path | None, no_save: bool, as_root: bool,
           fmt: str, as_json: bool, block_size: int | None, width: int | None, command: tuple[str, ...],
-          html_path: Path | None = None) -> None:
+          html_path: Path | None = None, probe_ceiling: bool = False, drive_tbw: int | None = None,
+          drive_capacity: int | None = None) -> None:
     """Trace block I/O of COMMAND (or of a time window) with eBPF.
 
     Every request on the chosen devices is counted in the kernel: exact sizes,
@@ -102,8 +104,10 @@ def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, du
         sys.stderr.write("\r\x1b[2K")
     if not no_save:
         save_and_say(run, out or default_run_dir(argv[0] if argv else "window"))
-    emit(run, fmt, width, block_size)
-    write_html(TraceReport(run, None), html_path)
+    inputs = gather_inputs(run, probe_ceiling, drive_tbw, drive_capacity, say)
+    judged = trace_report(run, inputs)
+    emit(judged, fmt, width, block_size)
+    write_html(judged, html_path)
     if run.exit_status:
         sys.exit(run.exit_status)
 
@@ -119,13 +123,18 @@ def save_and_say(run: TraceRun, where: Path) -> None:
 @format_option
 @report_options
 @html_option
+@verdict_options
 @library_errors
 def report(run_path: Path, fmt: str, as_json: bool, block_size: int | None, width: int | None,
-           html_path: Path | None = None) -> None:
-    """Show a saved run again (RUN is its directory or run.json)."""
+           html_path: Path | None = None, probe_ceiling: bool = False, drive_tbw: int | None = None,
+           drive_capacity: int | None = None) -> None:
+    """Show a saved run again (RUN is its directory or run.json), with the
+    verdict judged by today's rules."""
     run = load_run(run_path)
-    emit(run, chosen_format(fmt, as_json), width, block_size)
-    write_html(TraceReport(run, None), html_path)
+    inputs = gather_inputs(run, probe_ceiling, drive_tbw, drive_capacity, say)
+    judged = trace_report(run, inputs)
+    emit(judged, chosen_format(fmt, as_json), width, block_size)
+    write_html(judged, html_path)
 
 
 @click.command()

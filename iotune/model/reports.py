@@ -12,6 +12,7 @@ from .checks import CheckResult
 from .lint import LintFailure, LintFinding
 from .plan import Plan
 from .run import TraceRun
+from .verdict import Finding
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class CheckRow:
 class PlanReport:
     plan: Plan
     check: tuple[CheckRow, ...] | None = None     # None: no --check run given
+    endurance: Finding | None = None              # None: the plan writes nothing to NVMe
 
 
 @dataclass(frozen=True)

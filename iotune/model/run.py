@@ -76,6 +76,7 @@ class DeviceStats:
     directions: dict[str, DirectionStats] = field(default_factory=dict)
     lower_of: tuple[str, ...] = ()
     description: str = ""
+    size_bytes: int = 0            # capacity when the trace recorded it (0: unknown, older runs)
 
     @property
     def is_lower(self) -> bool:
@@ -87,7 +88,7 @@ class DeviceStats:
     def to_json(self) -> dict[str, Any]:
         return {
             "major": self.major, "minor": self.minor, "name": self.name,
-            "description": self.description, "lower_of": list(self.lower_of),
+            "description": self.description, "lower_of": list(self.lower_of), "size_bytes": self.size_bytes,
             "directions": {op: s.to_json() for op, s in self.directions.items()},
         }
 

@@ -73,8 +73,11 @@ class DeviceCeiling:
     """What one traced device can do, and where that figure came from."""
 
     device: str                    # as in TraceRun.devices[].name
-    bytes_per_s: float
+    bytes_per_s: float             # read and write together (the sweep's score: their harmonic mean)
     source: str                    # e.g. "sweep journal iotune-sweeps/default-fio-1a2b3c4d", "fio probe (--ceiling)"
+    read_bytes_per_s: float | None = None     # each direction alone, when measured
+    write_bytes_per_s: float | None = None
+    lat_us: float | None = None               # mean per-request latency at the measured point, if known
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,8 @@ class VerdictInputs:
     ceilings: tuple[DeviceCeiling, ...] = ()
     drive_tbw_bytes: float | None = None   # rated endurance (total bytes written), if known
     tbw_source: str = ""                    # "--drive-tbw", "SMART ...", ...
+    drive_written_bytes: float | None = None   # already written to the drive (SMART/NVMe data), if known
+    drive_capacity_bytes: float | None = None  # one drive's capacity, overriding the run's device sizes
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,10 @@ from ..analysis.downsample import envelope, interval_series
 from ..analysis.summary import patterns, summarize, top_sizes, totals
 from ..model.histogram import log2_from_sizes, size_slot_bounds
 from ..model.run import DeviceStats, DirectionStats, TraceRun
+from ..model.verdict import Verdict
 from . import units
 from .attribution import attribution_section
+from .verdict import verdict_section
 
 SPARK = " ▁▂▃▄▅▆▇█"
 HIST_WIDTH = 40
@@ -28,15 +30,18 @@ class ConsoleRenderer:
         self.color = color
         self.block_size_bytes = block_size_bytes
 
-    def render(self, run: TraceRun) -> str:
+    def render(self, run: TraceRun, verdict: Verdict | None = None) -> str:
         buf = io.StringIO()
         console = Console(file=buf, width=self.width, force_terminal=self.color,
                           color_system="auto" if self.color else None, highlight=False)
-        console.print(self.renderable(run))
+        console.print(self.renderable(run, verdict))
         return buf.getvalue()
 
-    def renderable(self, run: TraceRun) -> RenderableType:
-        parts: list[RenderableType] = [header(run), device_table(run)]
+    def renderable(self, run: TraceRun, verdict: Verdict | None = None) -> RenderableType:
+        parts: list[RenderableType] = [header(run)]
+        if verdict is not None:
+            parts.append(verdict_section(verdict))
+        parts.append(device_table(run))
         parts += [attribution_section(run), size_section(run), pattern_table(run, self.block_size_bytes),
                   timeline(run)]
         if any(run.drops.values()):

@@ -7,6 +7,7 @@ from dataclasses import asdict
 
 from ..analysis.summary import patterns, summarize, totals
 from ..model.run import TraceRun
+from ..model.verdict import TraceReport
 
 
 class JsonRenderer:
@@ -16,11 +17,19 @@ class JsonRenderer:
         self.block_size_bytes = block_size_bytes
 
     def render(self, run: TraceRun) -> str:
-        doc = {
+        return json.dumps(self.document(run), indent=1, allow_nan=False) + "\n"
+
+    def render_report(self, report: TraceReport) -> str:
+        """The run's document plus "verdict" (null when none was made)."""
+        doc = self.document(report.run)
+        doc["verdict"] = report.verdict.to_json() if report.verdict is not None else None
+        return json.dumps(doc, indent=1, allow_nan=False) + "\n"
+
+    def document(self, run: TraceRun) -> dict[str, object]:
+        return {
             "run": run.to_json(),
             "summary": [asdict(s) for s in summarize(run)],
             "totals": asdict(totals(run)),
             "patterns": [asdict(p) for p in patterns(run, self.block_size_bytes)],
         }
-        return json.dumps(doc, indent=1, allow_nan=False) + "\n"
 

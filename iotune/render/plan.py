@@ -14,6 +14,7 @@ from rich.text import Text
 
 from ..model.reports import CheckRow
 from ..model.plan import Plan
+from ..model.verdict import Finding
 from . import units
 
 
@@ -74,8 +75,14 @@ def render_check(rows: list[CheckRow], width: int = 110) -> str:
     return buf.getvalue()
 
 
-def plan_json(plan: Plan, rows: list[CheckRow] | None = None) -> str:
+def render_endurance(f: Finding | None) -> str:
+    """The plan's endurance line (nothing when the plan writes nothing to NVMe)."""
+    return f"Endurance: {f.headline}\n  rule: {f.rule}\n" if f is not None else ""
+
+
+def plan_json(plan: Plan, rows: list[CheckRow] | None = None, endurance: Finding | None = None) -> str:
     doc: dict[str, Any] = asdict(plan)
+    doc["endurance"] = endurance.to_json() if endurance is not None else None
     if rows is not None:
         # null where the error has no finite value (nothing measured): JSON has no Infinity
         doc["check"] = [{**asdict(r), "error_pct": _finite(r.error_pct)} for r in rows]

@@ -9,6 +9,7 @@ from ..errors import UsageError
 from ..model.reports import Comparison, DoctorReport, PlanReport
 from ..model.run import TraceRun
 from ..model.sweep_result import LayoutSweep, SweepOutcome
+from ..model.verdict import TraceReport
 from .base import Renderer, RenderOptions
 from .compare import compare_json, render_compare
 from .console import ConsoleRenderer
@@ -16,7 +17,7 @@ from .doctor import doctor_json, render_checks
 from .html import HTML_RENDERERS
 from .json import JsonRenderer
 from .lint import LintReportConsole, LintReportJson
-from .plan import plan_json, render_check, render_plan
+from .plan import plan_json, render_check, render_endurance, render_plan
 from .sweep import layouts_json, render_layouts, render_sweep, sweep_json
 
 
@@ -33,6 +34,26 @@ class TraceJson(Renderer):
 
     def render(self, record: TraceRun) -> str:
         return JsonRenderer(self.options.block_size_bytes).render(record)
+
+
+class TraceReportConsole(Renderer):
+    """A trace report: the verdict at the top, then the run's report."""
+
+    record_type, format, file_extension = TraceReport, "console", "txt"
+
+    def render(self, record: TraceReport) -> str:
+        o = self.options
+        return ConsoleRenderer(width=o.width or 120, color=o.color,
+                               block_size_bytes=o.block_size_bytes).render(record.run, record.verdict)
+
+
+class TraceReportJson(Renderer):
+    """The run's JSON document plus "verdict"."""
+
+    record_type, format, file_extension = TraceReport, "json", "json"
+
+    def render(self, record: TraceReport) -> str:
+        return JsonRenderer(self.options.block_size_bytes).render_report(record)
 
 
 class SweepConsole(Renderer):
@@ -81,7 +102,7 @@ class PlanConsole(Renderer):
     record_type, format, file_extension = PlanReport, "console", "txt"
 
     def render(self, record: PlanReport) -> str:
-        text = render_plan(record.plan, self.options.width or 110)
+        text = render_plan(record.plan, self.options.width or 110) + render_endurance(record.endurance)
         return text + (render_check(list(record.check), self.options.width or 110) if record.check is not None else "")
 
 
@@ -89,7 +110,7 @@ class PlanJson(Renderer):
     record_type, format, file_extension = PlanReport, "json", "json"
 
     def render(self, record: PlanReport) -> str:
-        return plan_json(record.plan, list(record.check) if record.check is not None else None)
+        return plan_json(record.plan, list(record.check) if record.check is not None else None, record.endurance)
 
 
 class DoctorConsole(Renderer):
@@ -112,6 +133,7 @@ RENDERERS: dict[tuple[type, str], type[Renderer]] = {
                 CompareJson, PlanConsole, PlanJson, LintReportConsole, LintReportJson, DoctorConsole, DoctorJson)
 }
 RENDERERS.update({(cls.record_type, cls.format): cls for cls in HTML_RENDERERS})
+RENDERERS.update({(cls.record_type, cls.format): cls for cls in (TraceReportConsole, TraceReportJson)})
 
 
 def formats_of(record_type: type) -> list[str]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .. import __version__
-from ..blockdev.devices import BlockDevice, describe, lower_devices, name_for_kdev
+from ..blockdev.devices import BlockDevice, describe, lower_devices, name_for_kdev, size_bytes
 from ..model.run import DeviceStats, HostInfo, TimelinePoint, TraceRun
 from . import child as childproc
 from .attribution import inject_env, read_events
@@ -126,7 +126,8 @@ def _assemble(probe: BlockProbe, opts: TraceOptions, started: str, duration: flo
                 lower_of.setdefault(low.name, []).append(dev.name)
     devices = tuple(
         DeviceStats(major=d.major, minor=d.minor, name=d.name, directions=per_dev[kdev],
-                    lower_of=tuple(lower_of.get(d.name, ())), description=describe(d))
+                    lower_of=tuple(lower_of.get(d.name, ())), description=describe(d),
+                    size_bytes=size_bytes(d))
         for kdev, d in sorted(names.items(), key=lambda x: x[1].name)
     )
     timeline = tuple(
