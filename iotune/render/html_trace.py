@@ -63,7 +63,10 @@ def verdict_section(page: Page, verdict: Verdict) -> None:
     items = "".join(f"<li><b>{esc(f.kind)}</b>: {esc(f.headline)}"
                     + (f'<div class="rule">rule: {esc(f.rule)}</div>' if f.rule else "") + "</li>"
                     for f in verdict.findings)
-    page.raw(f'<div class="verdict"><p class="summary">{esc(verdict.limit)}: {esc(verdict.summary)}</p>'
+    said = verdict.summary.lower().startswith(verdict.limit.replace("-", " ")) or \
+        verdict.summary.lower().startswith(verdict.limit)
+    head = esc(verdict.summary) if said else f"{esc(verdict.limit)}: {esc(verdict.summary)}"
+    page.raw(f'<div class="verdict"><p class="summary">{head}</p>'
              f"<ul>{items}</ul></div>")
 
 
