@@ -88,16 +88,27 @@ def test_the_best_gain_prefers_a_recommended_candidate_then_the_higher_ratio() -
 def test_finalists_and_the_alternating_pair_plan() -> None:
     rows = [ranked(DEFAULT, 210.0), ranked(FAST, 209.0), ranked(CHEAP, 208.0),
             Ranked(SweepPoint(queue_depth=1), "fio", (), 1, 0.0, 0.0, 0.0, 0.0)]
-    assert finalists(rows, DEFAULT, 2) == [FAST, CHEAP]                 # the defaults are the reference
-    assert finalists(rows, DEFAULT, 5) == [FAST, CHEAP]                 # never a failed point
+    scaled = SweepPoint(block_size=1 << 20, queue_depth=32)             # FAST's 32 MiB in flight at 1 MiB
+    assert finalists(rows, DEFAULT, 2) == [FAST, scaled]                # the defaults are the reference
+    assert finalists(rows, DEFAULT, 5) == [FAST, scaled, CHEAP]         # never a failed point
     # spread over block sizes: the best, then the best at the defaults' block size, then other sizes
+    # (FAST keeps 8 MiB x 4 = 32 MiB in flight; at 1 MiB that takes qd 32)
     deep = SweepPoint(block_size=1 << 20, queue_depth=32)
+    shallow = SweepPoint(block_size=1 << 20, queue_depth=16)
     fast_qd8 = SweepPoint(block_size=8 << 20, queue_depth=8)
-    spread = [ranked(FAST, 600.0), ranked(fast_qd8, 600.0), ranked(CHEAP, 590.0), ranked(deep, 580.0)]
-    assert finalists(spread, DEFAULT, 2) == [FAST, deep]
+    spread = [ranked(FAST, 600.0), ranked(fast_qd8, 600.0), ranked(shallow, 595.0), ranked(CHEAP, 590.0),
+              ranked(deep, 580.0)]
+    assert finalists(spread, DEFAULT, 2) == [FAST, deep]               # measured, as many bytes in flight
     assert finalists(spread, DEFAULT, 3) == [FAST, deep, CHEAP]
-    assert finalists(spread, DEFAULT, 4) == [FAST, deep, CHEAP, fast_qd8]
+    assert finalists(spread, DEFAULT, 5) == [FAST, deep, CHEAP, fast_qd8, shallow]
     assert finalists(spread, DEFAULT, 1) == [FAST] and finalists(spread, DEFAULT, 0) == []
+    # none measured at 1 MiB with 32 MiB in flight: the best, at 1 MiB, its queue scaled (never the defaults)
+    made = finalists(spread[:2] + spread[3:4], DEFAULT, 2)
+    assert made == [FAST, SweepPoint(block_size=1 << 20, queue_depth=32)]
+    assert finalists([ranked(SweepPoint(block_size=2 << 20, queue_depth=4), 9.0)], DEFAULT, 2) == \
+        [SweepPoint(block_size=2 << 20, queue_depth=4)]                # 1 MiB x 8 is the defaults themselves
+    assert finalists([ranked(SweepPoint(block_size=16 << 20, queue_depth=32), 9.0)], DEFAULT, 2)[1] == \
+        SweepPoint(block_size=1 << 20, queue_depth=128)                # capped at qd 128
     plan = pair_plan([FAST, CHEAP], DEFAULT, 3)
     assert plan == [(FAST, 0, 0), (CHEAP, 0, 1), (FAST, 1, 2), (CHEAP, 1, 3), (FAST, 2, 4), (CHEAP, 2, 5)]
 

@@ -18,6 +18,7 @@ the finalist's place, so a resumed sweep takes each pair from the journal.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from collections.abc import Callable
 
 from ..model.sweep import SweepPoint, Trial
@@ -31,20 +32,36 @@ from .space import RunSettings
 from .steps_executor import StepsExecutor
 
 
+MAX_QUEUE_DEPTH = 128
+
+
 def finalists(ranking: list[Ranked], default: SweepPoint, top: int) -> list[SweepPoint]:
-    """`top` measured points other than the defaults, in ranking order but
-    spread over block sizes: the best point, then the best at the defaults'
-    block size, then the best of each further block size, then the rest.
+    """`top` points other than the defaults, spread over block sizes: the
+    executor's best; then, at the defaults' block size, the best measured
+    point that keeps as many bytes in flight as the best does, or (none
+    measured) the best with its block size set to the defaults' and its
+    queue depth scaled to keep those bytes in flight; then the best of each
+    further block size; then the rest in ranking order.
+
     DeepSpeed cuts each swapped tensor into requests of the block size, so a
-    block size that wins on fio's large files can lose on a job's tensors;
-    only real steps can tell, and they can only if the finalists differ in it."""
+    block size that wins on fio's large files can lose on a job's smaller
+    tensors (fewer requests in flight per tensor), while the bytes in flight
+    (block size x queue depth, Little's law) are what a latency-bound drive
+    needs. Only finalists that differ in block size let real steps tell."""
     measured = [r.point for r in ranking if r.scores and r.point.key() != default.key()]
     if not measured or top <= 0:
         return []
-    chosen = [measured[0]]
-    at_default = next((p for p in measured if p.block_size == default.block_size), None)
-    if at_default is not None and at_default.block_size != measured[0].block_size:
-        chosen.append(at_default)
+    best = measured[0]
+    chosen = [best]
+    if best.block_size != default.block_size:
+        flight = best.block_size * best.queue_depth
+        at_default = next((p for p in measured if p.block_size == default.block_size
+                           and p.block_size * p.queue_depth >= flight), None)
+        if at_default is None:
+            qd = min(MAX_QUEUE_DEPTH, max(1, -(-flight // default.block_size)))
+            at_default = replace(best, block_size=default.block_size, queue_depth=qd)
+        if at_default.key() != default.key():
+            chosen.append(at_default)
     for p in measured:
         if p.block_size not in {c.block_size for c in chosen}:
             chosen.append(p)
