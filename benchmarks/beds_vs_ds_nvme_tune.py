@@ -61,9 +61,20 @@ def defaults_point() -> SweepPoint:
     return SweepPoint(d.block_size, d.queue_depth, d.intra_op_parallelism, d.single_submit, d.overlap_events)
 
 
+def saved_outcome(path: Path) -> dict[str, Any]:
+    """A saved `iotune sweep --json` outcome; waits while it is being written
+    (a sweep running beside this benchmark writes it when it ends)."""
+    while True:
+        try:
+            return dict(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            say(f"waiting for {path}")
+            time.sleep(30)
+
+
 def run_iotune(bed: str, work: Path, saved: Path | None) -> dict[str, Any]:
     if saved is not None:
-        outcome = json.loads(saved.read_text())
+        outcome = saved_outcome(saved)
         return {"source": str(saved), "wall_s": None, "recommended": outcome["recommended"],
                 "step_gain": outcome.get("step_gain"), "trials": outcome.get("trials")}
     argv = [str(VENV_BIN / "iotune"), "sweep", "--bed", bed, "--json", "-o", str(work / "iotune-journal")]
@@ -119,8 +130,10 @@ def three_way(target: Target, points: dict[str, SweepPoint], rounds: int, steps:
 
 def run(args: argparse.Namespace, rec: Recorder, work: Path) -> None:
     rec.doc.update(benchmark="beds_vs_ds_nvme_tune", issue=9, bed=args.bed, bed_spec=BEDS[args.bed].to_json())
-    iot = run_iotune(args.bed, work, args.iotune_result)
-    rec.phase("iotune", iot)
+    iot: dict[str, Any] = {}
+    if args.iotune_result is None:
+        iot = run_iotune(args.bed, work, None)
+        rec.phase("iotune", iot)
     with running_bed(args.bed) as bed:
         rec.doc["bed_instance"] = {"path": str(bed.path), "devices": [d.path for d in bed.devices],
                                    "cgroup": bed.cgroup, "overhead_us": bed.spec.to_json().get("overhead_us")}
@@ -130,6 +143,9 @@ def run(args: argparse.Namespace, rec: Recorder, work: Path) -> None:
         subprocess.run(["rm", "-rf", str(bed.path / "ds")], check=False)
         if not ds["pick"]:
             raise SystemExit("ds_nvme_tune produced no pick; see the JSON's stdout/stderr tails")
+        if not iot:
+            iot = run_iotune(args.bed, work, args.iotune_result)
+            rec.phase("iotune", iot)
         points = {"defaults": defaults_point(), "ds_nvme_tune": SweepPoint.from_json(ds["pick"]),
                   "iotune": SweepPoint.from_json(iot["recommended"])}
         say("three-way: " + "; ".join(f"{k}: {describe(p)}" for k, p in points.items()))
