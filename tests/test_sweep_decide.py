@@ -92,19 +92,15 @@ def test_finalists_and_the_alternating_pair_plan() -> None:
     assert finalists(rows, DEFAULT, 2) == [FAST, scaled]                # the defaults are the reference
     assert finalists(rows, DEFAULT, 5) == [FAST, scaled, CHEAP]         # never a failed point
     # spread over block sizes: the best, then the best at the defaults' block size, then other sizes
-    # (FAST keeps 8 MiB x 4 = 32 MiB in flight; at 1 MiB that takes qd 32)
+    # (FAST keeps 8 MiB x 4 = 32 MiB in flight; at 1 MiB that takes qd 32: the defaults at qd 32)
     deep = SweepPoint(block_size=1 << 20, queue_depth=32)
-    shallow = SweepPoint(block_size=1 << 20, queue_depth=16)
+    deep_t4 = SweepPoint(block_size=1 << 20, queue_depth=32, intra_op_parallelism=4, overlap_events=False)
     fast_qd8 = SweepPoint(block_size=8 << 20, queue_depth=8)
-    spread = [ranked(FAST, 600.0), ranked(fast_qd8, 600.0), ranked(shallow, 595.0), ranked(CHEAP, 590.0),
-              ranked(deep, 580.0)]
-    assert finalists(spread, DEFAULT, 2) == [FAST, deep]               # measured, as many bytes in flight
+    spread = [ranked(FAST, 600.0), ranked(fast_qd8, 600.0), ranked(deep_t4, 595.0), ranked(CHEAP, 590.0)]
+    assert finalists(spread, DEFAULT, 2) == [FAST, deep]       # never deep_t4: only the queue differs from the defaults
     assert finalists(spread, DEFAULT, 3) == [FAST, deep, CHEAP]
-    assert finalists(spread, DEFAULT, 5) == [FAST, deep, CHEAP, fast_qd8, shallow]
+    assert finalists(spread, DEFAULT, 5) == [FAST, deep, CHEAP, fast_qd8, deep_t4]
     assert finalists(spread, DEFAULT, 1) == [FAST] and finalists(spread, DEFAULT, 0) == []
-    # none measured at 1 MiB with 32 MiB in flight: the best, at 1 MiB, its queue scaled (never the defaults)
-    made = finalists(spread[:2] + spread[3:4], DEFAULT, 2)
-    assert made == [FAST, SweepPoint(block_size=1 << 20, queue_depth=32)]
     assert finalists([ranked(SweepPoint(block_size=2 << 20, queue_depth=4), 9.0)], DEFAULT, 2) == \
         [SweepPoint(block_size=2 << 20, queue_depth=4)]                # 1 MiB x 8 is the defaults themselves
     assert finalists([ranked(SweepPoint(block_size=16 << 20, queue_depth=32), 9.0)], DEFAULT, 2)[1] == \

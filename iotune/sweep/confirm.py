@@ -36,32 +36,29 @@ MAX_QUEUE_DEPTH = 128
 
 
 def finalists(ranking: list[Ranked], default: SweepPoint, top: int) -> list[SweepPoint]:
-    """`top` points other than the defaults, spread over block sizes: the
-    executor's best; then, at the defaults' block size, the best measured
-    point that keeps as many bytes in flight as the best does, or (none
-    measured) the best with its block size set to the defaults' and its
-    queue depth scaled to keep those bytes in flight; then the best of each
-    further block size; then the rest in ranking order.
+    """`top` points other than the defaults: the executor's best; then
+    DeepSpeed's defaults with only the queue depth raised so as many bytes
+    are in flight as the best keeps (block size x queue depth, Little's law:
+    what a latency-bound drive needs); then the best of each further block
+    size; then the rest in ranking order.
 
-    DeepSpeed cuts each swapped tensor into requests of the block size, so a
-    block size that wins on fio's large files can lose on a job's smaller
-    tensors (fewer requests in flight per tensor), while the bytes in flight
-    (block size x queue depth, Little's law) are what a latency-bound drive
-    needs. Only finalists that differ in block size let real steps tell."""
+    The second finalist is the smallest change from the defaults that has
+    the best's bytes in flight. fio cannot judge everything real steps
+    depend on: DeepSpeed cuts each swapped tensor into requests of the block
+    size (a block size that wins on fio's large files can lose on a job's
+    smaller tensors), and fio has no overlap_events. On the striped bed the
+    fio winners (4 MiB, 2 threads, single_submit, no overlap) ran the
+    optimizer step 0.7x as fast as the defaults (docs/benchmarks.md)."""
     measured = [r.point for r in ranking if r.scores and r.point.key() != default.key()]
     if not measured or top <= 0:
         return []
     best = measured[0]
     chosen = [best]
     if best.block_size != default.block_size:
-        flight = best.block_size * best.queue_depth
-        at_default = next((p for p in measured if p.block_size == default.block_size
-                           and p.block_size * p.queue_depth >= flight), None)
-        if at_default is None:
-            qd = min(MAX_QUEUE_DEPTH, max(1, -(-flight // default.block_size)))
-            at_default = replace(best, block_size=default.block_size, queue_depth=qd)
-        if at_default.key() != default.key():
-            chosen.append(at_default)
+        qd = min(MAX_QUEUE_DEPTH, max(1, -(-best.block_size * best.queue_depth // default.block_size)))
+        deeper = replace(default, queue_depth=qd)
+        if deeper.key() != default.key():
+            chosen.append(deeper)
     for p in measured:
         if p.block_size not in {c.block_size for c in chosen}:
             chosen.append(p)
