@@ -154,3 +154,32 @@ def test_killed_sweep_resumes_without_rerunning(tmp_path: Path) -> None:
     assert replayed["trials_run_now"] == 0
     assert [r["key"] for r in replayed["ranking"]] == [r["key"] for r in resumed["ranking"]]
     assert emulated_mounts() <= before         # every drive the CLI made was torn down
+
+
+@needs_root
+@needs_fuse
+def test_a_terminated_sweep_tears_its_drive_down(tmp_path: Path) -> None:
+    """SIGTERM (a job scheduler's stop, `kill`) takes Ctrl-C's path: the
+    journal keeps what was measured, the built-in drive is torn down."""
+    (tmp_path / "p.toml").write_text(
+        '[space]\nblock_size = ["64K", "256K", "1M"]\nqueue_depth = [1, 4]\nintra_op_parallelism = [1]\n'
+        'single_submit = [false]\noverlap_events = [true]\n'
+        '[run]\nsearch = "grid"\nrepeats = 1\nconfirm_top = 0\nfile_bytes = "8M"\nruntime_s = 1.0\nramp_s = 0.25\n')
+    mounts_before = {m for m in Path("/proc/mounts").read_text().splitlines() if "iotune-emulated" in m}
+    journal = tmp_path / "j" / "journal.jsonl"
+    p = subprocess.Popen([sys.executable, "-m", "iotune", "sweep", "--profile", str(tmp_path / "p.toml"),
+                          "-o", str(tmp_path / "j"), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not journal.exists() or journal.read_text().count('"kind":"trial"') < 1:
+        assert p.poll() is None and time.monotonic() < deadline, p.communicate()[1][-2000:]
+        time.sleep(0.2)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130 and "run the same command again to resume" in err, err[-2000:]
+    assert len(Journal(journal).trials) >= 1
+    assert {m for m in Path("/proc/mounts").read_text().splitlines() if "iotune-emulated" in m} <= mounts_before
+    # a leaked emulated drive is a loop device whose backing file (in the daemon's FUSE mount) is gone
+    loops = subprocess.run(["losetup", "-l", "-n", "--raw", "-O", "NAME,BACK-FILE"], capture_output=True,
+                           text=True).stdout.splitlines()
+    assert [line for line in loops if "iotune-emulated" in line and not Path(line.split(" ", 1)[1]).exists()] == []
+    assert [line for line in loops if line.endswith(" /disk")] == []

@@ -30,5 +30,12 @@ for command in (trace.trace, trace.report, trace.compare, sweep.sweep, lint.lint
     cli.add_command(command)
 
 
+def _stop(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt      # SIGTERM takes Ctrl-C's path: drives, mounts and cgroups are torn down
+
+
 def main() -> None:
+    import signal
+
+    signal.signal(signal.SIGTERM, _stop)
     cli(prog_name="iotune")
