@@ -285,3 +285,22 @@ def test_ceiling_is_refused_for_a_fleet(tmp_path: Path) -> None:
     assert r.exit_code == 2
     assert r.stderr == (f"Error: --ceiling probes this machine's devices, not a fleet's nodes: run `iotune report "
                         f"{tmp_path}/nodes/HOST --ceiling` on that node\n")
+
+
+def test_fleet_json_and_the_report_conform_to_their_schemas(tmp_path: Path) -> None:
+    from iotune.model.verdict import LIMITS
+
+    from .test_schemas import conforms, problems, schema, strict_json
+
+    save_fleet(fleet(), tmp_path)
+    conforms("fleet-1", json.loads((tmp_path / FLEET_FILE).read_text()))
+    r = invoke("report", str(tmp_path), "--json")
+    assert r.exit_code == 0
+    doc = strict_json(r.stdout)
+    conforms("fleet-report-1", doc)
+    assert schema("fleet-report-1")["$defs"]["fleet_node_row"]["properties"]["limit"]["enum"] == [*LIMITS, None]
+    lone = strict_json(invoke("report", str(save_fleet(FleetRun((NodeRun("a", "lost"),)), tmp_path / "x")),
+                              "--json").stdout)
+    assert lone["straggler"] is None and problems(schema("fleet-report-1"), lone) == []
+    bad = {**doc, "nodes": [{**doc["nodes"][0], "status": "gone"}]}
+    assert problems(schema("fleet-report-1"), bad)[0].startswith("/nodes/0/status: 'gone' is not one of")
