@@ -304,3 +304,17 @@ def test_fleet_json_and_the_report_conform_to_their_schemas(tmp_path: Path) -> N
     assert lone["straggler"] is None and problems(schema("fleet-report-1"), lone) == []
     bad = {**doc, "nodes": [{**doc["nodes"][0], "status": "gone"}]}
     assert problems(schema("fleet-report-1"), bad)[0].startswith("/nodes/0/status: 'gone' is not one of")
+
+
+def test_report_html_of_a_fleet(tmp_path: Path) -> None:
+    from iotune.render.html import figure_specs
+
+    save_fleet(fleet(), tmp_path / "fl")
+    r = invoke("report", str(tmp_path / "fl"), "--json", "--html", str(tmp_path / "fl.html"))
+    assert r.exit_code == 0 and r.stderr == f"HTML report: {tmp_path / 'fl.html'}\n"
+    page = (tmp_path / "fl.html").read_text()
+    assert "Node h3 is the straggler in 5 of 6 steps" in page and "ssh: connection to 127.0.0.5 closed" in page
+    [(data, layout)] = figure_specs(page)
+    assert [(t["name"], t["x"], t["y"]) for t in data] == [
+        ("h1", list(range(6)), [h / 1000 for h in H1]), ("h2", list(range(6)), [h / 1000 for h in H2]),
+        ("h3", list(range(6)), [h / 1000 for h in H3])]
