@@ -152,7 +152,8 @@ def test_nodes_in_step_are_not_a_straggler() -> None:
 def test_no_ok_node_and_one_ok_node() -> None:
     lost = NodeRun("a", "lost", None, "agent killed")
     failed = NodeRun("b", "failed", node_run(H1[:2], (1,), 1_200_000, 0), "the traced command failed (exit 1)")
-    assert fleet_report(FleetRun((lost,))).summary == "No node returned a complete run (1 node(s)). a lost: agent killed."
+    assert fleet_report(FleetRun((lost,))).summary == \
+        "No node returned a complete run (1 node(s)). a lost: agent killed."
     rep = fleet_report(FleetRun((lost, failed, NodeRun("c", "ok", node_run(H1, (0,), 1_200_000, 0)))))
     assert rep.steps == () and rep.straggler is None and rep.block_bytes == 6 * 2_400_000
     assert rep.summary.startswith("Only c returned a complete run: no other node to compare it with.")
