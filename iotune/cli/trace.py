@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from ..errors import UsageError
+from ..model.fleet import is_fleet_dir, load_fleet
 from ..model.run import TraceRun
 from ..model.runfile import default_run_dir, give_to_sudo_user, load_run, save_run
 from .options import (chosen_format, emit, format_option, html_option, library_errors, out_option, report_options, say,
@@ -129,11 +130,32 @@ def report(run_path: Path, fmt: str, as_json: bool, block_size: int | None, widt
            html_path: Path | None = None, probe_ceiling: bool = False, drive_tbw: int | None = None,
            drive_capacity: int | None = None) -> None:
     """Show a saved run again (RUN is its directory or run.json), with the
-    verdict judged by today's rules."""
+    verdict judged by today's rules. A multi-node run's directory (with
+    fleet.json) gets the fleet report: per node, per rank, the slowest node
+    of each step."""
+    if is_fleet_dir(run_path):
+        return report_fleet(run_path, chosen_format(fmt, as_json), width, html_path, probe_ceiling, drive_tbw,
+                            drive_capacity)
     run = load_run(run_path)
     inputs = gather_inputs(run, probe_ceiling, drive_tbw, drive_capacity, say)
     judged = trace_report(run, inputs)
     emit(judged, chosen_format(fmt, as_json), width, block_size)
+    write_html(judged, html_path)
+
+
+def report_fleet(path: Path, fmt: str, width: int | None, html_path: Path | None, probe_ceiling: bool,
+                 drive_tbw: int | None, drive_capacity: int | None) -> None:
+    from ..analysis.fleet import fleet_report
+    from ..model.verdict import VerdictInputs
+
+    if probe_ceiling:
+        raise UsageError("--ceiling probes this machine's devices, not a fleet's nodes: run `iotune report "
+                         f"{path}/nodes/HOST --ceiling` on that node")
+    inputs = VerdictInputs(drive_tbw_bytes=float(drive_tbw) if drive_tbw else None,
+                           tbw_source="--drive-tbw" if drive_tbw else "",
+                           drive_capacity_bytes=float(drive_capacity) if drive_capacity else None)
+    judged = fleet_report(load_fleet(path), inputs)
+    emit(judged, fmt, width)
     write_html(judged, html_path)
 
 

@@ -14,6 +14,7 @@ from .base import Renderer, RenderOptions
 from .compare import compare_json, render_compare
 from .console import ConsoleRenderer
 from .doctor import doctor_json, render_checks
+from .fleet import FLEET_RENDERERS
 from .html import HTML_RENDERERS
 from .json import JsonRenderer
 from .lint import LintReportConsole, LintReportJson
@@ -134,6 +135,7 @@ RENDERERS: dict[tuple[type, str], type[Renderer]] = {
 }
 RENDERERS.update({(cls.record_type, cls.format): cls for cls in HTML_RENDERERS})
 RENDERERS.update({(cls.record_type, cls.format): cls for cls in (TraceReportConsole, TraceReportJson)})
+RENDERERS.update({(cls.record_type, cls.format): cls for cls in FLEET_RENDERERS})
 
 
 def formats_of(record_type: type) -> list[str]:
