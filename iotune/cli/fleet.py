@@ -79,7 +79,8 @@ def trace_fleet_cli(hosts: tuple[str, ...], devices: tuple[str, ...], paths: tup
     opts = FleetOptions(hosts=hosts, agent_args=tuple(agent_args), remote_iotune=remote_iotune or default_remote_iotune(),
                         inject=inject, ssh_options=ssh_options_from_env(dict(os.environ)),
                         run_as=None if as_root else sudo_user(), stdout_to_stderr=stdout_to_stderr)
-    return trace_fleet(argv, opts, say)
+    outcome = trace_fleet(argv, opts, say)
+    return outcome.fleet, outcome.exit_status
 
 
 @click.command(hidden=True)

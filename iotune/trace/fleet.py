@@ -41,7 +41,7 @@ from ..model.hook_events import EVENTS_ENV
 from ..model.runfile import load_run
 from . import child as childproc
 from .attribution import inject_env
-from .fleet_agents import Agent, start_error, stop_agents
+from .fleet_agents import Agent, AgentCost, agent_cost, start_error, stop_agents
 
 Say = Callable[[str], None]
 DS_ENV_NAME = ".deepspeed_env"
@@ -88,9 +88,17 @@ def read_hostfile(path: Path) -> tuple[str, ...]:
     return tuple(hosts)
 
 
-def trace_fleet(argv: list[str], opts: FleetOptions, say: Say) -> tuple[FleetRun, int | None]:
+@dataclass(frozen=True)
+class FleetOutcome:
+    fleet: FleetRun
+    exit_status: int | None             # the command's, shell-style
+    costs: tuple[AgentCost, ...]        # per host, in host order
+
+
+def trace_fleet(argv: list[str], opts: FleetOptions, say: Say) -> FleetOutcome:
     """Start an agent on every host, run `argv` here, stop the agents and
-    gather their runs; also the command's exit status. Raises IotuneError, naming each host and the fix,
+    gather their runs (with the command's exit status and what each agent
+    cost). Raises IotuneError, naming each host and the fix,
     when an agent cannot start (the command is then not run); an agent lost
     later makes its node lost, the others are kept."""
     if not argv:
@@ -113,9 +121,10 @@ def trace_fleet(argv: list[str], opts: FleetOptions, say: Say) -> tuple[FleetRun
             with contextlib.suppress(OSError):
                 events.rmdir()
         nodes = tuple(_node(a, tuple(argv), status, interrupted, stack) for a in agents)
+        costs = tuple(agent_cost(a) for a in agents)
     fleet = FleetRun(nodes=nodes, command=tuple(argv), started_at=started, transport="ssh",
                      duration_s=round(duration, 6))
-    return fleet, status
+    return FleetOutcome(fleet, status, costs)
 
 
 def _wait_ready(agents: list[Agent], timeout_s: float, say: Say) -> None:

@@ -15,6 +15,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..blockdev.proc import last_line
@@ -36,6 +37,10 @@ class Agent:
         self.proc = proc
         self.stderr_path = stderr_path
         self.stopped = False
+        self.started_at = time.monotonic()
+        self.ready_at: float | None = None     # when the ready line arrived
+        self.stop_at: float | None = None      # when it was told to stop
+        self.eof_at: float | None = None       # when its stdout ended
         self._out = bytearray()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -65,6 +70,9 @@ class Agent:
         fd = self.proc.stdout.fileno()
         while chunk := os.read(fd, 1 << 16):
             self._out += chunk
+            if self.ready_at is None and b"\n" in chunk:
+                self.ready_at = time.monotonic()
+        self.eof_at = time.monotonic()
 
     @property
     def ready(self) -> bool:
@@ -83,6 +91,7 @@ class Agent:
     def stop(self) -> None:
         """Close the agent's stdin: it stops tracing and sends its run."""
         self.stopped = True
+        self.stop_at = time.monotonic()
         if self.proc.stdin is not None:
             with contextlib.suppress(OSError):
                 self.proc.stdin.close()
@@ -125,6 +134,24 @@ class Agent:
         except Exception as e:   # tarfile raises several kinds for a cut stream
             raise IotuneError(f"host {self.host}: the agent's run arrived incomplete ({e})") from None
         return run_dir
+
+
+@dataclass(frozen=True)
+class AgentCost:
+    """What one host's agent cost (the fan-out benchmark reports these)."""
+
+    host: str
+    ready_s: float | None        # ssh login + probe compile and attach, until its ready line
+    gather_s: float | None       # from the stop until its run had arrived
+    run_bytes: int               # the run as sent (tar)
+
+
+def agent_cost(agent: Agent) -> AgentCost:
+    _, _, data = bytes(agent._out).partition(b"\n")
+    ready = agent.ready_at - agent.started_at if agent.ready_at is not None else None
+    gather = (agent.eof_at - agent.stop_at if agent.eof_at is not None and agent.stop_at is not None
+              and agent.eof_at >= agent.stop_at else None)
+    return AgentCost(agent.host, ready, gather, len(data))
 
 
 def stop_agents(agents: Sequence[Agent], timeout_s: float) -> None:
