@@ -1,8 +1,9 @@
 """The one-machine multi-node bed as pytest fixtures (iotune.volumes.nodes):
 three "nodes" 127.0.0.2-4, sshd each in its own mount namespace, with
 /mnt/iotune-nvme their own ext4 scratch drive capped at 120, 120 and
-15 MB/s (the last is the slow node). Built once per test session, torn down
-at its end. Import the fixture into a test module to use it:
+15 MB/s (the last is the slow node). Built once per test module (in well
+under a second) and torn down at its end, so no other module's test sees its
+loop devices or cgroups. Import the fixture into a test module to use it:
 
     from tests.nodebed import nodebed, needs_nodebed  # noqa: F401
 
@@ -44,7 +45,7 @@ MISSING = missing_for_nodebed()
 needs_nodebed = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def nodebed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeBed]:
     if MISSING:
         pytest.skip(MISSING)

@@ -4,6 +4,7 @@ configured caps, and nothing is left behind afterwards, even on failure."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -76,3 +77,19 @@ def test_teardown_leaves_nothing_even_on_failure(tmp_path: Path) -> None:
         assert node.drive.mount_point is not None and not os.path.ismount(node.drive.mount_point)
     assert not shared.exists()                 # made for the bed, removed with it
     assert not keys.exists()                   # keys, configs and logs gone
+
+
+def test_two_beds_at_once_share_the_path_without_breaking_each_other(tmp_path: Path) -> None:
+    """Two test runs may build beds at the same time on the same shared
+    path: the bed that made the path and ends first must not remove it from
+    under the other's nodes (that would unmount their drives); it is left
+    as an empty directory."""
+    shared = tmp_path / "shared"
+    with contextlib.ExitStack() as maker:
+        first = maker.enter_context(node_bed([0], shared_path=shared, size_bytes=64 << 20, first_address=30))
+        with node_bed([0], shared_path=shared, size_bytes=64 << 20, first_address=31) as second:
+            assert ssh(first, first.hosts[0], "true").returncode == 0
+            maker.close()                      # the first bed ends while the second runs
+            r = ssh(second, second.hosts[0], "findmnt", "-n", "-o", "SOURCE", str(shared))
+            assert (r.returncode, r.stdout.strip()) == (0, second.nodes[0].drive.device.path)
+    assert shared.is_dir() and not any(shared.iterdir())

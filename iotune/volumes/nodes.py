@@ -12,7 +12,9 @@ DeepSpeed's launcher): no host key checking, no known_hosts written, no
 change to the machine's own ssh setup. On exit (error and Ctrl-C included)
 every process in a node's namespace is killed (the namespace goes with the
 last of them), then the drives are unmounted, detached and their cgroups
-removed, and the directory with the keys is deleted.
+removed, and the directory with the keys is deleted. The shared path, if
+the bed made it, is removed too, unless another bed (another test run) still
+has a node's drive mounted on it: then it stays, empty.
 
 What the bed cannot show: it is one kernel. There is no real network (ranks
 talk gloo over loopback: no contention, latency or bandwidth limit between
@@ -179,12 +181,34 @@ def _make_shared_path(stack: contextlib.ExitStack, path: Path) -> None:
     if path.exists():
         raise IotuneError(f"{path} exists and is not a directory: choose another shared path for the bed")
     path.mkdir(parents=True)
-    stack.callback(_rmdir, path)
+    stack.callback(_rmdir_unless_mounted, path)
 
 
-def _rmdir(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        path.rmdir()
+def _rmdir_unless_mounted(path: Path) -> None:
+    """Remove the shared path, unless another bed's node (another mount
+    namespace) still has a drive mounted on it: removing a mount point
+    detaches it in every namespace."""
+    if not mounted_in_any_namespace(path):
+        with contextlib.suppress(OSError):
+            path.rmdir()
+
+
+def mounted_in_any_namespace(path: Path) -> bool:
+    """Whether `path` is a mount point in any process's mount namespace."""
+    seen: set[str] = set()
+    target = os.fsencode(str(path))
+    for entry in Path("/proc").glob("[0-9]*/ns/mnt"):
+        try:
+            ns = os.readlink(entry)
+            if ns in seen:
+                continue
+            seen.add(ns)
+            mountinfo = (entry.parent.parent / "mountinfo").read_bytes()
+        except OSError:
+            continue
+        if any(len(fields) > 4 and fields[4] == target for fields in (line.split() for line in mountinfo.splitlines())):
+            return True
+    return False
 
 
 def _start_node(stack: contextlib.ExitStack, where: Path, address: str, port: int, drive: ScratchDrive,
