@@ -152,7 +152,8 @@ def test_nodes_in_step_are_not_a_straggler() -> None:
 def test_no_ok_node_and_one_ok_node() -> None:
     lost = NodeRun("a", "lost", None, "agent killed")
     failed = NodeRun("b", "failed", node_run(H1[:2], (1,), 1_200_000, 0), "the traced command failed (exit 1)")
-    assert fleet_report(FleetRun((lost,))).summary == "No node returned a complete run (1 node(s)). a lost: agent killed."
+    assert fleet_report(FleetRun((lost,))).summary == \
+        "No node returned a complete run (1 node(s)). a lost: agent killed."
     rep = fleet_report(FleetRun((lost, failed, NodeRun("c", "ok", node_run(H1, (0,), 1_200_000, 0)))))
     assert rep.steps == () and rep.straggler is None and rep.block_bytes == 6 * 2_400_000
     assert rep.summary.startswith("Only c returned a complete run: no other node to compare it with.")
@@ -304,3 +305,17 @@ def test_fleet_json_and_the_report_conform_to_their_schemas(tmp_path: Path) -> N
     assert lone["straggler"] is None and problems(schema("fleet-report-1"), lone) == []
     bad = {**doc, "nodes": [{**doc["nodes"][0], "status": "gone"}]}
     assert problems(schema("fleet-report-1"), bad)[0].startswith("/nodes/0/status: 'gone' is not one of")
+
+
+def test_report_html_of_a_fleet(tmp_path: Path) -> None:
+    from iotune.render.html import figure_specs
+
+    save_fleet(fleet(), tmp_path / "fl")
+    r = invoke("report", str(tmp_path / "fl"), "--json", "--html", str(tmp_path / "fl.html"))
+    assert r.exit_code == 0 and r.stderr == f"HTML report: {tmp_path / 'fl.html'}\n"
+    page = (tmp_path / "fl.html").read_text()
+    assert "Node h3 is the straggler in 5 of 6 steps" in page and "ssh: connection to 127.0.0.5 closed" in page
+    [(data, layout)] = figure_specs(page)
+    assert [(t["name"], t["x"], t["y"]) for t in data] == [
+        ("h1", list(range(6)), [h / 1000 for h in H1]), ("h2", list(range(6)), [h / 1000 for h in H2]),
+        ("h3", list(range(6)), [h / 1000 for h in H3])]

@@ -111,4 +111,3 @@ class FleetJson(Renderer):
         return json.dumps(record.to_json(), indent=1) + "\n"
 
 
-FLEET_RENDERERS: tuple[type[Renderer], ...] = (FleetConsole, FleetJson)

@@ -14,8 +14,9 @@ from .base import Renderer, RenderOptions
 from .compare import compare_json, render_compare
 from .console import ConsoleRenderer
 from .doctor import doctor_json, render_checks
-from .fleet import FLEET_RENDERERS
+from .fleet import FleetConsole, FleetJson
 from .html import HTML_RENDERERS
+from .html_fleet import FleetHtml
 from .json import JsonRenderer
 from .lint import LintReportConsole, LintReportJson
 from .plan import plan_json, render_check, render_endurance, render_plan
@@ -135,7 +136,7 @@ RENDERERS: dict[tuple[type, str], type[Renderer]] = {
 }
 RENDERERS.update({(cls.record_type, cls.format): cls for cls in HTML_RENDERERS})
 RENDERERS.update({(cls.record_type, cls.format): cls for cls in (TraceReportConsole, TraceReportJson)})
-RENDERERS.update({(cls.record_type, cls.format): cls for cls in FLEET_RENDERERS})
+RENDERERS.update({(cls.record_type, cls.format): cls for cls in (FleetConsole, FleetJson, FleetHtml)})
 
 
 def formats_of(record_type: type) -> list[str]:
