@@ -9,6 +9,7 @@ whose drive is capped lowest is the one whose step waits on storage."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
@@ -52,13 +53,17 @@ def ds_fleet(nodebed: NodeBed, remote_iotune: Path,  # noqa: F811
                 "--venv_script", str(VENV_BIN / "activate"),
                 str(TRAIN), "--strategy", "nvme-opt", "--size", "tiny", "--steps", str(STEPS),
                 "--nvme-path", str(bed.shared_path)]
-    argv = [sys.executable, "-m", "iotune", "trace", "--json", "--hostfile", str(hostfile),
+    # no --hostfile for iotune: it finds the hosts in the deepspeed command
+    argv = [sys.executable, "-m", "iotune", "trace", "--json",
             "--path", str(bed.shared_path), "--remote-iotune", str(remote_iotune), "-o", str(work / "fleet"),
             "--", *launcher]
     env = {**os.environ, **bed.env(), "PYTHONPATH": str(ROOT)}
     r = subprocess.run(argv, env=env, cwd=work, capture_output=True, text=True, timeout=600)
     try:
         assert r.returncode == 0, r.stderr[-4000:]
+        assert f"tracing every host of {hostfile} (DeepSpeed's --hostfile): {', '.join(bed.hosts)}" in r.stderr
+        report = json.loads(r.stdout)            # --json: the job's own output went to stderr
+        assert report["kind"] == "fleet-report" and [n["host"] for n in report["nodes"]] == list(bed.hosts)
         yield bed, load_fleet(work / "fleet")
     finally:
         for host in bed.hosts:
