@@ -34,8 +34,7 @@ def missing_for_nodebed() -> str | None:
         return "needs loop devices (/dev/loop-control, losetup)"
     if not Path("/sys/fs/cgroup/blkio/blkio.throttle.write_bps_device").exists():
         return "needs cgroup v1 blkio throttling (/sys/fs/cgroup/blkio)"
-    for tool, package in (("sshd", "openssh-server"), ("ssh", "openssh-client"), ("unshare", "util-linux"),
-                          ("pdsh", "pdsh")):
+    for tool, package in (("sshd", "openssh-server"), ("ssh", "openssh-client"), ("unshare", "util-linux")):
         if shutil.which(tool) is None and shutil.which(tool, path="/usr/sbin") is None:
             return f"needs {tool} (apt package {package}: scripts/setup.sh)"
     return None
@@ -43,6 +42,7 @@ def missing_for_nodebed() -> str | None:
 
 MISSING = missing_for_nodebed()
 needs_nodebed = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
+needs_pdsh = pytest.mark.skipif(shutil.which("pdsh") is None, reason="needs pdsh (apt package pdsh: scripts/setup.sh)")
 
 
 @pytest.fixture(scope="module")

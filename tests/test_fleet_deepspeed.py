@@ -23,10 +23,10 @@ from iotune.analysis.fleet import fleet_report, node_view
 from iotune.model.fleet import FleetRun, load_fleet
 from iotune.volumes.nodes import NodeBed
 from tests.conftest import needs_deepspeed
-from tests.nodebed import SLOW, needs_nodebed, nodebed  # noqa: F401
+from tests.nodebed import SLOW, needs_nodebed, needs_pdsh, nodebed  # noqa: F401
 from tests.test_fleet_trace import ROOT, remote_iotune  # noqa: F401
 
-pytestmark = [needs_nodebed, needs_deepspeed]
+pytestmark = [needs_nodebed, needs_pdsh, needs_deepspeed]   # DeepSpeed's launcher fans out with pdsh
 VENV_BIN = Path(sys.executable).parent
 TRAIN = ROOT / "iotune" / "workloads" / "train.py"
 STEPS = 4
