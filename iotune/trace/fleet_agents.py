@@ -120,12 +120,17 @@ class Agent:
         code = self.proc.returncode
         return "" if code == 0 else f"the agent exited with status {code} after sending its run: {self.stderr_tail()}"
 
+    def run_bytes(self) -> bytes:
+        """What came after the ready line: the run, as a tar stream."""
+        return bytes(self._out).partition(b"\n")[2]
+
     def unpack_run(self, where: Path) -> Path:
         """The run directory the agent sent, unpacked under `where`; an
         IotuneError saying why there is none."""
-        _, sep, data = bytes(self._out).partition(b"\n")
+        data = self.run_bytes()
         if not self.ready or not data:
-            if self.exited and not self.stopped or self.proc.returncode not in (0, None):
+            died = self.exited and not self.stopped
+            if died or self.proc.returncode not in (0, None):
                 raise IotuneError(f"host {self.host}: {self.died_message()}")
             raise IotuneError(f"host {self.host}: the agent sent no run")
         run_dir = where / "run"
@@ -147,7 +152,7 @@ class AgentCost:
 
 
 def agent_cost(agent: Agent) -> AgentCost:
-    _, _, data = bytes(agent._out).partition(b"\n")
+    data = agent.run_bytes()
     ready = agent.ready_at - agent.started_at if agent.ready_at is not None else None
     gather = (agent.eof_at - agent.stop_at if agent.eof_at is not None and agent.stop_at is not None
               and agent.eof_at >= agent.stop_at else None)
