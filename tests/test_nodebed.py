@@ -40,21 +40,31 @@ def test_each_node_sees_its_own_drive_at_the_shared_path(nodebed: NodeBed) -> No
         ssh(bed, two.address, "rm", "-f", str(marker))
 
 
+def write_mb_s(bed: NodeBed, host: str) -> float:
+    """1 s of 512 KiB O_DIRECT writes (8 in flight, so latency is not the
+    limit) with fio on `host` over ssh: the MB/s it measured."""
+    r = ssh(bed, host, "fio", "--name=cap", f"--filename={bed.shared_path}/cap.fio", "--rw=write", "--bs=512k",
+            "--size=256m", "--direct=1", "--ioengine=libaio", "--iodepth=8", "--time_based", "--runtime=1",
+            "--output-format=json")
+    ssh(bed, host, "rm", "-f", f"{bed.shared_path}/cap.fio")
+    assert r.returncode == 0, r.stderr
+    job = json.loads(r.stdout[r.stdout.index("{"):])["jobs"][0]
+    return float(job["write"]["io_bytes"] / (job["write"]["runtime"] / 1000) / MB)
+
+
 @needs_fio
 def test_each_node_runs_at_its_own_cap(nodebed: NodeBed) -> None:  # noqa: F811
-    """1 s of 512 KiB O_DIRECT writes (8 in flight, so latency is not the
-    limit on a busy machine) per node over ssh: the bandwidth fio
-    measures is the node's cap within 15 %."""
+    """Each node writes at its own cap, within 15 %. A cap is a ceiling:
+    other I/O on the machine's disk (other test runs) can only pull a
+    measurement below it, so a node gets up to 3 tries to reach it, and no
+    try may exceed it."""
     bed = nodebed
     for node, cap in zip(bed.nodes, CAPS):
-        r = ssh(bed, node.address, "fio", "--name=cap", f"--filename={bed.shared_path}/cap.fio", "--rw=write",
-                "--bs=512k", "--size=256m", "--direct=1", "--ioengine=libaio", "--iodepth=8", "--time_based",
-                "--runtime=1", "--output-format=json")
-        ssh(bed, node.address, "rm", "-f", f"{bed.shared_path}/cap.fio")
-        assert r.returncode == 0, r.stderr
-        job = json.loads(r.stdout[r.stdout.index("{"):])["jobs"][0]
-        mb_s = job["write"]["io_bytes"] / (job["write"]["runtime"] / 1000) / MB
-        assert mb_s == pytest.approx(cap / MB, rel=0.15), (node.address, mb_s)
+        tries = []
+        while len(tries) < 3 and (not tries or tries[-1] < 0.85 * cap / MB):
+            tries.append(write_mb_s(bed, node.address))
+        assert max(tries) == pytest.approx(cap / MB, rel=0.15), (node.address, tries)
+        assert all(t <= 1.15 * cap / MB for t in tries), (node.address, tries)
 
 
 def test_teardown_leaves_nothing_even_on_failure(tmp_path: Path) -> None:
