@@ -50,7 +50,7 @@ def progress_printer() -> Callable[[float, int, int, int, int], None] | None:
 @click.option("--linger", type=click.FloatRange(0, 3600), default=0.0, metavar="S",
               help="Keep tracing S seconds after the command ends (to catch delayed writeback).")
 @click.option("--hosts", default=None, metavar="H1,H2,...",
-              help="Multi-node: trace these hosts too (an agent per host over ssh; see --hostfile).")
+              help="Multi-node: trace these hosts (an agent on each, over ssh); the command runs here.")
 @click.option("--hostfile", type=click.Path(path_type=Path, dir_okay=False), default=None, metavar="FILE",
               help="Multi-node: trace every host of this DeepSpeed hostfile (`host slots=N` lines). A "
                    "`deepspeed --hostfile FILE` command with several hosts implies it.")
