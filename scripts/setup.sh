@@ -5,6 +5,7 @@
 #     filesystem tools (xfsprogs, btrfs-progs, e2fsprogs, fdisk), and the FUSE
 #     toolchain for the emulated drive (gcc, fuse3, libfuse3-dev, pkg-config), and chromium
 #     (headless, for the HTML report's browser test; playwright drives it, downloads nothing)
+#     plus openssh-server and pdsh (the multi-node bed of the tests: sshd "nodes" on 127.0.0.x)
 #   - /lib/modules/$(uname -r)/{build,source} -> Debian's headers, only when the
 #     running kernel has no headers of its own (bcc needs them to compile probes)
 #   - a venv in .venv with iotune and its Python dependencies, and Debian's bcc
@@ -13,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 log() { printf 'setup: %s\n' "$*" >&2; }
 
-APT_PKGS=(python3-bpfcc bpfcc-tools linux-headers-amd64 fio libaio-dev xfsprogs btrfs-progs e2fsprogs util-linux fdisk procps gcc fuse3 libfuse3-dev pkg-config chromium)
+APT_PKGS=(python3-bpfcc bpfcc-tools linux-headers-amd64 fio libaio-dev xfsprogs btrfs-progs e2fsprogs util-linux fdisk procps gcc fuse3 libfuse3-dev pkg-config chromium openssh-server pdsh)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

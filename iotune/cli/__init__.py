@@ -7,7 +7,7 @@ from __future__ import annotations
 import click
 
 from .. import __version__
-from . import demo, doctor, lint, plan, schema, sweep, trace, volumes
+from . import demo, doctor, fleet, lint, plan, schema, sweep, trace, volumes
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -26,7 +26,7 @@ def cli() -> None:
 
 
 for command in (trace.trace, trace.report, trace.compare, sweep.sweep, lint.lint, plan.plan, volumes.volumes,
-                doctor.doctor, demo.demo, schema.schema):
+                doctor.doctor, demo.demo, schema.schema, fleet.agent):
     cli.add_command(command)
 
 

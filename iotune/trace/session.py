@@ -75,6 +75,25 @@ def trace_window(duration_s: float, opts: TraceOptions, progress: Progress | Non
         return _assemble(probe, opts, started, duration, (), None, outcome)
 
 
+def trace_until(ready: Callable[[], None], stopped: Callable[[float], bool], opts: TraceOptions,
+                command: tuple[str, ...] = ()) -> TraceRun:
+    """Trace until `stopped(timeout_s)` says so (it may block that long),
+    SIGINT or SIGTERM; `ready()` is called once the probe is attached. The
+    run's outcome is "completed", or "interrupted" after a signal. A
+    multi-node trace's agent runs this (trace.agent)."""
+    started = _utcnow()
+    config = _probe_config(opts)
+    with BlockProbe(config) as probe, childproc.Interrupts() as intr:
+        ready()
+        t0 = time.monotonic()
+        while not intr.interrupted and not stopped(0.2):
+            _tick(probe, t0, None)
+        duration = time.monotonic() - t0
+        outcome = "interrupted" if intr.interrupted else "completed"
+        run = _assemble(probe, opts, started, duration, command, None, outcome)
+        return replace(run, clock_origin_ns=config.t0_ns)
+
+
 @contextlib.contextmanager
 def _events_dir(opts: TraceOptions) -> Iterator[Path | None]:
     """A private directory for the hooks' event files, removed afterwards."""

@@ -16,8 +16,11 @@ Stdlib only: this runs inside the traced job, whichever Python it uses.
 Events go to IOTUNE_EVENTS_DIR/events-<pid>.jsonl, buffered and flushed at
 the end of every phase and at exit. Timing only: no synchronisation is added,
 so on a GPU, phase times are host-side (kernel launch) times. The first line
-of each file is {"k": "proc", "pid", "rank", "argv", "omp"} (omp: the
-process's OMP_NUM_THREADS, null when unset).
+of each file is {"k": "proc", "pid", "rank", "argv", "omp", "node"} (omp: the
+process's OMP_NUM_THREADS, null when unset; node: "<host name> <mount
+namespace>", by which a multi-node trace's agent on each node claims its
+node's files when nodes share the events directory, as on the one-machine
+bed: iotune.trace.agent.node_identity computes the same).
 
 Stopping (`iotune sweep --steps-cmd`): with IOTUNE_MAX_STEPS=N, the process
 raises SystemExit(0) from DeepSpeedEngine.step() right after its N-th
@@ -49,11 +52,18 @@ def _out():
         path = os.path.join(os.environ["IOTUNE_EVENTS_DIR"], f"events-{os.getpid()}.jsonl")
         out = open(path, "a", buffering=1 << 16)
         proc = {"k": "proc", "pid": os.getpid(), "rank": int(os.environ.get("RANK", "0")), "argv": sys.argv[:8],
-                "omp": os.environ.get("OMP_NUM_THREADS")}
+                "omp": os.environ.get("OMP_NUM_THREADS"), "node": _node()}
         out.write(json.dumps(proc, separators=(",", ":")) + "\n")
         _state["out"] = out
         atexit.register(_flush)
     return _state["out"]
+
+
+def _node():
+    try:
+        return f"{os.uname().nodename} {os.readlink('/proc/self/ns/mnt')}"
+    except OSError:
+        return os.uname().nodename
 
 
 def _emit(event):

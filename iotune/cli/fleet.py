@@ -1,0 +1,106 @@
+"""Multi-node `iotune trace --hosts/--hostfile` and the hidden `iotune agent`
+it starts on every host over ssh (iotune.trace.fleet, iotune.trace.agent)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from ..errors import UsageError
+from ..model.fleet import FleetRun
+from .options import library_errors, say
+
+DEEPSPEED_LAUNCHERS = ("deepspeed", "ds")
+
+
+def fleet_hosts(hosts: str | None, hostfile: Path | None, argv: list[str]) -> tuple[str, ...]:
+    """The hosts of a multi-node trace: --hosts, --hostfile, or the
+    --hostfile of a DeepSpeed launcher command naming more than one host;
+    () for a single-node trace."""
+    from ..trace.fleet import read_hostfile
+
+    if hosts and hostfile:
+        raise UsageError("give --hosts or --hostfile, not both")
+    if hosts:
+        names = tuple(h.strip() for h in hosts.split(",") if h.strip())
+        if len(set(names)) != len(names):
+            raise UsageError(f"--hosts names a host twice ({hosts}): list each host once")
+        return names
+    if hostfile:
+        return read_hostfile(hostfile)
+    launcher_file = deepspeed_hostfile(argv)
+    if launcher_file is not None and launcher_file.is_file():
+        names = read_hostfile(launcher_file)
+        if len(names) > 1:
+            say(f"tracing every host of {launcher_file} (DeepSpeed's --hostfile): {', '.join(names)}")
+            return names
+    return ()
+
+
+def deepspeed_hostfile(argv: list[str]) -> Path | None:
+    """The --hostfile/-H of a `deepspeed` launcher command line, if any."""
+    if not argv or os.path.basename(argv[0]) not in DEEPSPEED_LAUNCHERS:
+        return None
+    for i, arg in enumerate(argv[1:], 1):
+        if arg.startswith("--hostfile="):
+            return Path(arg.split("=", 1)[1])
+        if arg in ("--hostfile", "-H") and i + 1 < len(argv):
+            return Path(argv[i + 1])
+        if not arg.startswith("-"):
+            return None       # the user script: the rest are its arguments
+    return None
+
+
+def default_remote_iotune() -> str:
+    """iotune at the same path as here (the venv's entry point), as
+    DeepSpeed's launcher assumes the same Python path on every node."""
+    return str(Path(sys.executable).with_name("iotune"))
+
+
+def trace_fleet_cli(hosts: tuple[str, ...], devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool,
+                    interval: float | None, no_inject: bool, remote_iotune: str | None, as_root: bool,
+                    stdout_to_stderr: bool, argv: list[str]) -> tuple[FleetRun, int | None]:
+    """Run the multi-node trace; (FleetRun, the command's exit status)."""
+    from ..trace.child import sudo_user
+    from ..trace.fleet import FleetOptions, ssh_options_from_env, trace_fleet
+
+    if not argv:
+        raise UsageError("a multi-node trace needs a command: iotune trace --hosts H1,H2 --path P -- CMD ARGS...")
+    if not paths and not devices:
+        raise UsageError("a multi-node trace needs --path P (each host traces the device(s) holding P there, "
+                         "e.g. your nvme_path) or --device D")
+    inject = not no_inject
+    agent_args = [*(a for p in paths for a in ("--path", p)), *(a for d in devices for a in ("--device", d)),
+                  *(["--with-lower"] if with_lower else []),
+                  "--interval", f"{interval or (0.01 if inject else 1.0):g}"]
+    opts = FleetOptions(hosts=hosts, agent_args=tuple(agent_args), remote_iotune=remote_iotune or default_remote_iotune(),
+                        inject=inject, ssh_options=ssh_options_from_env(dict(os.environ)),
+                        run_as=None if as_root else sudo_user(), stdout_to_stderr=stdout_to_stderr)
+    outcome = trace_fleet(argv, opts, say)
+    return outcome.fleet, outcome.exit_status
+
+
+@click.command(hidden=True)
+@click.option("-d", "--device", "devices", multiple=True, metavar="DEV")
+@click.option("-p", "--path", "paths", multiple=True, metavar="PATH")
+@click.option("--with-lower", is_flag=True)
+@click.option("--interval", type=click.FloatRange(0.001, 3600), default=1.0, metavar="S")
+@click.option("--events-dir", type=click.Path(path_type=Path), default=None,
+              help="Claim this node's attribution events from here (the job's IOTUNE_EVENTS_DIR).")
+@library_errors
+def agent(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, interval: float,
+          events_dir: Path | None) -> None:
+    """Trace this node for a multi-node `iotune trace --hosts` (which starts
+    it over ssh): tracing starts at once, stops when stdin closes, then the
+    run is written to stdout as a tar stream (iotune.trace.agent)."""
+    from ..blockdev.devices import choose_devices
+    from ..trace.agent import run_agent
+    from ..trace.session import TraceOptions
+
+    out = os.fdopen(os.dup(1), "wb")   # the protocol's channel; anything else printed goes to stderr
+    os.dup2(2, 1)
+    opts = TraceOptions(devices=tuple(choose_devices(devices, paths, with_lower)), interval_s=interval)
+    run_agent(opts, events_dir, out)

@@ -1,0 +1,190 @@
+"""The agents of a multi-node trace as seen from the gathering host: one
+`ssh HOST iotune agent ...` each, its stdout read by a thread (the ready
+line, later the run as a tar stream), its stderr kept in a file for the
+error messages. trace.fleet drives them; trace.agent is the other end."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..blockdev.proc import last_line
+from ..errors import IotuneError
+from .agent import READY_KEY, untar_directory
+
+SSH_DEFAULTS = ("-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10")
+SSH_FAILED = 255          # ssh's own status when it cannot connect or log in
+NOT_FOUND = 127           # the remote shell's status for a missing program
+
+
+class Agent:
+    """One host's agent, started by `Agent.start` (a context manager that
+    kills and reaps it whatever happens)."""
+
+    def __init__(self, host: str, remote_iotune: str, proc: subprocess.Popen[bytes], stderr_path: Path) -> None:
+        self.host = host
+        self.remote_iotune = remote_iotune
+        self.proc = proc
+        self.stderr_path = stderr_path
+        self.stopped = False
+        self.started_at = time.monotonic()
+        self.ready_at: float | None = None     # when the ready line arrived
+        self.stop_at: float | None = None      # when it was told to stop
+        self.eof_at: float | None = None       # when its stdout ended
+        self._out = bytearray()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    @classmethod
+    @contextlib.contextmanager
+    def start(cls, host: str, remote_iotune: str, agent_args: Sequence[str],
+              ssh_options: Sequence[str]) -> Iterator[Agent]:
+        remote = shlex.join([remote_iotune, "agent", *agent_args])
+        argv = ["ssh", *ssh_options, *SSH_DEFAULTS, host, "--", remote]
+        fd, err = tempfile.mkstemp(prefix="iotune-agent-stderr-")
+        try:
+            with os.fdopen(fd, "wb") as errfile:
+                proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errfile,
+                                        start_new_session=True)
+            agent = cls(host, remote_iotune, proc, Path(err))
+            try:
+                yield agent
+            finally:
+                agent.kill()
+        finally:
+            os.unlink(err)
+
+    def _read(self) -> None:
+        if self.proc.stdout is None:
+            return
+        fd = self.proc.stdout.fileno()
+        while chunk := os.read(fd, 1 << 16):
+            self._out += chunk
+            if self.ready_at is None and b"\n" in chunk:
+                self.ready_at = time.monotonic()
+        self.eof_at = time.monotonic()
+
+    @property
+    def ready(self) -> bool:
+        line, sep, _ = bytes(self._out).partition(b"\n")
+        if not sep:
+            return False
+        try:
+            return READY_KEY in json.loads(line)
+        except (json.JSONDecodeError, TypeError):
+            return False
+
+    @property
+    def exited(self) -> bool:
+        return self.proc.poll() is not None
+
+    def stop(self) -> None:
+        """Close the agent's stdin: it stops tracing and sends its run."""
+        self.stopped = True
+        self.stop_at = time.monotonic()
+        if self.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self._reader.join(5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+    def stderr_tail(self) -> str:
+        try:
+            text = self.stderr_path.read_text(errors="replace")
+        except OSError:
+            return "no message"
+        return last_line(text, "no message")
+
+    def died_message(self) -> str:
+        return f"the agent exited (status {self.proc.returncode}) before the command ended: {self.stderr_tail()}"
+
+    def late_error(self) -> str:
+        """What went wrong after the agent sent its run ("" if nothing)."""
+        code = self.proc.returncode
+        return "" if code == 0 else f"the agent exited with status {code} after sending its run: {self.stderr_tail()}"
+
+    def run_bytes(self) -> bytes:
+        """What came after the ready line: the run, as a tar stream."""
+        return bytes(self._out).partition(b"\n")[2]
+
+    def unpack_run(self, where: Path) -> Path:
+        """The run directory the agent sent, unpacked under `where`; an
+        IotuneError saying why there is none."""
+        data = self.run_bytes()
+        if not self.ready or not data:
+            died = self.exited and not self.stopped
+            if died or self.proc.returncode not in (0, None):
+                raise IotuneError(f"host {self.host}: {self.died_message()}")
+            raise IotuneError(f"host {self.host}: the agent sent no run")
+        run_dir = where / "run"
+        try:
+            untar_directory(data, run_dir)
+        except Exception as e:   # tarfile raises several kinds for a cut stream
+            raise IotuneError(f"host {self.host}: the agent's run arrived incomplete ({e})") from None
+        return run_dir
+
+
+@dataclass(frozen=True)
+class AgentCost:
+    """What one host's agent cost (the fan-out benchmark reports these)."""
+
+    host: str
+    ready_s: float | None        # ssh login + probe compile and attach, until its ready line
+    gather_s: float | None       # from the stop until its run had arrived
+    run_bytes: int               # the run as sent (tar)
+
+
+def agent_cost(agent: Agent) -> AgentCost:
+    data = agent.run_bytes()
+    ready = agent.ready_at - agent.started_at if agent.ready_at is not None else None
+    gather = (agent.eof_at - agent.stop_at if agent.eof_at is not None and agent.stop_at is not None
+              and agent.eof_at >= agent.stop_at else None)
+    return AgentCost(agent.host, ready, gather, len(data))
+
+
+def stop_agents(agents: Sequence[Agent], timeout_s: float) -> None:
+    """Stop every agent (they assemble and send their runs in parallel);
+    any still running after `timeout_s` is killed."""
+    early = {a.host for a in agents if a.exited}
+    for a in agents:
+        if a.host not in early:
+            a.stop()
+    deadline = time.monotonic() + timeout_s
+    while not all(a.exited for a in agents) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for a in agents:
+        if a.host in early:
+            a.stopped = False   # it died on its own: unpack_run says so
+        a.kill()
+
+
+def start_error(agent: Agent, timeout_s: float) -> str:
+    """Why an agent did not start, naming the host and the fix."""
+    host, code = agent.host, agent.proc.returncode
+    tail = agent.stderr_tail()
+    if code is None:
+        return f"host {host}: the agent did not report ready within {timeout_s:g} s (last message: {tail})"
+    if code == SSH_FAILED and ("ssh:" in tail or "Permission denied" in tail or "Could not resolve" in tail):
+        return (f"host {host}: cannot reach it over ssh ({tail}): check the host name, that sshd runs there and "
+                f"that `ssh {host} true` logs in without a password (ssh options: PDSH_SSH_ARGS_APPEND)")
+    if code == NOT_FOUND:
+        return (f"host {host}: iotune not found at {agent.remote_iotune}: install iotune there "
+                f"or pass --remote-iotune PATH")
+    return f"host {host}: the agent failed (status {code}): {tail}"

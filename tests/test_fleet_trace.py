@@ -1,0 +1,232 @@
+"""`iotune trace --hosts/--hostfile`: an agent per host over ssh, the
+command run here, each host's run gathered into one multi-node run. On the
+one-machine bed (tests/nodebed.py) every node writes a known number of
+512 KiB direct writes to its own drive at the shared path and must be
+counted exactly; a node whose agent is killed mid-run is lost and the others
+kept; unreachable hosts and hosts without iotune are clear errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from iotune.cli import cli
+from iotune.cli.fleet import deepspeed_hostfile
+from iotune.model.fleet import FleetRun, load_fleet
+from iotune.trace.agent import claim_events, node_identity
+from iotune.trace.fleet import read_hostfile
+from iotune.volumes.nodes import NodeBed, namespace_pids
+from tests.nodebed import needs_nodebed, nodebed  # noqa: F401
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCK = 512 << 10
+COUNTS = (23, 29, 31)        # 512 KiB O_DIRECT writes on nodes 2, 3, 4
+
+
+@pytest.fixture(scope="module")
+def remote_iotune(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """iotune as the nodes run it: this checkout, with this Python."""
+    path = tmp_path_factory.mktemp("remote") / "iotune"
+    path.write_text(f'#!/bin/sh\nexec env PYTHONPATH={ROOT} {sys.executable} -m iotune "$@"\n')
+    path.chmod(0o755)
+    return path
+
+
+def writes_on(bed: NodeBed, host: str, count: int) -> str:
+    shared = bed.shared_path
+    return (f"ssh -F {bed.ssh_config} {host} 'dd if=/dev/zero of={shared}/f bs=512K count={count} oflag=direct "
+            f"status=none && rm {shared}/f'")
+
+
+def iotune_trace(bed: NodeBed, remote: Path, out: Path, script: str, *hosts_args: str) -> subprocess.Popen[str]:
+    argv = [sys.executable, "-m", "iotune", "trace", *hosts_args, "--path", str(bed.shared_path),
+            "--remote-iotune", str(remote), "-o", str(out), "--", "sh", "-c", script]
+    env = {**os.environ, **bed.env(), "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def writes_512k(fleet: FleetRun, host: str) -> int:
+    """The node's 512 KiB writes: exactly the workload's. Anything else is
+    ext4's journal commit (jbd2, every 5 s) of the file's creation and
+    removal: a few small writes, never 512 KiB."""
+    node = fleet.node(host)
+    assert node is not None and node.run is not None
+    [dev] = node.run.devices
+    sizes = dict(dev.directions["write"].sizes)
+    ours = sizes.pop(BLOCK, 0)
+    assert all(size <= 64 << 10 for size in sizes) and sum(s * n for s, n in sizes.items()) <= 128 << 10, sizes
+    return ours
+
+
+@needs_nodebed
+def test_every_node_is_traced_with_exactly_its_own_writes(nodebed: NodeBed, remote_iotune: Path,  # noqa: F811
+                                                          tmp_path: Path) -> None:
+    bed = nodebed
+    script = " && ".join(writes_on(bed, h, n) for h, n in zip(bed.hosts, COUNTS))
+    proc = iotune_trace(bed, remote_iotune, tmp_path / "fleet", script, "--hosts", ",".join(bed.hosts))
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    fleet = load_fleet(tmp_path / "fleet")
+    assert fleet.transport == "ssh" and fleet.command == ("sh", "-c", script)
+    assert [(n.host, n.status, n.error) for n in fleet.nodes] == [(h, "ok", "") for h in bed.hosts]
+    for node, count in zip(bed.nodes, COUNTS):
+        assert writes_512k(fleet, node.address) == count
+        run = fleet.node(node.address).run  # type: ignore[union-attr]
+        assert run is not None and [d.name for d in run.devices] == [node.drive.device.name]
+        assert (run.outcome, run.exit_status) == ("completed", 0)
+    assert "3 node(s), 3 ok" in out
+    assert "Traceback" not in err
+
+
+def agent_pid(bed: NodeBed, index: int) -> int | None:
+    for pid in namespace_pids(bed.nodes[index].mount_ns):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"iotune" in argv and b"agent" in argv:
+            return pid
+    return None
+
+
+@needs_nodebed
+def test_a_node_whose_agent_is_killed_mid_run_is_lost_and_the_others_kept(
+        nodebed: NodeBed, remote_iotune: Path, tmp_path: Path) -> None:  # noqa: F811
+    bed = nodebed
+    go, started = tmp_path / "go", tmp_path / "started"
+    script = (f"touch {started} && {writes_on(bed, bed.hosts[0], COUNTS[0])} && "
+              f"{writes_on(bed, bed.hosts[1], COUNTS[1])} && while [ ! -e {go} ]; do sleep 0.05; done")
+    proc = iotune_trace(bed, remote_iotune, tmp_path / "fleet", script, "--hosts", ",".join(bed.hosts))
+    try:
+        deadline = time.monotonic() + 180
+        while not started.exists():              # the agents are tracing and the command runs
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        pid = agent_pid(bed, 2)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)             # node 4's agent, by its pid
+        time.sleep(0.5)
+        go.touch()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        go.touch()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    fleet = load_fleet(tmp_path / "fleet")
+    assert [(n.host, n.status) for n in fleet.nodes] == [(bed.hosts[0], "ok"), (bed.hosts[1], "ok"),
+                                                         (bed.hosts[2], "lost")]
+    lost = fleet.nodes[2]
+    assert lost.run is None and lost.error.startswith(f"host {bed.hosts[2]}: the agent exited (status ")
+    assert f"host {bed.hosts[2]}: the agent exited" in err and "its node will be reported lost" in err
+    assert writes_512k(fleet, bed.hosts[0]) == COUNTS[0]
+    assert writes_512k(fleet, bed.hosts[1]) == COUNTS[1]
+
+
+@needs_nodebed
+def test_a_hostfile_naming_an_unreachable_host_is_a_clear_error(nodebed: NodeBed, remote_iotune: Path,  # noqa: F811
+                                                                tmp_path: Path) -> None:
+    bed = nodebed
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text(f"{bed.hosts[0]} slots=1\n127.0.0.99 slots=1   # no sshd there\n")
+    ran = tmp_path / "ran"
+    proc = iotune_trace(bed, remote_iotune, tmp_path / "fleet", f"touch {ran}", "--hostfile", str(hostfile))
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 1
+    assert err == ("Error: the trace agent could not start on 1 of 2 hosts (the command was not run):\n"
+                   f"  host 127.0.0.99: cannot reach it over ssh (ssh: connect to host 127.0.0.99 port {bed.port}: "
+                   "Connection refused): check the host name, that sshd runs there and that `ssh 127.0.0.99 true` "
+                   "logs in without a password (ssh options: PDSH_SSH_ARGS_APPEND)\n")
+    assert not ran.exists() and not (tmp_path / "fleet").exists()
+
+
+@needs_nodebed
+def test_a_host_without_iotune_is_a_clear_error(nodebed: NodeBed, tmp_path: Path) -> None:  # noqa: F811
+    bed = nodebed
+    missing = tmp_path / "venv" / "bin" / "iotune"
+    proc = iotune_trace(bed, missing, tmp_path / "fleet", "true", "--hosts", bed.hosts[1])
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert err == ("Error: the trace agent could not start on 1 of 1 hosts (the command was not run):\n"
+                   f"  host {bed.hosts[1]}: iotune not found at {missing}: install iotune there "
+                   "or pass --remote-iotune PATH\n")
+
+
+# ---- without the bed ---------------------------------------------------------
+
+def invoke(*args: str):  # type: ignore[no-untyped-def]
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_a_multi_node_trace_needs_a_path_or_device() -> None:
+    r = invoke("trace", "--hosts", "a,b", "--", "true")
+    assert r.exit_code == 2
+    assert r.stderr == ("Error: a multi-node trace needs --path P (each host traces the device(s) holding P there, "
+                        "e.g. your nvme_path) or --device D\n")
+
+
+def test_remote_iotune_without_hosts() -> None:
+    r = invoke("trace", "--remote-iotune", "/x/iotune", "--", "true")
+    assert r.exit_code == 2
+    assert r.stderr == "Error: --remote-iotune is for a multi-node trace: add --hosts or --hostfile\n"
+
+
+def test_hosts_listed_twice() -> None:
+    r = invoke("trace", "--hosts", "a,b,a", "--path", "/", "--", "true")
+    assert (r.exit_code, r.stderr) == (2, "Error: --hosts names a host twice (a,b,a): list each host once\n")
+
+
+def test_hostfile_format(tmp_path: Path) -> None:
+    good = tmp_path / "good"
+    good.write_text("# DeepSpeed hostfile\nworker-1 slots=8\n\nworker-2 slots=8  # second\nworker-3\n")
+    assert read_hostfile(good) == ("worker-1", "worker-2", "worker-3")
+    bad = tmp_path / "bad"
+    bad.write_text("worker-1 slots=8\nworker-2 gpus=8\n")
+    r = invoke("trace", "--hostfile", str(bad), "--path", "/", "--", "true")
+    assert (r.exit_code, r.stderr) == (2, f"Error: {bad} line 2: expected `HOST slots=N` (DeepSpeed's hostfile "
+                                          "format), got `worker-2 gpus=8`\n")
+    empty = tmp_path / "empty"
+    empty.write_text("# nothing\n")
+    r = invoke("trace", "--hostfile", str(empty), "--path", "/", "--", "true")
+    assert (r.exit_code, r.stderr) == (2, f"Error: the hostfile {empty} names no hosts: one `HOST slots=N` "
+                                          "line per node\n")
+
+
+def test_deepspeed_hostfile_is_found_in_the_launcher_command() -> None:
+    assert deepspeed_hostfile(["deepspeed", "--hostfile", "hf", "train.py"]) == Path("hf")
+    assert deepspeed_hostfile(["/v/bin/deepspeed", "--num_gpus=1", "--hostfile=h2", "t.py"]) == Path("h2")
+    assert deepspeed_hostfile(["deepspeed", "t.py", "--hostfile", "hf"]) is None    # the script's own argument
+    assert deepspeed_hostfile(["python", "--hostfile", "hf"]) is None
+
+
+def test_an_agent_claims_only_its_own_nodes_event_files(tmp_path: Path) -> None:
+    """On the bed every node's ranks share one events directory (one /tmp):
+    each agent takes the files whose process recorded its node."""
+    events = tmp_path / "events"
+    events.mkdir()
+    here = node_identity()
+
+    def write(pid: int, rank: int, node: str | None) -> None:
+        proc = {"k": "proc", "pid": pid, "rank": rank, "argv": [], "omp": None}
+        if node is not None:
+            proc["node"] = node
+        phase = {"k": "phase", "n": "forward", "s": 0, "t0": 1_000, "t1": 2_000}
+        (events / f"events-{pid}.jsonl").write_text(json.dumps(proc) + "\n" + json.dumps(phase) + "\n")
+
+    write(11, 0, here)
+    write(12, 1, "other-host mnt:[1]")
+    write(13, 2, None)                   # an older hook: no node recorded
+    att = claim_events(events, here)
+    assert att is not None and att.ranks == (0, 2)
+    assert sorted(p.name for p in events.iterdir()) == ["events-12.jsonl"]
+    assert claim_events(events, "other-host mnt:[1]").ranks == (1,)  # type: ignore[union-attr]
+    assert not events.exists()           # the last agent removes the directory
