@@ -253,7 +253,7 @@ def test_report_of_a_fleet_dir(tmp_path: Path) -> None:
                                                                 ("h4", "lost")]
     assert {k: round(v, 9) if isinstance(v, float) else v for k, v in doc["steps"][1].items()} == \
         {"step": 1, "nodes": 3, "host": "h2", "step_s": 0.48, "others_s": 0.42, "gap_s": 0.06,
-         "gap_pct": round(100 * 0.06 / 0.42, 9)}
+         "gap_pct": round(100 * 0.06 / 0.42, 9), "basis": "step", "stall_s": None, "others_stall_s": None}
     assert doc["aggregate_bytes_per_s"] == pytest.approx(403.2e6 / 4.0)
 
 
@@ -319,3 +319,19 @@ def test_report_html_of_a_fleet(tmp_path: Path) -> None:
     assert [(t["name"], t["x"], t["y"]) for t in data] == [
         ("h1", list(range(6)), [h / 1000 for h in H1]), ("h2", list(range(6)), [h / 1000 for h in H2]),
         ("h3", list(range(6)), [h / 1000 for h in H3])]
+
+
+def test_equal_step_times_name_the_node_whose_drives_hold_the_step() -> None:
+    """Synchronous training: every node's step takes the same time (each rank
+    waits for the slowest in its collectives); the node whose drives were
+    busy longest inside the step is the one the others wait for."""
+    times = {"a": {0: (2.06, 0.30), 1: (2.06, 0.31)}, "b": {0: (2.061, 1.20), 1: (2.062, 1.19)},
+             "c": {0: (2.06, 0.29), 1: (2.06, 0.33)}}
+    steps = step_stragglers(times)
+    assert [(s.host, s.basis, s.stall_s, s.others_stall_s) for s in steps] == \
+        [("b", "storage", 1.20, 0.295), ("b", "storage", 1.19, 0.32)]
+    assert [round(s.gap_s, 9) for s in steps] == [0.905, 0.87]
+    assert steps[0].gap_pct == pytest.approx(100 * 0.905 / 2.061)
+    # step times that differ beyond the noise still decide by step time
+    late = step_stragglers({"a": {0: (2.0, 1.5)}, "b": {0: (3.0, 0.1)}})
+    assert [(s.host, s.basis) for s in late] == [("b", "step")]

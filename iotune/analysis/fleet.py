@@ -8,9 +8,15 @@ Rules:
   compared across nodes, and step numbers (engine.global_steps) join them.
 - per step: every global step recorded by two or more ok nodes; its
   slowest node, the median step time of the others and the gap.
+- per step, "slowest" is by step time when the nodes' step times differ by
+  more than NOISE_PCT; else (synchronous training makes them equal: every
+  rank waits for the slowest in its collectives) by the time each node's
+  drives were busy inside the step (analysis.verdict.step_stalls), the gap
+  then in seconds of storage time and in percent of the step.
 - the straggler: the node slowest in the most steps (ties: the larger
   median gap, then the host name); it stands out when its median steady step
-  is more than NOISE_PCT longer than the median of the other nodes'.
+  is more than NOISE_PCT longer than the median of the other nodes', or
+  (by storage) when its median gap is more than NOISE_PCT of the step.
 - aggregate bandwidth: block bytes (read + write, top-level devices) summed
   over the ok nodes / the fleet's wall time.
 - failed and lost nodes are listed with their error and left out of every
@@ -32,7 +38,7 @@ from ..model.verdict import VerdictInputs
 from .attribution import StepBreakdown, median_step, steady, step_breakdowns, swap_by_category
 from .device_use import BRIDGE_S, busy_spans, length
 from .summary import totals
-from .verdict import judge
+from .verdict import judge, step_stalls
 
 NOISE_PCT = 5.0     # a straggler's median step must be this much longer than the others' to stand out
 
@@ -116,30 +122,49 @@ def rank_rows(node: NodeRun) -> list[FleetRankRow]:
     return out
 
 
-def step_times(fleet: FleetRun) -> dict[str, dict[int, float]]:
-    """Per ok node, its step times by global step."""
-    out: dict[str, dict[int, float]] = {}
+def step_times(fleet: FleetRun) -> dict[str, dict[int, tuple[float, float]]]:
+    """Per ok node, by global step: (step time, time its drives were busy
+    inside the step's phases)."""
+    out: dict[str, dict[int, tuple[float, float]]] = {}
     for node in fleet.ok_nodes:
         run = node_view(node)
         rows: list[StepBreakdown] = step_breakdowns(run) if run is not None else []
-        out[node.host] = {r.step: r.total_s for r in rows}
+        stalls = step_stalls(run, rows) if run is not None else []
+        out[node.host] = {st.step: (st.total_s, st.stall_s) for st in stalls}
     return out
 
 
-def step_stragglers(times: dict[str, dict[int, float]]) -> list[StepStraggler]:
+def step_stragglers(times: dict[str, dict[int, tuple[float, float]]] | dict[str, dict[int, float]]
+                    ) -> list[StepStraggler]:
     """The slowest node of each step recorded by two or more nodes (ties:
-    the first host in order)."""
+    the first host in order). By step time when the nodes' step times differ
+    by more than NOISE_PCT; else (synchronous training: every rank waits for
+    the slowest in its collectives, so the step times come out equal) by the
+    time each node's drives were busy in the step: the node waiting on its
+    own storage is the one the others wait for."""
     out = []
     for step in sorted({k for per in times.values() for k in per}):
-        here = [(host, per[step]) for host, per in times.items() if step in per]
+        here = [(host, _pair(per[step])) for host, per in times.items() if step in per]
         if len(here) < 2:
             continue
-        host, step_s = max(here, key=lambda hs: hs[1])
-        others = float(statistics.median(s for h, s in here if h != host))
-        gap = step_s - others
+        host, (step_s, _) = max(here, key=lambda hs: hs[1][0])
+        others = float(statistics.median(t for h, (t, _) in here if h != host))
+        if others > 0 and 100.0 * (step_s - others) / others > NOISE_PCT:
+            out.append(StepStraggler(step, len(here), host, step_s, others, step_s - others,
+                                     100.0 * (step_s - others) / others))
+            continue
+        host, (step_s, stall) = max(here, key=lambda hs: hs[1][1])
+        others_stall = float(statistics.median(b for h, (_, b) in here if h != host))
+        gap = stall - others_stall
         out.append(StepStraggler(step, len(here), host, step_s, others, gap,
-                                 100.0 * gap / others if others > 0 else None))
+                                 100.0 * gap / step_s if step_s > 0 else None, basis="storage",
+                                 stall_s=stall, others_stall_s=others_stall))
     return out
+
+
+def _pair(t: tuple[float, float] | float) -> tuple[float, float]:
+    """(step time, drive-busy time); a bare step time has no busy time."""
+    return t if isinstance(t, tuple) else (t, 0.0)
 
 
 def straggler_summary(steps: list[StepStraggler], rows: list[FleetNodeRow]) -> StragglerSummary | None:
@@ -157,12 +182,20 @@ def straggler_summary(steps: list[StepStraggler], rows: list[FleetNodeRow]) -> S
     others_step = _median(r.step_s for r in others if r.step_s is not None)
     others_busy = _median(r.busy_bytes_per_s for r in others if r.busy_bytes_per_s is not None)
     step_s = me.step_s if me else None
-    stands_out = (step_s is not None and others_step is not None and others_step > 0
-                  and 100.0 * (step_s - others_step) / others_step > NOISE_PCT)
+    mine = [s for s in steps if s.host == host]
+    by_storage = sum(s.basis == "storage" for s in mine) > len(mine) / 2
+    if by_storage:      # equal step times: it stands out when its drives hold each step longer
+        pcts_mine = [s.gap_pct for s in mine if s.gap_pct is not None]
+        stands_out = bool(pcts_mine) and float(statistics.median(pcts_mine)) > NOISE_PCT
+    else:
+        stands_out = (step_s is not None and others_step is not None and others_step > 0
+                      and 100.0 * (step_s - others_step) / others_step > NOISE_PCT)
     pcts = [s.gap_pct for s in steps if s.gap_pct is not None]
     return StragglerSummary(host, counts[host], len(steps), float(statistics.median(s.gap_s for s in steps)),
                             _median(pcts), step_s, others_step, me.busy_bytes_per_s if me else None,
-                            others_busy, stands_out)
+                            others_busy, stands_out, basis="storage" if by_storage else "step",
+                            stall_s=_median(s.stall_s for s in mine if s.stall_s is not None),
+                            others_stall_s=_median(s.others_stall_s for s in mine if s.others_stall_s is not None))
 
 
 def wall_time(fleet: FleetRun) -> float:
@@ -196,7 +229,12 @@ def straggler_words(s: StragglerSummary) -> str:
                 f"{s.median_gap_s:.3f} s{gap} behind the others, and no node's median step is more than "
                 f"{NOISE_PCT:g} % longer than the others'.")
     head = f"Node {s.host} is the straggler in {s.slowest_steps} of {s.compared_steps} steps"
-    if s.step_s is not None and s.others_step_s:
+    if s.basis == "storage" and s.stall_s is not None and s.others_stall_s is not None and s.step_s:
+        head += (f": every node's step takes about {s.step_s:.2f} s (synchronous training: the others wait for "
+                 f"it in their collectives), but its drives are busy {s.stall_s:.2f} s of each step vs "
+                 f"{s.others_stall_s:.2f} s on the others ({100.0 * (s.stall_s - s.others_stall_s) / s.step_s:+.0f} % "
+                 f"of the step)")
+    elif s.step_s is not None and s.others_step_s:
         pct = 100.0 * (s.step_s - s.others_step_s) / s.others_step_s
         head += f": its steps take {s.step_s:.2f} s vs {s.others_step_s:.2f} s on the others ({pct:+.0f} %)"
     if s.busy_bytes_per_s is not None and s.others_busy_bytes_per_s is not None:

@@ -65,8 +65,11 @@ class StepStraggler(JsonRecord):
     host: str                     # the slowest
     step_s: float                 # its step time
     others_s: float               # the median step time of the other nodes
-    gap_s: float                  # step_s - others_s
-    gap_pct: float | None         # gap_s / others_s, in percent (None: others_s is 0)
+    gap_s: float                  # step_s - others_s (basis storage: stall_s - others_stall_s)
+    gap_pct: float | None         # gap_s / others_s, in percent (basis storage: of step_s) (None: divisor 0)
+    basis: str = "step"           # step: by step time | storage: by drive-busy time (equal step times)
+    stall_s: float | None = None          # basis storage: its drives' busy time inside the step
+    others_stall_s: float | None = None   # basis storage: the median of the other nodes'
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,10 @@ class StragglerSummary(JsonRecord):
     others_step_s: float | None   # median of the other ok nodes' median steady steps
     busy_bytes_per_s: float | None
     others_busy_bytes_per_s: float | None
-    stands_out: bool              # its steps are longer than the others' by more than the noise
+    stands_out: bool              # its steps (or its drives' busy time) longer than the others' beyond the noise
+    basis: str = "step"           # step | storage, as most of its StepStragglers
+    stall_s: float | None = None          # basis storage: median drive-busy time per step
+    others_stall_s: float | None = None
 
 
 @dataclass(frozen=True)

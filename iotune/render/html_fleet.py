@@ -58,7 +58,7 @@ def steps_chart(page: Page, r: FleetReport) -> None:
         return
     page.heading("Step time per node")
     traces = [{"type": "scatter", "mode": "lines+markers", "name": host, "line": {"color": colour(i)},
-               "x": sorted(per), "y": [round(per[k], 6) for k in sorted(per)]}
+               "x": sorted(per), "y": [round(per[k][0], 6) for k in sorted(per)]}
               for i, (host, per) in enumerate(times.items()) if per]
     page.chart(traces, {"title": {"text": "Seconds per optimizer step, per ok node"},
                         "xaxis": {"title": {"text": "global step"}, "dtick": 1},
