@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,7 @@ from iotune.volumes.nodes import NodeBed
 from tests.nodebed import CAPS, SLOW, needs_nodebed, nodebed  # noqa: F401
 
 from .conftest import needs_fio
+from .test_schemas import conforms, problems, schema, strict_json
 
 ROOT = Path(__file__).resolve().parents[1]
 MB = 1e6
@@ -42,7 +44,7 @@ def node(host: str, ceiling: float, spread: float = 0.0, pick: SweepPoint = P1,
          scores: dict[str, float] | None = None) -> NodeSweep:
     return NodeSweep(host=host, status="ok", recommended=pick.to_json(), recommended_key=pick.key(),
                      best_key=pick.key(), ceiling_bytes_per_s=ceiling, spread=spread,
-                     scores=scores if scores is not None else {pick.key(): ceiling})
+                     runs=3, scores=scores if scores is not None else {pick.key(): ceiling})
 
 
 def report(*nodes: NodeSweep) -> FleetSweepReport:
@@ -71,6 +73,13 @@ def test_the_noise_is_the_larger_of_the_floor_and_the_nodes_own_spread() -> None
     assert r.slow == ()
     assert [(j.host, j.noise) for j in r.judged] == [("a", 0.05), ("b", 0.05), ("c", 0.35)]
     assert r.summary.splitlines()[0] == "no node is slower than the median 100.0 MB/s beyond its noise"
+
+
+def test_a_single_repeat_is_said_to_leave_the_spread_unmeasured() -> None:
+    r = report(node("a", 100 * MB), node("b", 100 * MB), replace(node("c", 50 * MB), runs=1))
+    assert r.slow == ("c",)
+    assert r.summary.splitlines()[-1] == ("(one repeat on c: its noise is the profile's floor alone, the spread is "
+                                          "unmeasured; --repeats 3 measures it)")
 
 
 def test_differing_picks_that_each_win_on_their_own_node_deserve_different_settings() -> None:
@@ -116,10 +125,22 @@ def test_a_nodes_outcome_is_read_from_the_sweeps_own_json() -> None:
                            trials_run_now=4, failed=0, journal="/j")
     n = node_sweep_from_doc("h", json.loads(sweep_json(outcome)))
     assert (n.recommended_key, n.best_key, n.ceiling_bytes_per_s) == (K2, K2, 99 * MB)
-    assert n.spread == pytest.approx(10 / 99) and n.scores == {K2: 99 * MB, K1: 50 * MB}
+    assert n.spread == pytest.approx(10 / 99) and n.runs == 3 and n.scores == {K2: 99 * MB, K1: 50 * MB}
     assert n.gain_over_default == pytest.approx(99 / 50) and n.step_gain is None
     r = report(n, node("g", 100 * MB))
     assert FleetSweepReport.from_json(json.loads(render(r, "json"))) == r
+
+
+def test_the_report_json_conforms_to_its_schema() -> None:
+    differ = report(node("a", 120 * MB, pick=P1, scores={K1: 120 * MB, K2: 100 * MB}),
+                    node("b", 110 * MB, pick=P2, scores={K2: 110 * MB}),
+                    NodeSweep(host="c", status="failed", error="its sweep exited 2"))
+    for r in (differ, report(node("a", 100 * MB)), report()):
+        conforms("fleet-sweep-1", strict_json(render(r, "json")))
+    settings = schema("fleet-sweep-1")["properties"]["settings"]["enum"]
+    assert settings == ["same", "different", "within noise", "not comparable", "n/a"]
+    bad = {**json.loads(render(differ, "json")), "settings": "maybe"}
+    assert problems(schema("fleet-sweep-1"), bad)[0].startswith("/settings: 'maybe' is not one of")
 
 
 # ---- on the node bed --------------------------------------------------------------------------------------------
@@ -157,7 +178,8 @@ def test_the_fleet_sweep_flags_the_low_capped_node(nodebed: NodeBed, remote_iotu
     proc = iotune_sweep(bed, remote_iotune, tmp_path, "--hosts", ",".join(bed.hosts), "--json")
     took = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr[-3000:]
-    doc = json.loads(proc.stdout)
+    doc = strict_json(proc.stdout)
+    conforms("fleet-sweep-1", doc)
     slow = bed.hosts[SLOW]
     assert doc["slow"] == [slow]
     ceilings = {n["host"]: n["ceiling_bytes_per_s"] for n in doc["nodes"]}
@@ -172,6 +194,7 @@ def test_the_fleet_sweep_flags_the_low_capped_node(nodebed: NodeBed, remote_iotu
     assert json.loads((saved / "fleet-sweep.json").read_text()) == doc
     for host in bed.hosts:                        # each node's own `iotune sweep --json`, and its journal
         node_doc = json.loads((saved / "nodes" / host / "sweep.json").read_text())
+        conforms("sweep-1", node_doc)
         assert node_doc["target"] == str(bed.shared_path) and len(node_doc["ranking"]) >= 2
         assert (saved / "nodes" / host / "journal" / "journal.jsonl").is_file()
     assert f"{slow}: [" in proc.stderr             # the nodes' progress lines, with their host

@@ -126,5 +126,9 @@ def summary(r: FleetSweepReport) -> str:
     pairs = "; ".join(f"on {c.host} its own pick beats {c.other_host}'s by {100 * ((c.own_over_other or 1) - 1):.0f}% "
                       f"(noise {100 * c.noise:.0f}%)" for c in r.comparisons if c.beats)
     lines.append(SETTINGS_WORDS[r.settings].format(pairs=pairs))
+    single = [n.host for n in r.nodes if n.status == "ok" and n.runs == 1]
+    if single and (r.slow or r.settings == "different"):
+        lines.append(f"(one repeat on {', '.join(single)}: its noise is the profile's floor alone, the spread is "
+                     f"unmeasured; --repeats 3 measures it)")
     lines += [f"host {n.host} failed: {n.error}" for n in failed]
     return "\n".join(lines)

@@ -1,5 +1,7 @@
 """Multi-node `iotune trace --hosts/--hostfile` and the hidden `iotune agent`
-it starts on every host over ssh (iotune.trace.fleet, iotune.trace.agent)."""
+it starts on every host over ssh (iotune.trace.fleet, iotune.trace.agent);
+multi-node `iotune sweep --hosts/--hostfile` (iotune.sweep.fleet, compared
+by iotune.analysis.fleet_sweep)."""
 
 from __future__ import annotations
 
@@ -143,7 +145,12 @@ def sweep_hosts(hosts: tuple[str, ...], args: SweepArgs, remote_iotune: str | No
     opts = FleetSweepOptions(hosts=hosts, remote_iotune=remote_iotune or default_remote_iotune(), out_dir=out,
                              ssh_options=ssh_options_from_env(dict(os.environ)))
     t0 = time.monotonic()
-    nodes = sweep_fleet(replace(args, out=None), opts, say)
+    try:
+        nodes = sweep_fleet(replace(args, out=None), opts, say)
+    except KeyboardInterrupt:
+        say(f"interrupted: each node's finished trials are in {out}/nodes/HOST/journal; run the same command "
+            f"with -o {out} to resume every node")
+        sys.exit(130)
     report = fleet_sweep_report(nodes, prof.run.noise_floor, prof.name, args.executor, str(args.target_dir),
                                 now.isoformat(timespec="seconds"), round(time.monotonic() - t0, 3))
     (out / "fleet-sweep.json").write_text(render(report, "json"))

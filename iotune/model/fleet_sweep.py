@@ -31,6 +31,7 @@ class NodeSweep:
     best_key: str = ""                            # the executor's best point
     ceiling_bytes_per_s: float | None = None      # measured ceiling: the best point's median score
     spread: float = 0.0                           # the best point's (max - min) / median over its repeats
+    runs: int = 0                                 # the best point's successful repeats (1: spread unmeasured)
     scores: dict[str, float] = field(default_factory=dict)   # point key -> median score, every ranked point
     gain_over_default: float | None = None        # the recommendation against DeepSpeed's defaults (executor)
     step_gain: float | None = None                # median optimizer-step ratio vs the defaults (None: not measured)
@@ -42,7 +43,7 @@ class NodeSweep:
     def to_json(self) -> dict[str, Any]:
         return {"host": self.host, "status": self.status, "error": self.error, "recommended": self.recommended,
                 "recommended_key": self.recommended_key, "best_key": self.best_key,
-                "ceiling_bytes_per_s": self.ceiling_bytes_per_s, "spread": self.spread, "scores": dict(self.scores),
+                "ceiling_bytes_per_s": self.ceiling_bytes_per_s, "spread": self.spread, "runs": self.runs, "scores": dict(self.scores),
                 "gain_over_default": self.gain_over_default, "step_gain": self.step_gain,
                 "step_verdict": self.step_verdict, "fragment": self.fragment,
                 "validation_error": self.validation_error, "journal": self.journal}
@@ -63,7 +64,7 @@ def node_sweep_from_doc(host: str, doc: dict[str, Any]) -> NodeSweep:
         host=host, status="ok", recommended=recommended, recommended_key=rec_key,
         best_key=best["key"] if best else "",
         ceiling_bytes_per_s=float(best["median"]) if best else None,
-        spread=float(best.get("spread", 0.0)) if best else 0.0,
+        spread=float(best.get("spread", 0.0)) if best else 0.0, runs=len(best["scores"]) if best else 0,
         scores={r["key"]: float(r["median"]) for r in ranking},
         gain_over_default=doc.get("gain_over_default"),
         step_gain=float(step["median"]) if step else None, step_verdict=step["verdict"] if step else "",
