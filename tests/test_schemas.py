@@ -88,8 +88,8 @@ def strict_json(text: str) -> Any:
 
 
 def test_every_schema_is_a_valid_draft_2020_12_schema() -> None:
-    assert schema_names() == ["fleet-1", "fleet-report-1", "plan-1", "run-1", "sweep-1", "sweep-layouts-1",
-                            "trace-report-1"]
+    assert schema_names() == ["fleet-1", "fleet-report-1", "fleet-sweep-1", "plan-1", "run-1", "sweep-1",
+                              "sweep-layouts-1", "trace-report-1"]
     for name in schema_names():
         s = schema(name)
         Draft202012Validator.check_schema(s)
@@ -312,5 +312,5 @@ def test_schema_command_lists_prints_and_validates(tmp_path: Path) -> None:
         f"  {good}: at /: 'started_at' is a required property\n  {good}: at /: 'duration_s' is a required property\n")
     r = CliRunner().invoke(cli, ["schema", "runs"])
     assert r.exit_code == 2 and r.stderr == (
-        "Error: no JSON Schema named runs: choose one of fleet-1, fleet-report-1, plan-1, run-1, sweep-1, "
+        "Error: no JSON Schema named runs: choose one of fleet-1, fleet-report-1, fleet-sweep-1, plan-1, run-1, sweep-1, "
         "sweep-layouts-1, trace-report-1\n")

@@ -1,17 +1,25 @@
 """Multi-node `iotune trace --hosts/--hostfile` and the hidden `iotune agent`
-it starts on every host over ssh (iotune.trace.fleet, iotune.trace.agent)."""
+it starts on every host over ssh (iotune.trace.fleet, iotune.trace.agent);
+multi-node `iotune sweep --hosts/--hostfile` (iotune.sweep.fleet, compared
+by iotune.analysis.fleet_sweep)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import sys
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ..errors import UsageError
 from ..model.fleet import FleetRun
-from .options import library_errors, say
+from .options import emit, library_errors, say
+
+if TYPE_CHECKING:
+    from ..sweep.command import SweepArgs
 
 DEEPSPEED_LAUNCHERS = ("deepspeed", "ds")
 
@@ -65,7 +73,8 @@ def trace_fleet_cli(hosts: tuple[str, ...], devices: tuple[str, ...], paths: tup
                     stdout_to_stderr: bool, argv: list[str]) -> tuple[FleetRun, int | None]:
     """Run the multi-node trace; (FleetRun, the command's exit status)."""
     from ..trace.child import sudo_user
-    from ..trace.fleet import FleetOptions, ssh_options_from_env, trace_fleet
+    from ..blockdev.remote import ssh_options_from_env
+    from ..trace.fleet import FleetOptions, trace_fleet
 
     if not argv:
         raise UsageError("a multi-node trace needs a command: iotune trace --hosts H1,H2 --path P -- CMD ARGS...")
@@ -104,3 +113,47 @@ def agent(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, in
     os.dup2(2, 1)
     opts = TraceOptions(devices=tuple(choose_devices(devices, paths, with_lower)), interval_s=interval)
     run_agent(opts, events_dir, out)
+
+
+def refuse_with_hosts(**given: object) -> None:
+    """Options a multi-node sweep does not take (each node's sweep is on its own drive)."""
+    flags = {"bed": "--bed", "layouts": "--layouts", "filesystems": "--filesystems", "apply": "--apply",
+             "export": "--export", "export_jobs": "--export-jobs", "html": "--html"}
+    bad = [flags[k] for k, v in given.items() if v]
+    if bad:
+        raise UsageError(f"{bad[0]} is for a single-node sweep: a multi-node sweep (--hosts/--hostfile) runs "
+                         f"--path on every host; drop {bad[0]}, or sweep one node without --hosts")
+
+
+def sweep_hosts(hosts: tuple[str, ...], args: SweepArgs, remote_iotune: str | None, fmt: str) -> bool:
+    """The multi-node sweep: run it, save every node's outcome and the
+    report, print the report; whether a node failed."""
+    from dataclasses import replace
+
+    from ..analysis.fleet_sweep import fleet_sweep_report
+    from ..blockdev.remote import ssh_options_from_env
+    from ..render.registry import render
+    from ..sweep.command import build_profile
+    from ..sweep.fleet import FleetSweepOptions, sweep_fleet
+
+    if args.target_dir is None:
+        raise UsageError("a multi-node sweep needs --path P: the directory on each host's drive to tune "
+                         "(e.g. the job's nvme_path)")
+    prof = build_profile(args)       # the options are checked here before any host is contacted
+    now = dt.datetime.now(dt.timezone.utc)
+    out = (args.out or Path("iotune-sweeps") / f"fleet-{prof.name}-{now:%Y%m%d-%H%M%S}").absolute()
+    opts = FleetSweepOptions(hosts=hosts, remote_iotune=remote_iotune or default_remote_iotune(), out_dir=out,
+                             ssh_options=ssh_options_from_env(dict(os.environ)))
+    t0 = time.monotonic()
+    try:
+        nodes = sweep_fleet(replace(args, out=None), opts, say)
+    except KeyboardInterrupt:
+        say(f"interrupted: each node's finished trials are in {out}/nodes/HOST/journal; run the same command "
+            f"with -o {out} to resume every node")
+        sys.exit(130)
+    report = fleet_sweep_report(nodes, prof.run.noise_floor, prof.name, args.executor, str(args.target_dir),
+                                now.isoformat(timespec="seconds"), round(time.monotonic() - t0, 3))
+    (out / "fleet-sweep.json").write_text(render(report, "json"))
+    say(f"saved {out} (each node's outcome in nodes/HOST/sweep.json, the report in fleet-sweep.json)")
+    emit(report, fmt)
+    return any(n.status != "ok" for n in nodes)

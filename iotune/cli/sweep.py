@@ -9,8 +9,10 @@ from typing import Any
 
 import click
 
+from ..errors import UsageError
 from ..model.units import parse_size
 from ..volumes.beds import BEDS, DEFAULT_BED
+from .fleet import fleet_hosts, refuse_with_hosts, sweep_hosts
 from .options import (RATE, SIZE, bool_word, chosen_format, csv_list, emit, format_option, html_option,
                       library_errors, out_option, positive_int, say, write_html)
 
@@ -84,6 +86,13 @@ from .options import (RATE, SIZE, bool_word, chosen_format, csv_list, emit, form
                    "nodatacow and copy-on-write), all ranked on one scale. Default: btrfs, noatime,nodatacow.")
 @click.option("--drive-cap", type=RATE, default=100e6, show_default=True,
               help="With --layouts: bandwidth cap per scratch drive, e.g. 100MB/s.")
+@click.option("--hosts", default=None, metavar="H1,H2,...",
+              help="Multi-node: run the same sweep on every host at once over ssh (--path on each host's own "
+                   "drive) and compare them: slow nodes, and whether they deserve different settings.")
+@click.option("--hostfile", type=click.Path(path_type=Path, dir_okay=False), default=None, metavar="FILE",
+              help="Multi-node: sweep every host of this DeepSpeed hostfile (`host slots=N` lines).")
+@click.option("--remote-iotune", default=None, metavar="PATH",
+              help="Multi-node: iotune's path on the hosts (default: the same path as here).")
 @format_option
 @html_option
 @library_errors
@@ -94,7 +103,8 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
           out: Path | None, fresh: bool,
           apply_to: Path | None, in_place: bool, export_to: Path | None, export_jobs: Path | None,
           layout_drives: int | None, drive_cap: float, fmt: str, as_json: bool, bed: str | None = None,
-          filesystems: Any = None, html_path: Path | None = None) -> None:
+          filesystems: Any = None, html_path: Path | None = None, hosts: str | None = None,
+          hostfile: Path | None = None, remote_iotune: str | None = None) -> None:
     """Tune DeepSpeed's aio settings (block size, queue depth, threads, submit
     modes) for a drive, and hand over a config DeepSpeed accepts as pasted.
 
@@ -117,11 +127,26 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
       sudo iotune sweep --path /mnt/nvme/swap --executor aio --apply ds_config.json
       sudo iotune sweep --path /mnt/nvme/swap --ds-config ds_config.json \\
           --steps-cmd "deepspeed train.py --deepspeed_config {config}" --omp-threads 1,2
+      sudo iotune sweep --hostfile hosts --path /mnt/nvme/swap --profile quick
+
+    Multi-node (--hosts or --hostfile): the sweep runs on every host at
+    once over ssh (iotune at the same path there, or --remote-iotune); each
+    node's outcome and the fleet's report are saved in -o (default
+    iotune-sweeps/fleet-<profile>-<time>; re-run with the same -o to resume
+    every node). The report flags nodes whose measured ceiling is more than
+    their noise below the median, and says whether the nodes deserve
+    different settings.
     """
     from ..render.progress import sweep_progress
     from ..sweep.command import SpaceOverrides, SweepArgs, run_layouts_command, run_sweep_command
 
     fmt = chosen_format(fmt, as_json)
+    fleet = fleet_hosts(hosts, hostfile, [])
+    if remote_iotune and not fleet:
+        raise UsageError("--remote-iotune is for a multi-node sweep: add --hosts or --hostfile")
+    if fleet:
+        refuse_with_hosts(bed=bed, layouts=layout_drives, filesystems=filesystems, apply=apply_to,
+                          export=export_to, export_jobs=export_jobs, html=html_path)
     if bed is not None and (target_dir is not None or layout_drives is not None):
         raise click.UsageError("--bed excludes --path and --layouts: it sweeps a built-in test bed; give one of them")
     if filesystems and layout_drives is None:
@@ -137,6 +162,10 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
                      grid=grid, repeats=repeats, file_bytes=file_bytes, confirm_top=confirm_top, out=out,
                      fresh=fresh, bed=bed, steps=steps, steps_timeout_s=steps_timeout_s, steps_cmd=steps_cmd,
                      ds_config=ds_config)
+    if fleet:
+        if sweep_hosts(fleet, args, remote_iotune, fmt):
+            sys.exit(1)
+        return
     try:
         with sweep_progress() as on_trial:
             if layout_drives is not None:

@@ -15,6 +15,7 @@ from .compare import compare_json, render_compare
 from .console import ConsoleRenderer
 from .doctor import doctor_json, render_checks
 from .fleet import FleetConsole, FleetJson
+from .fleet_sweep import FleetSweepConsole, FleetSweepJson
 from .html import HTML_RENDERERS
 from .html_fleet import FleetHtml
 from .json import JsonRenderer
@@ -137,6 +138,7 @@ RENDERERS: dict[tuple[type, str], type[Renderer]] = {
 RENDERERS.update({(cls.record_type, cls.format): cls for cls in HTML_RENDERERS})
 RENDERERS.update({(cls.record_type, cls.format): cls for cls in (TraceReportConsole, TraceReportJson)})
 RENDERERS.update({(cls.record_type, cls.format): cls for cls in (FleetConsole, FleetJson, FleetHtml)})
+RENDERERS.update({(cls.record_type, cls.format): cls for cls in (FleetSweepConsole, FleetSweepJson)})
 
 
 def formats_of(record_type: type) -> list[str]:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
-import shlex
 import subprocess
 import tempfile
 import time
@@ -58,11 +57,6 @@ class FleetOptions:
     stdout_to_stderr: bool = False
     start_timeout_s: float = 180.0       # the agents compile their probe first
     stop_timeout_s: float = 60.0
-
-
-def ssh_options_from_env(env: dict[str, str]) -> tuple[str, ...]:
-    """The ssh options pdsh and DeepSpeed's launcher use: PDSH_SSH_ARGS_APPEND."""
-    return tuple(shlex.split(env.get("PDSH_SSH_ARGS_APPEND", "")))
 
 
 def read_hostfile(path: Path) -> tuple[str, ...]:

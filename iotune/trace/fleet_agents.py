@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shlex
 import signal
 import subprocess
 import tempfile
@@ -19,12 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..blockdev.proc import last_line
+from ..blockdev.remote import host_error, ssh_argv
 from ..errors import IotuneError
 from .agent import READY_KEY, untar_directory
-
-SSH_DEFAULTS = ("-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10")
-SSH_FAILED = 255          # ssh's own status when it cannot connect or log in
-NOT_FOUND = 127           # the remote shell's status for a missing program
 
 
 class Agent:
@@ -49,8 +45,7 @@ class Agent:
     @contextlib.contextmanager
     def start(cls, host: str, remote_iotune: str, agent_args: Sequence[str],
               ssh_options: Sequence[str]) -> Iterator[Agent]:
-        remote = shlex.join([remote_iotune, "agent", *agent_args])
-        argv = ["ssh", *ssh_options, *SSH_DEFAULTS, host, "--", remote]
+        argv = ssh_argv(host, [remote_iotune, "agent", *agent_args], ssh_options)
         fd, err = tempfile.mkstemp(prefix="iotune-agent-stderr-")
         try:
             with os.fdopen(fd, "wb") as errfile:
@@ -181,10 +176,4 @@ def start_error(agent: Agent, timeout_s: float) -> str:
     tail = agent.stderr_tail()
     if code is None:
         return f"host {host}: the agent did not report ready within {timeout_s:g} s (last message: {tail})"
-    if code == SSH_FAILED and ("ssh:" in tail or "Permission denied" in tail or "Could not resolve" in tail):
-        return (f"host {host}: cannot reach it over ssh ({tail}): check the host name, that sshd runs there and "
-                f"that `ssh {host} true` logs in without a password (ssh options: PDSH_SSH_ARGS_APPEND)")
-    if code == NOT_FOUND:
-        return (f"host {host}: iotune not found at {agent.remote_iotune}: install iotune there "
-                f"or pass --remote-iotune PATH")
-    return f"host {host}: the agent failed (status {code}): {tail}"
+    return host_error(host, code, tail, agent.remote_iotune) or f"host {host}: the agent failed (status {code}): {tail}"
