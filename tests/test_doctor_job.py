@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from iotune.blockdev import oplocks
 from iotune.cli import cli
 from iotune.doctor import jobfacts
 from iotune.doctor.job import Job, job_checks
@@ -191,7 +192,7 @@ def test_a_lock_being_built_is_not_stale(tmp_path: Path) -> None:
     lock = plant_lock(tmp_path, "async_io", 3600)
     worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], cwd=lock.parent)
     try:
-        [found] = jobfacts.build_locks([tmp_path])
+        [found] = oplocks.build_locks([tmp_path])
     finally:
         worker.kill()
         worker.wait()
@@ -267,7 +268,7 @@ def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
 @needs_deepspeed
 def test_async_io_loads_here(tmp_path: Path) -> None:
     """The real probe, in a subprocess, against this machine's op cache."""
-    locks = jobfacts.build_locks(jobfacts.extension_roots())
+    locks = oplocks.build_locks(oplocks.extension_roots())
     if any(lk.op == "async_io" and lk.builders for lk in locks):
         pytest.skip("another process is building async_io right now")
     job = Job(json.loads(ds_config(tmp_path, tmp_path / "n").read_text()))
@@ -286,7 +287,7 @@ def test_a_held_lock_really_hangs_the_load_and_the_probe_cleans_up(tmp_path: Pat
     probe = jobfacts.probe_async_io(20, env)
     assert probe.timed_out and 20 <= time.monotonic() - t0 < 60
     assert (ext / "async_io" / "lock").exists()                # ours: the probe did not take or drop it
-    leftover = [p for p in jobfacts._pids() if "IOTUNE-AIO" in jobfacts.command_of(p)]
+    leftover = [p for p in oplocks.all_pids() if "IOTUNE-AIO" in jobfacts.command_of(p)]
     assert leftover == []
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import json
+import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -34,6 +36,7 @@ GRID = {SweepPoint(block_size=b, queue_depth=q).key() for b, q in itertools.prod
 @pytest.fixture
 def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr("iotune.sweep.pipeline.validate_with_deepspeed", lambda fragment: None)
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))    # no DeepSpeed op is loaded here
     (tmp_path / "p.toml").write_text(PROFILE)
     (tmp_path / "drive").mkdir()
     return tmp_path
@@ -154,3 +157,21 @@ def test_apply_writes_beside_the_config_and_in_place_over_it(work: Path) -> None
     r = sweep(work, "--grid", "--apply", str(cfg), "--in-place")
     assert ok(r)["fragment"] == doc["fragment"] and f"wrote {cfg}\n" in r.stderr
     assert json.loads(cfg.read_text()) == applied and not beside.exists()
+
+
+def test_a_stale_op_build_lock_is_refused_before_any_trial(work: Path) -> None:
+    """A build killed midway leaves torch's lock; every DeepSpeed op load (the fragment's check, aio and
+    steps trials) would wait on it forever, so the sweep refuses to start and names the file to remove."""
+    ext = work / "ext"                                    # the fixture's TORCH_EXTENSIONS_DIR
+    (ext / "async_io").mkdir(parents=True)
+    lock = ext / "async_io" / "lock"
+    lock.touch()
+    then = time.time() - 20 * 60
+    os.utime(lock, (then, then))
+    r = sweep(work)
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert f"DeepSpeed op build lock {lock} is 20 min old and no build is running" in r.stderr
+    assert f"Remove it (`rm {lock}`, or `iotune doctor --ds-config CONFIG --fix`)" in r.stderr
+    assert not (work / "j").exists()                      # refused before the journal was opened
+    os.utime(lock)                                        # a fresh lock may be a build starting: go ahead
+    assert GRID <= {r["key"] for r in ok(sweep(work, "--grid"))["ranking"]}

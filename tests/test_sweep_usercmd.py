@@ -323,3 +323,25 @@ def test_time_limit_kills_what_left_the_process_group(tmp_path: Path) -> None:
     job = run_job([sys.executable, "-c", code], {"PATH": "/usr/bin:/bin"}, None, 1.5, tmp_path, events, 3)
     assert (job.ended_by, job.stderr) == ("time limit", "started\n")
     assert _alive(f"sleep\0{marker}") == []
+
+
+def test_a_crash_in_shutdown_after_every_step_still_counts(tmp_path: Path) -> None:
+    """DeepSpeed's aio threads can abort the interpreter's exit after the hook
+    ended the job ("terminate called without an active exception", exit -6):
+    the steps were measured, so the trial counts and keeps the exit; a crash
+    before the last step is a failed trial."""
+    from iotune.model.hook_events import StepTiming
+    from iotune.sweep.cmd_executor import JobRun, UserJob, _check
+    from iotune.sweep.executor import TrialFailed
+
+    swap = tmp_path / "swap"
+    (swap / "zero_stage_3").mkdir(parents=True)
+    (swap / "zero_stage_3" / "x.swp").touch()
+    job = UserJob(argv=("train", "{config}"), config_path=tmp_path / "ds.json", steps=3)
+    steps = [StepTiming(step=i, step_s=1.0, optimizer_step_s=0.5) for i in range(3)]
+    abort = JobRun(-6, 9.0, "", "", "terminate called without an active exception\n")
+    raw: dict = {}
+    _check(job, SweepPoint(), abort, steps, [], swap, raw)
+    assert raw["shutdown"] == "exit -6 after its 3 steps: terminate called without an active exception"
+    with pytest.raises(TrialFailed, match=r"^your command failed \(exit -6\): terminate called without"):
+        _check(job, SweepPoint(), abort, steps[:2], [], swap, {})

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -51,22 +52,36 @@ def kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:  # ty
         os.killpg(proc.pid, sig)
 
 
-def kill_session(sid: int, sig: int = signal.SIGKILL) -> int:
+def kill_session(sid: int, sig: int = signal.SIGKILL, wait_s: float = 5.0) -> int:
     """Signal every process of session `sid` (a child started with
     start_new_session leads one): also those that moved to process groups of
     their own, such as the compilers ninja starts for a DeepSpeed op build,
-    which a group kill misses. Returns how many were signalled."""
-    hit = 0
+    which a group kill misses. Waits up to `wait_s` for them to be gone (a
+    killed process lingers until the kernel tears it down), so what runs next
+    does not meet them. Returns how many were signalled."""
+    hit = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             # the fields after the ")" closing the command name: state ppid pgrp session ...
             fields = stat.read_text().rsplit(")", 1)[1].split()
             if int(fields[3]) == sid:
                 os.kill(int(stat.parent.name), sig)
-                hit += 1
+                hit.append(int(stat.parent.name))
         except (OSError, IndexError, ValueError):
             continue
-    return hit
+    deadline = time.monotonic() + wait_s
+    while hit and time.monotonic() < deadline and any(_running(pid) for pid in hit):
+        time.sleep(0.02)
+    return len(hit)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not yet a zombie (a zombie has exited; only its parent's wait is missing)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
 
 
 def run_in_own_group(argv: list[str], timeout_s: float | None, preexec_fn: Callable[[], None] | None = None,

@@ -11,6 +11,7 @@ import importlib.util
 import os
 import resource
 import shutil
+
 from ..blockdev.directio import direct_io_problem
 from ..blockdev.proc import CAP_IPC_LOCK, has_cap
 from ..model.lint import LintEnv, PathFacts

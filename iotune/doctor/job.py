@@ -16,6 +16,7 @@ from ..analysis.lint import lint, locked_buffers, swap_paths
 from ..analysis.lint.memory import mib
 from ..analysis.lint.view import aio_block, as_int, model_dtype
 from ..analysis.planner import make_plan
+from ..blockdev import oplocks
 from ..blockdev.directio import direct_io_problem
 from ..model.checks import CheckResult
 from ..model.lint import LintEnv, PathFacts
@@ -23,7 +24,6 @@ from ..model.plan import PlanInput
 from . import jobfacts
 from .facts import gather
 
-STALE_LOCK_AFTER_S = 600.0      # a lock this old with nobody building is left over
 AIO_ALIGNED_BYTES = 1024        # DeepSpeed pads swap I/O to this x intra_op_parallelism
 AIO_FIX = ("apt-get install libaio-dev (RHEL: yum install libaio-devel), then the op builds on first use; libaio "
            "elsewhere: set CFLAGS=-I<prefix>/include LDFLAGS=-L<prefix>/lib; or prebuild it: "
@@ -45,7 +45,7 @@ class Job:
 def job_checks(job: Job, aio_timeout_s: float = 300.0, env: dict[str, str] | None = None) -> list[CheckResult]:
     paths = swap_paths(job.cfg)
     lint_env = gather(list(paths), job.params, job.largest_param_numel, None, job.gpus)
-    locks = jobfacts.build_locks(jobfacts.extension_roots(env))
+    locks = oplocks.build_locks(oplocks.extension_roots(env))
     out = [check_config(job, lint_env), check_async_io(locks, aio_timeout_s, env)]
     if not paths:
         out.append(CheckResult("nvme_path", "skip", "the config swaps nothing to NVMe (no nvme offload at stage 3)"))
@@ -70,9 +70,9 @@ def check_config(job: Job, env: LintEnv) -> CheckResult:
     return CheckResult("ds_config", "ok", "DeepSpeed accepts it (iotune lint finds nothing)")
 
 
-def check_async_io(locks: list[jobfacts.BuildLock], timeout_s: float, env: dict[str, str] | None) -> CheckResult:
+def check_async_io(locks: list[oplocks.BuildLock], timeout_s: float, env: dict[str, str] | None) -> CheckResult:
     name = "async_io op"
-    stale = [lk for lk in locks if lk.op == "async_io" and _is_stale(lk)]
+    stale = [lk for lk in locks if lk.op == "async_io" and lk.stale]
     if stale:
         return CheckResult(name, "fail", f"loading it would wait forever on the stale build lock {stale[0].path}",
                            f"rm {stale[0].path}", fixable=True, target=stale[0].path)
@@ -217,19 +217,15 @@ def _memlock(env: LintEnv, pinned: int, what: str) -> CheckResult:
     return CheckResult(name, "ok", f"swap buffers lock {mib(pinned)} of ulimit -l {mib(env.memlock_bytes)}")
 
 
-def _is_stale(lock: jobfacts.BuildLock) -> bool:
-    return not lock.builders and lock.age_s > STALE_LOCK_AFTER_S
-
-
-def check_lock(lock: jobfacts.BuildLock) -> CheckResult:
+def check_lock(lock: oplocks.BuildLock) -> CheckResult:
     name = f"op-build lock ({lock.op})"
     age = f"{lock.age_s / 60:.0f} min old"
     if lock.builders:
         return CheckResult(name, "warn", f"{lock.path}: being built by pid {lock.builders[0]} ({age})",
                            "let the build finish; jobs wait for it")
-    if _is_stale(lock):
+    if lock.stale:
         return CheckResult(name, "fail", f"{lock.path}: {age}, no build running: a killed build left it, and "
                            f"every load of {lock.op} waits on it forever, silently",
                            f"rm {lock.path}", fixable=True, target=lock.path)
     return CheckResult(name, "warn", f"{lock.path}: {age}, no build running yet (a build may be starting)",
-                       f"if it is still there in {STALE_LOCK_AFTER_S / 60:.0f} min, remove it")
+                       f"if it is still there in {oplocks.STALE_LOCK_AFTER_S / 60:.0f} min, remove it")

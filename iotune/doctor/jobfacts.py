@@ -1,7 +1,7 @@
 """Machine facts `iotune doctor --ds-config` judges a job by: does
 DeepSpeed's async_io op load (asked in a subprocess with a time limit, so a
 hang cannot hang doctor), the container's memory limit, who else uses the
-nvme_path, and op-build locks left in torch's extension cache."""
+nvme_path (op-build locks: blockdev.oplocks)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..blockdev.oplocks import all_pids
 from ..blockdev.proc import prefer_interpreter_tools
 
 AIO_PROBE = """
@@ -84,59 +84,6 @@ def _interrupt_group(proc: subprocess.Popen[str], grace_s: float = 20.0) -> None
             continue
 
 
-def extension_roots(env: dict[str, str] | None = None) -> list[Path]:
-    """Where torch builds DeepSpeed's ops: $TORCH_EXTENSIONS_DIR/<op>, else
-    ~/.cache/torch_extensions/<py3XX_cpu|cuXXX>/<op> (cpp_extension._get_build_directory)."""
-    where = dict(os.environ if env is None else env)
-    if where.get("TORCH_EXTENSIONS_DIR"):
-        return [Path(where["TORCH_EXTENSIONS_DIR"])]
-    cache = Path(where.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "torch_extensions"
-    return sorted(p for p in cache.glob("py*") if p.is_dir())
-
-
-@dataclass(frozen=True)
-class BuildLock:
-    path: str
-    age_s: float
-    builders: tuple[int, ...]          # pids working in the op's build directory (a build in progress)
-
-    @property
-    def op(self) -> str:
-        return Path(self.path).parent.name
-
-
-def build_locks(roots: list[Path], now: float | None = None) -> list[BuildLock]:
-    """torch's FileBaton locks (<root>/<op>/lock) and the processes whose
-    working directory is that op's build directory (ninja runs there)."""
-    now = time.time() if now is None else now
-    out = []
-    for root in roots:
-        for lock in sorted(root.glob("*/lock")):
-            try:
-                age = now - lock.stat().st_mtime
-            except OSError:
-                continue
-            out.append(BuildLock(str(lock), age, tuple(pids_in(lock.parent))))
-    return out
-
-
-def pids_in(directory: Path) -> list[int]:
-    """Processes whose current directory is `directory` or below it."""
-    want = os.path.realpath(directory)
-    found = []
-    for pid in _pids():
-        try:
-            cwd = os.readlink(f"/proc/{pid}/cwd")
-        except OSError:
-            continue
-        if cwd == want or cwd.startswith(want + "/"):
-            found.append(pid)
-    return found
-
-
-def _pids() -> list[int]:
-    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
-
 
 def command_of(pid: int) -> str:
     try:
@@ -152,7 +99,7 @@ def open_under(directory: str, exclude: tuple[int, ...] = ()) -> dict[int, list[
     want = os.path.realpath(directory).rstrip("/") + "/"
     me = os.getpid()
     out: dict[int, list[str]] = {}
-    for pid in _pids():
+    for pid in all_pids():
         if pid == me or pid in exclude:
             continue
         try:

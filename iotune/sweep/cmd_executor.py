@@ -15,7 +15,10 @@ iotune.resources, so nothing here imports trace):
 - bounds: the hook ends every rank with SystemExit(0) right after its
   `steps`-th optimizer step (IOTUNE_MAX_STEPS); a job that outlives that by
   STOP_GRACE_S (it caught SystemExit, or hangs in shutdown) is killed, and
-  its steps still count. A wall-clock limit kills the process group.
+  its steps still count; so do they when it crashes in shutdown after them
+  (DeepSpeed's aio threads can abort the interpreter's exit: "terminate
+  called without an active exception", exit -6); the trial's raw record
+  keeps that exit. A wall-clock limit kills the process group.
 - metric: the median step and optimizer-step time over the steps after
   the first (per step the slowest rank).
 - omp_threads: sets OMP_NUM_THREADS; a job that overrides it in its ranks
@@ -40,11 +43,19 @@ from pathlib import Path
 from typing import Any
 
 from ..blockdev.cgroup import join_cgroup_preexec
+from ..blockdev.oplocks import build_locks, extension_roots
 from ..blockdev.proc import kill_group, kill_session, last_line
 from ..dsconfig import read_ds_config
 from ..errors import UsageError
-from ..model.hook_events import (HookProcess, StepTiming, completed_steps, hook_env, read_events, read_processes,
-                                 step_timings)
+from ..model.hook_events import (
+    HookProcess,
+    StepTiming,
+    completed_steps,
+    hook_env,
+    read_events,
+    read_processes,
+    step_timings,
+)
 from ..model.sweep import Measurement, SweepPoint
 from ..resources import inject_dir
 from .executor import Target, TrialFailed
@@ -194,7 +205,9 @@ def _check(job: UserJob, point: SweepPoint, run: JobRun, steps: list[StepTiming]
         raise TrialFailed(f"your command did not complete {job.steps} optimizer steps within {job.timeout_s:g} s "
                           f"(--steps-timeout); {len(steps)} seen; last stderr line: {stderr}{_lock_hint()}", raw)
     if run.returncode != 0 and not run.ended_by:
-        raise TrialFailed(f"your command failed (exit {run.returncode}): {stderr}", raw)
+        if len(steps) < job.steps:
+            raise TrialFailed(f"your command failed (exit {run.returncode}): {stderr}", raw)
+        raw["shutdown"] = f"exit {run.returncode} after its {len(steps)} steps: {stderr}"
     if not steps:
         raise TrialFailed("no optimizer step was seen: is it a DeepSpeed job? iotune times "
                           "DeepSpeedEngine.step() through a startup hook on PYTHONPATH, so the command must train "
@@ -212,20 +225,13 @@ def _check(job: UserJob, point: SweepPoint, run: JobRun, steps: list[StepTiming]
                           f"--omp-threads", raw)
 
 
-def op_build_locks() -> list[Path]:
-    """DeepSpeed op build locks (torch's JIT extension cache). A build killed
-    midway leaves its lock, and every later load of that op waits on it
-    forever, silently."""
-    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
-    return sorted(root.glob("*/*/lock")) + sorted(root.glob("*/lock"))
-
-
 def _lock_hint() -> str:
-    locks = op_build_locks()
+    locks = build_locks(extension_roots())
     if not locks:
         return ""
-    return (f"; DeepSpeed op build lock(s) exist: {', '.join(map(str, locks))}: a job waits on them silently, and "
-            f"one killed mid-build leaves its lock behind; if no DeepSpeed op is being built, remove them")
+    return (f"; DeepSpeed op build lock(s) exist: {', '.join(lk.path for lk in locks)}: a job waits on them "
+            f"silently, and one killed mid-build leaves its lock behind; if no DeepSpeed op is being built, "
+            f"remove them")
 
 
 def _swap_bytes(att: Any) -> dict[str, int]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..blockdev.directio import direct_io_problem
+from ..blockdev.oplocks import stale_lock_problem
 from ..errors import UsageError
 from ..model.journal import SweepEnv
 from ..model.sweep import Trial
@@ -40,7 +41,9 @@ from .threads import best_threads, sweep_threads
 
 
 def _aio() -> Executor:
-    from .aio_executor import AioExecutor   # imports nothing heavy itself; the trials run DeepSpeed
+    from .aio_executor import (
+        AioExecutor,  # imports nothing heavy itself; the trials run DeepSpeed
+    )
 
     return AioExecutor()
 
@@ -67,6 +70,15 @@ def check_target(directory: Path) -> None:
     if problem:
         raise UsageError(f"--path {directory}: {problem}; DeepSpeed swaps with O_DIRECT, so sweep a "
                          f"directory on ext4, xfs or btrfs on the drive you will use")
+
+
+def check_deepspeed_ops(req: SweepRequest) -> None:
+    """A sweep that will load DeepSpeed's ops refuses to start on a left-over
+    build lock: each trial would wait on it until its time limit."""
+    loads_ops = req.executor == "aio" or req.profile.run.confirm_top > 0 or req.validate
+    problem = stale_lock_problem() if loads_ops else None
+    if problem:
+        raise UsageError(problem)
 
 
 def environment(target: Target, executor: str, drive: dict[str, object] | None,
@@ -102,6 +114,7 @@ def search(measurer: Measurer, space: SearchSpace, settings: RunSettings) -> lis
 def run_sweep(req: SweepRequest, target: Target, on_trial: Callable[[Progress], None] | None = None,
               say: Callable[[str], None] = lambda s: None) -> SweepOutcome:
     check_target(target.directory)
+    check_deepspeed_ops(req)
     journal = open_journal(req.out_dir, req.fresh)
     env = environment(target, req.executor, req.drive, req.user_job)
     journal.check_resumable(env)

@@ -117,8 +117,12 @@ def apply_to_file(config_path: Path, fragment: dict[str, Any], in_place: bool) -
 def validate_with_deepspeed(fragment: dict[str, Any], timeout_s: float = 300) -> str | None:
     """None if DeepSpeed's own config classes accept the fragment and an
     aio_handle opens with it; else DeepSpeed's complaint."""
-    proc = subprocess.run([sys.executable, "-m", "iotune.sweep.ds_check"], input=json.dumps(fragment),
-                          capture_output=True, text=True, timeout=timeout_s)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "iotune.sweep.ds_check"], input=json.dumps(fragment),
+                              capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return (f"the DeepSpeed check did not finish in {timeout_s:.0f} s (loading the async_io op hung: a build "
+                f"lock? see `iotune doctor --ds-config CONFIG`)")
     try:
         result = json.loads(proc.stdout.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError):
