@@ -86,6 +86,12 @@ from .options import (RATE, SIZE, bool_word, chosen_format, csv_list, emit, form
                    "nodatacow and copy-on-write), all ranked on one scale. Default: btrfs, noatime,nodatacow.")
 @click.option("--drive-cap", type=RATE, default=100e6, show_default=True,
               help="With --layouts: bandwidth cap per scratch drive, e.g. 100MB/s.")
+@click.option("--netfs", is_flag=True,
+              help="Also sweep the client knobs of the network filesystem holding --path: Lustre "
+                   "(max_rpcs_in_flight, max_pages_per_rpc, the swap directory's striping) or NFS (rsize, wsize, "
+                   "nconnect, on a second mount of the export). Each is set, searched and set back; ranked "
+                   "together.")
+@click.option("--dry-run", is_flag=True, help="With --netfs: print every command it would run, run none.")
 @click.option("--hosts", default=None, metavar="H1,H2,...",
               help="Multi-node: run the same sweep on every host at once over ssh (--path on each host's own "
                    "drive) and compare them: slow nodes, and whether they deserve different settings.")
@@ -104,7 +110,8 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
           apply_to: Path | None, in_place: bool, export_to: Path | None, export_jobs: Path | None,
           layout_drives: int | None, drive_cap: float, fmt: str, as_json: bool, bed: str | None = None,
           filesystems: Any = None, html_path: Path | None = None, hosts: str | None = None,
-          hostfile: Path | None = None, remote_iotune: str | None = None) -> None:
+          hostfile: Path | None = None, remote_iotune: str | None = None, netfs: bool = False,
+          dry_run: bool = False) -> None:
     """Tune DeepSpeed's aio settings (block size, queue depth, threads, submit
     modes) for a drive, and hand over a config DeepSpeed accepts as pasted.
 
@@ -128,6 +135,7 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
       sudo iotune sweep --path /mnt/nvme/swap --ds-config ds_config.json \\
           --steps-cmd "deepspeed train.py --deepspeed_config {config}" --omp-threads 1,2
       sudo iotune sweep --hostfile hosts --path /mnt/nvme/swap --profile quick
+      sudo iotune sweep --path /lustre/swap --netfs --dry-run
 
     Multi-node (--hosts or --hostfile): the sweep runs on every host at
     once over ssh (iotune at the same path there, or --remote-iotune); each
@@ -138,7 +146,8 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
     different settings.
     """
     from ..render.progress import sweep_progress
-    from ..sweep.command import SpaceOverrides, SweepArgs, run_layouts_command, run_sweep_command
+    from ..sweep.command import (SpaceOverrides, SweepArgs, run_layouts_command, run_netfs_command,
+                                 run_sweep_command)
 
     fmt = chosen_format(fmt, as_json)
     fleet = fleet_hosts(hosts, hostfile, [])
@@ -149,6 +158,17 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
                           export=export_to, export_jobs=export_jobs, html=html_path)
     if bed is not None and (target_dir is not None or layout_drives is not None):
         raise click.UsageError("--bed excludes --path and --layouts: it sweeps a built-in test bed; give one of them")
+    if dry_run and not netfs:
+        raise click.UsageError("--dry-run goes with --netfs (it prints the knob commands a --netfs sweep runs)")
+    if netfs and (layout_drives is not None or bed is not None or fleet):
+        raise click.UsageError("--netfs sweeps the filesystem holding --path: it excludes --layouts, --bed and "
+                               "--hosts")
+    if netfs and dry_run:
+        from ..sweep.netfs import dry_run as netfs_dry_run
+        if target_dir is None:
+            raise click.UsageError("--netfs needs --path DIR on the network filesystem to tune")
+        click.echo("\n".join(netfs_dry_run(target_dir)))
+        return
     if filesystems and layout_drives is None:
         raise click.UsageError("--filesystems needs --layouts N (use --layouts 1 for one scratch drive)")
     if export_to is not None:
@@ -168,9 +188,10 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
         return
     try:
         with sweep_progress() as on_trial:
-            if layout_drives is not None:
-                layouts = run_layouts_command(args, layout_drives, int(drive_cap), say, on_trial,
-                                              tuple(filesystems) if filesystems else None)
+            if layout_drives is not None or netfs:
+                layouts = (run_netfs_command(args, say, on_trial) if netfs else
+                           run_layouts_command(args, layout_drives or 1, int(drive_cap), say, on_trial,
+                                               tuple(filesystems) if filesystems else None))
                 emit(layouts, fmt)
                 write_html(layouts, html_path)
                 return

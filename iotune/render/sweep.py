@@ -12,6 +12,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ..model.netfs import NETFS_FAMILIES
 from ..model.sweep_result import LayoutSweep, Ranked, SweepOutcome, gain
 from . import units
 
@@ -170,8 +171,41 @@ def layouts_json(ls: LayoutSweep) -> str:
                        "dominant": eff.dominant}, indent=1) + "\n"
 
 
+def render_knob_variants(ls: LayoutSweep, width: int = 130) -> str:
+    """`--netfs`: client-knob variants x aio settings, the best per variant."""
+    family = ls.results[0].name.split("-", 1)[0]
+    t = Table(title=f"{family} client knobs x aio settings (best per variant; MB/s decimal)", title_justify="left",
+              show_edge=False, pad_edge=False)
+    for col in ("variant", "knobs", "best block", "qd", "threads", "score MB/s", "read MB/s", "write MB/s",
+                "× as mounted"):
+        t.add_column(col, justify="left" if col in ("variant", "knobs") else "right")
+    base = None
+    for r in ls.results:
+        best = r.outcome.ranking[0] if r.outcome.ranking and r.outcome.ranking[0].scores else None
+        knobs = ", ".join(r.mount_options) or "as mounted"
+        label = r.name.split("-", 1)[-1]
+        if best is None:
+            t.add_row(label, knobs, "-", "-", "-", "failed", "-", "-", "-")
+            continue
+        base = base or best.median
+        t.add_row(label, knobs, units.size(best.point.block_size), str(best.point.queue_depth),
+                  str(best.point.intra_op_parallelism), units.rate(best.median), units.rate(best.read_bytes_per_s),
+                  units.rate(best.write_bytes_per_s), f"{best.median / base:.2f}")
+    buf = io.StringIO()
+    Console(file=buf, width=width, color_system=None, highlight=False).print(t)
+    eff = ls.effects
+    what = "client knobs" if eff.layout > eff.aio else "aio settings"
+    buf.write(f"What mattered most: the {what} ({eff.layout:.2f}× between variants, {eff.aio:.2f}× between aio "
+              f"settings within a variant)\n")
+    if ls.results:
+        buf.write(f"{ls.results[-1].reason}\n")
+    return buf.getvalue()
+
+
 def render_layouts(ls: LayoutSweep, width: int = 130) -> str:
     """Layouts x aio settings: the best configuration per layout, side by side."""
+    if ls.results and all(r.fstype in NETFS_FAMILIES for r in ls.results):
+        return render_knob_variants(ls, width)
     t = Table(title="Layouts x aio settings (best per layout; MB/s decimal)", title_justify="left",
               show_edge=False, pad_edge=False)
     for col in ("layout", "drives", "backend", "best block", "qd", "threads", "score MB/s", "read MB/s",

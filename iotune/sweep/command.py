@@ -186,3 +186,21 @@ def run_layouts_command(args: SweepArgs, drives: int, cap_bytes_per_s: int, say:
     results = sweep_layouts(prof, args.executor, drives, cap_bytes_per_s, out, ("noatime", "nodatacow"),
                             args.fresh, say, on_trial, filesystems)
     return LayoutSweep(tuple(results), effects(results))
+
+
+def run_netfs_command(args: SweepArgs, say: Callable[[str], None],
+                      on_trial: Callable[[Progress], None] | None = None) -> LayoutSweep:
+    """`iotune sweep --path DIR --netfs`: the network filesystem's client
+    knobs (Lustre, NFS) as variants, the aio search in each, ranked together."""
+    from .layouts import effects, quick_profile
+    from .netfs import sweep_netfs
+
+    if args.target_dir is None:
+        raise UsageError("--netfs sweeps the client knobs of the filesystem holding --path: give --path DIR")
+    if args.steps_cmd:
+        raise UsageError("--steps-cmd is measured on training steps, and --netfs runs none (the aio search in "
+                         "each variant): use one or the other")
+    prof = quick_profile(build_profile(args))
+    out = args.out or Path("iotune-sweeps") / f"{prof.name}-{args.executor}-netfs"
+    results = sweep_netfs(prof, args.executor, args.target_dir, out, args.fresh, say, on_trial)
+    return LayoutSweep(tuple(results), effects(results))
