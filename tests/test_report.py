@@ -105,3 +105,22 @@ def test_broken_json_names_line_and_column(tmp_path: Path) -> None:
     (tmp_path / "run.json").write_text('{"schema": 1,\n "run_id": }')
     with pytest.raises(RecordError, match=r"not valid JSON \(line 2, column 12\)"):
         load_run(tmp_path)
+
+
+def test_the_timeline_reads_back_by_its_header_and_bad_rows_are_named(tmp_path: Path) -> None:
+    run = offload_run()
+    save_run(run, tmp_path / "run")
+    csv_path = tmp_path / "run" / "timeline.csv"
+    lines = csv_path.read_text().splitlines()
+    assert lines[0] == "t_s,device,op,requests,bytes"
+    # columns in another order (a user's pandas round trip) still load by name
+    swapped = ["device,t_s,op,requests,bytes"] + [",".join([c[1], c[0], *c[2:]]) for c in
+                                                   (x.split(",") for x in lines[1:])]
+    csv_path.write_text("\n".join(swapped) + "\n")
+    assert load_run(tmp_path / "run").timeline == run.timeline
+    csv_path.write_text("t_s,device,op,requests\n0.0,loop0,write,3\n")
+    with pytest.raises(RecordError, match=r"timeline.csv: bad timeline header \('bytes' is not in list\)"):
+        load_run(tmp_path / "run")
+    csv_path.write_text("t_s,device,op,requests,bytes\n0.0,loop0,write,three,4096\n")
+    with pytest.raises(RecordError, match=r"timeline.csv: bad timeline row \(invalid literal"):
+        load_run(tmp_path / "run")
