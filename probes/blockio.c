@@ -2,12 +2,17 @@
  * blockio.c - block-layer request profile, aggregated in the kernel.
  *
  * Purpose:     per (device, direction): exact request-size counts, issue->
- *              complete latency (log-linear, ns), in-flight depth at issue,
+ *              complete latency (log-linear, ns), insert->issue queue time
+ *              (the OS queue, as biolatency -Q adds), in-flight depth at issue,
  *              sequential vs random, metadata requests, and per-interval
  *              request/byte counters for a timeline (whose sums over
  *              intervals are the totals).
  * Tracepoints: block:block_rq_issue, block:block_rq_complete and
- *              block:block_rq_requeue (rare; releases a start time), attached
+ *              block:block_rq_requeue (rare; releases a start time);
+ *              block:block_rq_insert (a request entering the I/O scheduler's
+ *              queue: its insert time) and block:block_rq_merge (a queued
+ *              request merged into another and freed: its insert time is
+ *              dropped); attached
  *              raw (no kprobes). A raw tracepoint program gets the struct request
  *              itself, not the formatted event: the request's address keys
  *              its start time (unique while in flight, unlike the sector),
@@ -50,6 +55,14 @@
  *              ~1,840 ns); ~480 ns on a loop device over tmpfs (was ~1,480).
  *              Details and end-to-end ratios: docs/benchmarks.md, "Tracing
  *              overhead (issue 2)".
+ * Queue time:  a request that passes through the scheduler (mq-deadline,
+ *              bfq, kyber) gets block_rq_insert, then block_rq_issue: queued,
+ *              with an insert->issue sample. With no scheduler ("none") blk-mq
+ *              mostly issues requests directly (no insert event): those count
+ *              as not queued, and their queue time is not measured (it is the
+ *              time between submission and dispatch, short without a
+ *              scheduler). The insert time is a hash lookup per issue and an
+ *              update per insert (`queued_at`, rq -> ns).
  * Exactness:   nothing is sampled; anything that cannot be recorded is counted
  *              in `drops` (blockio.h), which iotune reports together with the
  *              events the kernel did not run the programs for. A request
@@ -143,6 +156,9 @@ BPF_ARRAY(dev_count, u64, 1);
 BPF_ARRAY(dev_state, struct dev_state_t, NDEV_SLOTS);
 BPF_PERCPU_ARRAY(done, struct done_t, NROWS);
 BPF_PERCPU_ARRAY(lat_hist, struct lat_row_t, NROWS);
+BPF_PERCPU_ARRAY(queue_hist, struct lat_row_t, NROWS);
+PERCPU_HASH(queue_overflow, struct slot_key_t, u64, 4096);
+BPF_HASH(queued_at, u64, u64, MAX_INFLIGHT);   /* request address -> insert time (ns) */
 BPF_PERCPU_ARRAY(depth_hist, struct depth_row_t, NROWS);
 BPF_PERCPU_ARRAY(size_hist, struct size_row_t, NROWS);
 PERCPU_HASH(lat_overflow, struct slot_key_t, u64, 4096);
@@ -428,6 +444,25 @@ static __always_inline void count_latency(u32 dev, u32 op, u32 row, u64 delta)
     count_overflow(lat_overflow.lookup_or_try_init(&k, &zero));
 }
 
+static __always_inline void count_queue(u32 dev, u32 op, u32 row, u64 delta)
+{
+    struct done_t *d = done.lookup(&row);
+    if (d) {
+        d->queued += 1;
+        d->queue_sum_ns += delta;
+    }
+    u64 slot = lat_slot(delta);
+    if (slot < LAT_SLOTS) {
+        struct lat_row_t *r = queue_hist.lookup(&row);
+        if (r)
+            r->slot[slot] += 1;
+        return;
+    }
+    u64 zero = 0;
+    struct slot_key_t k = {.dev = dev, .op = op, .slot = slot};
+    count_overflow(queue_overflow.lookup_or_try_init(&k, &zero));
+}
+
 static __always_inline void count_interval(struct rq_info *r, u64 now, u64 seq)
 {
     struct time_key_t ck = {.dev = r->dev, .op = r->op,
@@ -463,6 +498,12 @@ RAW_TRACEPOINT_PROBE(block_rq_issue)
     u32 row = k * NOPS + r.op;
 
     count_size(r.dev, r.op, row, r.bytes);
+    u64 *inserted = queued_at.lookup(&rq);
+    if (inserted) {
+        u64 at = *inserted;
+        queued_at.delete(&rq);
+        count_queue(r.dev, r.op, row, now > at ? now - at : 0);
+    }
     int kept = start_insert(rq, now, k, &r) == 0;
 
     /* in-flight depth on this device, this request included; sequential */
@@ -478,6 +519,29 @@ RAW_TRACEPOINT_PROBE(block_rq_issue)
     }
     count_depth(r.dev, r.op, row, depth);
     count_interval(&r, now, seq);
+    return 0;
+}
+
+/* TP_PROTO(struct request *rq): into the I/O scheduler's queue. Only traced
+ * devices' requests are kept (the 3 reads of an issue). */
+RAW_TRACEPOINT_PROBE(block_rq_insert)
+{
+    u64 rq = ctx->args[0];
+    struct rq_info r = {};
+    if (read_rq((void *)rq, &r) || dev_index(r.dev) < 0)
+        return 0;
+    u64 now = bpf_ktime_get_ns();
+    if (queued_at.update(&rq, &now))
+        count_drop(DROP_QUEUE);
+    return 0;
+}
+
+/* TP_PROTO(struct request *rq): merged into another queued request, then
+ * freed without an issue of its own. */
+RAW_TRACEPOINT_PROBE(block_rq_merge)
+{
+    u64 rq = ctx->args[0];
+    queued_at.delete(&rq);
     return 0;
 }
 

@@ -60,6 +60,8 @@
  *             them; or the event was skipped, see below). That request has no
  *             latency sample; its in-flight count is undone then.
  *   DEVICES:  events of devices beyond MAX_DEVS (no device filter).
+ *   QUEUE:    an insert time not kept (`queued_at` full): that request's
+ *             queue time is not sampled (it counts as issued directly).
  * iotune/trace/probe.py adds the kernel's own count of events it did not run
  * the programs for (fdinfo recursion_misses).
  */
@@ -69,7 +71,8 @@
 #define DROP_OTHER         3
 #define DROP_NO_COMPLETION 4
 #define DROP_DEVICES       5
-#define DROP_SLOTS         6
+#define DROP_QUEUE         6
+#define DROP_SLOTS         7
 
 struct size_key_t {
     u32 dev;      /* kernel dev_t: major << 20 | minor */
@@ -105,6 +108,8 @@ struct done_t {
     u64 completed;    /* completions timed against their issue (latency samples) */
     u64 lat_sum_ns;
     u64 errors;       /* matched completions with error != 0 */
+    u64 queued;       /* issued after a block_rq_insert: waited in the OS queue (scheduler) */
+    u64 queue_sum_ns; /* their insert -> issue time */
 };
 
 struct lat_row_t {

@@ -15,6 +15,7 @@ import pytest
 
 from iotune.blockdev.devices import BlockDevice, resolve_device
 from iotune.blockdev.proc import prefer_interpreter_tools
+from iotune.volumes.parts import reset_loop_queue
 
 # Every process the tests start (DeepSpeed launchers and ranks included) builds
 # DeepSpeed ops with this venv's ninja, as the setup did: see prefer_interpreter_tools.
@@ -52,6 +53,7 @@ def loop_drive(tmp_path: Path) -> Iterator[BlockDevice]:
         fh.truncate(64 << 20)
     path = subprocess.run(["losetup", "--direct-io=on", "-f", "--show", str(image)],
                           capture_output=True, text=True, check=True).stdout.strip()
+    reset_loop_queue(Path(path).name)        # a loop device keeps an earlier user's queue settings
     try:
         yield resolve_device(path)
     finally:
@@ -70,6 +72,7 @@ def make_loops(tmp_path: Path, n: int, size: int = 256 << 20) -> list[str]:
         dev = subprocess.run(["losetup", "--direct-io=on", "-f", "--show", str(image)],
                              capture_output=True, text=True, check=True).stdout.strip()
         subprocess.run(["partx", "-d", dev], check=False, capture_output=True)
+        reset_loop_queue(Path(dev).name)
         out.append(dev)
     return out
 

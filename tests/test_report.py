@@ -124,3 +124,30 @@ def test_the_timeline_reads_back_by_its_header_and_bad_rows_are_named(tmp_path: 
     csv_path.write_text("t_s,device,op,requests,bytes\n0.0,loop0,write,three,4096\n")
     with pytest.raises(RecordError, match=r"timeline.csv: bad timeline row \(invalid literal"):
         load_run(tmp_path / "run")
+
+
+def test_queue_time_is_reported_where_requests_waited_in_the_scheduler() -> None:
+    from dataclasses import replace
+
+    from iotune.model.histogram import lat_slot, lat_slot_bounds
+    from iotune.render.units import latency
+
+    run = offload_run()
+    loop0 = run.device("loop0")
+    w = loop0.direction("write")
+    slot = lat_slot(40_000)                                   # 40 µs
+    queued = replace(w, queued=w.requests, queue_sum_ns=40_000 * w.requests, queue_slots={slot: w.requests})
+    dev = replace(loop0, directions={**loop0.directions, "write": queued})
+    run = replace(run, devices=tuple(dev if d.name == "loop0" else d for d in run.devices))
+    text = ConsoleRenderer().render(run)
+    p = latency(lat_slot_bounds(slot)[1])
+    assert (f"queue time (insert→issue, waiting in the I/O scheduler, before the latency above): loop0 write "
+            f"{w.requests} of {w.requests} requests queued, p50 {p}, p99 {p}") in " ".join(text.split())
+    assert "queue time" not in ConsoleRenderer().render(offload_run())   # none queued: no line
+    [row] = [r for r in summarize(run) if r.device == "loop0" and r.op == "write"]
+    assert (row.queued, row.p50_queue_ns) == (w.requests, lat_slot_bounds(slot)[1])
+    assert load_run_roundtrip(run).device("loop0").direction("write").queue_slots == {slot: w.requests}
+
+
+def load_run_roundtrip(run: TraceRun) -> TraceRun:
+    return TraceRun.from_json(json.loads(json.dumps(run.to_json())))

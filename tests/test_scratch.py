@@ -121,3 +121,19 @@ def test_blkio_cgroup_names_a_bad_device() -> None:
         with blkio_cgroup("bad", [Throttle("999:999", read_bps=5)]):
             pass
     assert not (BLKIO / f"iotune-{os.getpid()}-bad").exists()
+
+
+def test_a_reattached_loop_device_gets_the_kernel_defaults_back(tmp_path: Path) -> None:
+    """The kernel keeps a loop device's queue settings across detach (an
+    earlier user's max_sectors_kb=128 split every 512 KiB request into four
+    on the next one): attach_loop sets them back."""
+    from iotune.volumes.parts import reset_loop_queue
+
+    q = tmp_path / "loop4" / "queue"
+    q.mkdir(parents=True)
+    (q / "max_hw_sectors_kb").write_text("1280\n")
+    (q / "max_sectors_kb").write_text("128\n")
+    (q / "scheduler").write_text("none [mq-deadline] kyber bfq\n")
+    reset_loop_queue("loop4", tmp_path)
+    assert (q / "max_sectors_kb").read_text() == "1280" and (q / "scheduler").read_text() == "none"
+    reset_loop_queue("missing", tmp_path)          # no such device: nothing to do, no error

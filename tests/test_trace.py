@@ -209,3 +209,37 @@ def test_sudo_user_is_none_without_sudo(monkeypatch) -> None:
         monkeypatch.setenv("SUDO_USER", "nobody")
         who = sudo_user()
         assert who is not None and who.user == "nobody" and who.uid != 0
+
+
+def _scheduler(dev: BlockDevice, name: str | None = None) -> str:
+    path = Path(f"/sys/block/{dev.name}/queue/scheduler")
+    if name is not None:
+        path.write_text(name)
+    return path.read_text().split("[", 1)[1].split("]", 1)[0]
+
+
+@needs_root
+def test_queue_time_is_sampled_for_every_request_the_scheduler_queues(loop_drive: BlockDevice) -> None:
+    """With mq-deadline every request passes block_rq_insert before its
+    issue: each gets an insert->issue sample. With no scheduler ("none") a
+    loop device's requests are issued directly: none is queued."""
+    before = _scheduler(loop_drive)
+    try:
+        _scheduler(loop_drive, "mq-deadline")
+        run = trace_command(known_io(loop_drive), TraceOptions(devices=(loop_drive,)))
+        assert run.exit_status == 0
+        w, r = run.devices[0].direction("write"), run.devices[0].direction("read")
+        assert (w.requests, w.queued, sum(w.queue_slots.values())) == (N_WRITES, N_WRITES, N_WRITES)
+        assert (r.requests, r.queued, sum(r.queue_slots.values())) == (M_READS, M_READS, M_READS)
+        for s in (w, r):       # the slots agree with the exact mean, as for latency
+            lo, hi = lat_slot_bounds(min(s.queue_slots))[0], lat_slot_bounds(max(s.queue_slots))[1]
+            assert lo <= s.queue_sum_ns / s.queued < hi
+            assert s.queue_sum_ns < s.lat_sum_ns     # one request in flight: the device, not the queue
+        assert not any(run.drops.values())
+        _scheduler(loop_drive, "none")
+        run = trace_command(known_io(loop_drive), TraceOptions(devices=(loop_drive,)))
+        w, r = run.devices[0].direction("write"), run.devices[0].direction("read")
+        assert (w.requests, r.requests) == (N_WRITES, M_READS)
+        assert (w.queued, r.queued, w.queue_slots, r.queue_slots) == (0, 0, {}, {})
+    finally:
+        _scheduler(loop_drive, before)

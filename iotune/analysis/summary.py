@@ -30,6 +30,9 @@ class DirectionSummary:
     meta: int
     errors: int
     lower: bool
+    queued: int = 0                      # requests that waited in the I/O scheduler's queue
+    p50_queue_ns: int | None = None      # their insert -> issue time
+    p99_queue_ns: int | None = None
 
 
 def summarize_direction(dev: DeviceStats, s: DirectionStats, duration_s: float) -> DirectionSummary:
@@ -46,6 +49,8 @@ def summarize_direction(dev: DeviceStats, s: DirectionStats, duration_s: float) 
         max_depth=max(s.depth, default=0),
         sequential_pct=100.0 * s.sequential / s.requests if s.requests else None,
         meta=s.meta, errors=s.errors, lower=dev.is_lower,
+        queued=s.queued, p50_queue_ns=percentile_ns(s.queue_slots, 0.50),
+        p99_queue_ns=percentile_ns(s.queue_slots, 0.99),
     )
 
 

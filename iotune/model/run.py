@@ -41,9 +41,12 @@ class DirectionStats:
     completed: int = 0
     lat_sum_ns: int = 0
     errors: int = 0
+    queued: int = 0              # issued after waiting in the OS queue (block_rq_insert seen)
+    queue_sum_ns: int = 0        # their insert -> issue time
     sizes: dict[int, int] = field(default_factory=dict)       # size_bytes -> count
     size_log2: dict[int, int] = field(default_factory=dict)   # log2 slot -> count
     lat_slots: dict[int, int] = field(default_factory=dict)   # log-linear ns slot -> count
+    queue_slots: dict[int, int] = field(default_factory=dict)  # insert -> issue, same slots
     depth: dict[int, int] = field(default_factory=dict)       # in-flight at issue -> count
 
     def to_json(self) -> dict[str, Any]:
@@ -51,15 +54,16 @@ class DirectionStats:
             "op": self.op, "requests": self.requests, "bytes": self.bytes,
             "sequential": self.sequential, "meta": self.meta,
             "completed": self.completed, "lat_sum_ns": self.lat_sum_ns,
-            "errors": self.errors,
+            "errors": self.errors, "queued": self.queued, "queue_sum_ns": self.queue_sum_ns,
             "sizes": _str_keys(self.sizes), "size_log2": _str_keys(self.size_log2),
-            "lat_slots": _str_keys(self.lat_slots), "depth": _str_keys(self.depth),
+            "lat_slots": _str_keys(self.lat_slots), "queue_slots": _str_keys(self.queue_slots),
+            "depth": _str_keys(self.depth),
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> DirectionStats:
         d = known_fields(cls, data)
-        for key in ("sizes", "size_log2", "lat_slots", "depth"):
+        for key in ("sizes", "size_log2", "lat_slots", "queue_slots", "depth"):
             d[key] = _int_keys(d.get(key))
         return cls(**d)
 

@@ -92,6 +92,12 @@ def device_table(run: TraceRun) -> RenderableType:
         lower = "; ".join(f"{d.name} carries {', '.join(d.lower_of)}" for d in run.devices if d.is_lower)
         foot.append(f"* not in totals, it carries I/O already counted above ({lower})\n", style="dim")
     foot.append("latency: issue→complete, percentiles are slot upper bounds (within 12.5%)\n", style="dim")
+    queued = [r for r in rows if r.queued]
+    if queued:
+        foot.append("queue time (insert→issue, waiting in the I/O scheduler, before the latency above): "
+                    + "; ".join(f"{r.device} {r.op} {units.count(r.queued)} of {units.count(r.requests)} "
+                                f"requests queued, p50 {units.latency(r.p50_queue_ns)}, p99 "
+                                f"{units.latency(r.p99_queue_ns)}" for r in queued) + "\n")
     return Group(table, foot)
 
 

@@ -84,6 +84,12 @@ def device_section(page: Page, run: TraceRun) -> None:
                  "-" if r.mean_depth is None else f"{r.mean_depth:.1f}/{r.max_depth}",
                  "-" if r.sequential_pct is None else f"{r.sequential_pct:.0f}") for r in rows],
                "MB = 10^6 bytes; sizes in KiB = 2^10; latency issue→complete, percentiles are slot upper bounds")
+    queued = [r for r in rows if r.queued]
+    if queued:
+        page.table(("device", "dir", "queued", "of requests", "p50 queue", "p99 queue"),
+                   [(r.device, r.op, units.count(r.queued), units.count(r.requests), units.latency(r.p50_queue_ns),
+                     units.latency(r.p99_queue_ns)) for r in queued],
+                   "queue time: insert→issue, waiting in the I/O scheduler before the latency above")
 
 
 def _mean_latency_s(run: TraceRun, device: str, op: str) -> float | None:

@@ -25,11 +25,12 @@ from .kernel import (VMLINUX_BTF, import_bcc, require_headers, require_kernel_fe
                      tracefs_events)
 
 # DROP_* in blockio.h, in index order.
-DROP_NAMES = ("sizes", "start", "timeline", "other", "no_completion", "devices")
+DROP_NAMES = ("sizes", "start", "timeline", "other", "no_completion", "devices", "queue")
 # Events the kernel did not run a program for (fdinfo recursion_misses: another
 # tracing BPF program was running on that CPU). Any device's events, since the
 # device filter runs inside the program: an upper bound for the traced devices.
-MISSED_NAMES = {"issue": "missed_issue", "complete": "missed_complete", "requeue": "missed_requeue"}
+MISSED_NAMES = {"issue": "missed_issue", "complete": "missed_complete", "requeue": "missed_requeue",
+                "insert": "missed_insert", "merge": "missed_merge"}
 # Devices compared as constants in the program (DEV_0..DEV_7 in blockio.c);
 # more go into the `dev_ids` map, looked up after the constants.
 CONST_DEVS = 8
@@ -41,7 +42,7 @@ MAX_DEV_INDEX = 128             # per-CPU rows cost ~26 KB per device index on e
 START_SLOTS_MIN, START_SLOTS_MAX = 1024, 65536   # 32 bytes each, shared
 SYS_BLOCK = Path("/sys/block")
 TIMELINE_FIELDS = ("requests", "bytes", "sequential", "meta")
-DONE_FIELDS = ("completed", "lat_sum_ns", "errors")
+DONE_FIELDS = ("completed", "lat_sum_ns", "errors", "queued", "queue_sum_ns")
 
 
 @dataclass(frozen=True)
@@ -222,7 +223,8 @@ class DeviceAccumulator:
 
     def slot(self, kdev: int, op: int) -> dict[str, Any]:
         return self.directions.setdefault(
-            (kdev, op), {"sizes": {}, "size_log2": {}, "lat_slots": {}, "depth": {}, "counts": {}}
+            (kdev, op), {"sizes": {}, "size_log2": {}, "lat_slots": {}, "queue_slots": {}, "depth": {},
+                         "counts": {}}
         )
 
     def add(self, kdev: int, op: int, hist: str, slots: dict[int, int]) -> None:
@@ -365,15 +367,17 @@ class BlockProbe:
         for k, v in self.bpf[b"sizes"].items():
             acc.add(k.dev, k.op, "sizes", {int(k.size_bytes): sum(v)})
         for name, hist in (("size_log2_overflow", "size_log2"), ("lat_overflow", "lat_slots"),
-                           ("depth_overflow", "depth")):
+                           ("queue_overflow", "queue_slots"), ("depth_overflow", "depth")):
             for k, v in self.bpf[name.encode()].items():
                 acc.add(k.dev, k.op, hist, {int(k.slot): sum(v)})
-        done, lat, depth, size = (self.bpf[n] for n in (b"done", b"lat_hist", b"depth_hist", b"size_hist"))
+        done, lat, queue, depth, size = (self.bpf[n] for n in (b"done", b"lat_hist", b"queue_hist", b"depth_hist",
+                                                                b"size_hist"))
         for di, kdev in self.device_index().items():
             for op in range(NOPS):
                 row = di * NOPS + op
                 counts = per_cpu_sum(done[row], DONE_FIELDS)
-                hists = {"lat_slots": row_sums(lat[row], LAT_SLOTS), "depth": row_sums(depth[row], DEPTH_SLOTS),
+                hists = {"lat_slots": row_sums(lat[row], LAT_SLOTS), "queue_slots": row_sums(queue[row], LAT_SLOTS),
+                         "depth": row_sums(depth[row], DEPTH_SLOTS),
                          "sizes": {s * SIZE_UNIT: n for s, n in row_sums(size[row], SIZE_SLOTS).items()}}
                 if not any(counts) and not any(hists.values()):
                     continue

@@ -52,7 +52,28 @@ def attach_loop(stack: contextlib.ExitStack, image: Path, sector_size: int = 0) 
     sector = ["--sector-size", str(sector_size)] if sector_size else []
     loop = run(["losetup", "--direct-io=on", *sector, "-f", "--show", str(image)]).strip()
     stack.callback(detach_loop, loop)
+    reset_loop_queue(Path(loop).name)
     return resolve_device(loop)
+
+
+# A loop device keeps its queue settings across detach and re-attach (seen on
+# 6.18: max_sectors_kb lowered by an earlier user stayed at 128 on the next
+# one), so a newly attached device is set back to the kernel's defaults.
+LOOP_QUEUE_DEFAULTS = {"scheduler": "none"}
+
+
+def reset_loop_queue(name: str, sysfs: Path = Path("/sys/block")) -> None:
+    """max_sectors_kb back to the device's hardware limit, and the loop
+    driver's default scheduler; settings the kernel refuses are left."""
+    queue = sysfs / name / "queue"
+    with contextlib.suppress(OSError):
+        hw = (queue / "max_hw_sectors_kb").read_text().strip()
+        if (queue / "max_sectors_kb").read_text().strip() != hw:
+            (queue / "max_sectors_kb").write_text(hw)
+    for key, value in LOOP_QUEUE_DEFAULTS.items():
+        with contextlib.suppress(OSError):
+            if f"[{value}]" not in (queue / key).read_text():
+                (queue / key).write_text(value)
 
 
 def detach_loop(loop: str, timeout_s: float = 5.0) -> None:
