@@ -25,6 +25,7 @@ from click.testing import CliRunner
 
 from iotune.blockdev.slurm import SrunTransport, expand_hostlist
 from iotune.cli import cli
+from iotune.cli.fleet import deepspeed_option
 from iotune.model.fleet import FleetRun, load_fleet
 from iotune.trace.attribution import INJECT_DIR
 from iotune.volumes.nodes import namespace_pids
@@ -191,6 +192,16 @@ def test_slurm_without_srun_names_the_fix(tmp_path: Path) -> None:
     assert r.stderr == ("Error: srun not found on PATH inside Slurm job 7: --slurm runs the agents with srun; install "
                         "Slurm's client commands (Debian: slurm-client) on the nodes or put them on PATH, or use "
                         "--hosts/--hostfile (ssh)\n")
+
+
+def test_deepspeeds_slurm_launcher_implies_slurm() -> None:
+    r = invoke("trace", "--path", "/", "--", "deepspeed", "--launcher=slurm", "--hostfile", "hf", "train.py",
+               SLURM_JOB_ID=None, SLURM_JOBID=None)
+    assert r.exit_code == 2
+    assert r.stderr.startswith("tracing every node of the Slurm allocation (DeepSpeed's --launcher slurm): as with "
+                               "--slurm\nError: --slurm traces every node of the Slurm allocation it runs in, and ")
+    assert deepspeed_option(["deepspeed", "--launcher", "slurm", "t.py"], ("--launcher",)) == "slurm"
+    assert deepspeed_option(["deepspeed", "t.py", "--launcher", "slurm"], ("--launcher",)) is None   # the script's
 
 
 def test_slurm_and_hosts_together() -> None:

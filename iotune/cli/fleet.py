@@ -53,12 +53,16 @@ def fleet_hosts(hosts: str | None, hostfile: Path | None, argv: list[str]) -> tu
 def fleet_nodes(hosts: str | None, hostfile: Path | None, slurm: bool,
                 argv: list[str]) -> tuple[tuple[str, ...], Transport] | None:
     """The nodes of a multi-node trace and how to reach them: every node of
-    the Slurm allocation via srun (--slurm), or the hosts of --hosts,
+    the Slurm allocation via srun (--slurm, or a `deepspeed --launcher slurm`
+    command), or the hosts of --hosts,
     --hostfile or a DeepSpeed launcher's hostfile via ssh; None for a
     single-node trace."""
     from ..blockdev.remote import SshTransport, ssh_options_from_env
     from ..blockdev.slurm import SrunTransport, slurm_allocation
 
+    if not slurm and not hosts and not hostfile and deepspeed_option(argv, ("--launcher",)) == "slurm":
+        say("tracing every node of the Slurm allocation (DeepSpeed's --launcher slurm): as with --slurm")
+        slurm = True
     if slurm:
         if hosts or hostfile:
             raise UsageError("give --slurm or --hosts/--hostfile, not both: --slurm traces every node of the "
@@ -78,13 +82,21 @@ def fleet_nodes(hosts: str | None, hostfile: Path | None, slurm: bool,
 
 def deepspeed_hostfile(argv: list[str]) -> Path | None:
     """The --hostfile/-H of a `deepspeed` launcher command line, if any."""
+    value = deepspeed_option(argv, ("--hostfile", "-H"))
+    return Path(value) if value is not None else None
+
+
+def deepspeed_option(argv: list[str], names: tuple[str, ...]) -> str | None:
+    """The value of a `deepspeed` launcher command line's option (`--name
+    V` or `--name=V`) before the user script, if any."""
     if not argv or os.path.basename(argv[0]) not in DEEPSPEED_LAUNCHERS:
         return None
     for i, arg in enumerate(argv[1:], 1):
-        if arg.startswith("--hostfile="):
-            return Path(arg.split("=", 1)[1])
-        if arg in ("--hostfile", "-H") and i + 1 < len(argv):
-            return Path(argv[i + 1])
+        name, eq, value = arg.partition("=")
+        if eq and name in names:
+            return value
+        if arg in names and i + 1 < len(argv):
+            return argv[i + 1]
         if not arg.startswith("-"):
             return None       # the user script: the rest are its arguments
     return None
