@@ -32,7 +32,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from iotune.trace.fleet import FleetOptions, ssh_options_from_env, trace_fleet  # noqa: E402
+from iotune.blockdev.remote import SshTransport, ssh_options_from_env  # noqa: E402
+from iotune.trace.fleet import FleetOptions, trace_fleet  # noqa: E402
 from iotune.volumes.nodes import NodeBed, node_bed  # noqa: E402
 
 MB = 1_000_000
@@ -61,7 +62,8 @@ def one_round(bed: NodeBed, remote: Path) -> dict[str, Any]:
     untraced = time.perf_counter() - t0
     os.environ.update(bed.env())
     opts = FleetOptions(hosts=bed.hosts, agent_args=("--path", str(bed.shared_path), "--interval", "0.01"),
-                        remote_iotune=str(remote), ssh_options=ssh_options_from_env(dict(os.environ)))
+                        remote_iotune=str(remote),
+                        transport=SshTransport(ssh_options_from_env(dict(os.environ))))
     t0 = time.perf_counter()
     outcome = trace_fleet(argv, opts, lambda msg: None)
     traced = time.perf_counter() - t0

@@ -6,6 +6,8 @@
 #     toolchain for the emulated drive (gcc, fuse3, libfuse3-dev, pkg-config), and chromium
 #     (headless, for the HTML report's browser test; playwright drives it, downloads nothing)
 #     plus openssh-server and pdsh (the multi-node bed of the tests: sshd "nodes" on 127.0.0.x)
+#     and Slurm (slurmctld, slurmd, slurm-client, munge: the tests' one-machine Slurm cluster,
+#     whose daemons the tests start themselves; the packages' own services are kept from starting)
 #   - /lib/modules/$(uname -r)/{build,source} -> Debian's headers, only when the
 #     running kernel has no headers of its own (bcc needs them to compile probes)
 #   - a venv in .venv with iotune and its Python dependencies, and Debian's bcc
@@ -15,6 +17,10 @@ cd "$(dirname "$0")/.."
 log() { printf 'setup: %s\n' "$*" >&2; }
 
 APT_PKGS=(python3-bpfcc bpfcc-tools linux-headers-amd64 fio libaio-dev xfsprogs btrfs-progs e2fsprogs util-linux fdisk procps gcc fuse3 libfuse3-dev pkg-config chromium openssh-server pdsh)
+# Slurm's packages start their services on install, and slurmctld's and slurmd's
+# fail without /etc/slurm/slurm.conf (failing the install): the tests' Slurm bed
+# (iotune/volumes/slurmbed.py) runs its own munged, slurmctld and slurmds instead.
+APT_PKGS+=(munge slurmctld slurmd slurm-client)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -26,7 +32,17 @@ if ((${#missing[@]})); then
   log "installing apt packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q >&2
-  apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+  policy=/usr/sbin/policy-rc.d
+  if [[ ! -e $policy ]]; then   # no service starts during the install (see above)
+    printf '#!/bin/sh\nexit 101\n' > "$policy"
+    chmod 755 "$policy"
+    trap 'rm -f "$policy"' EXIT
+    apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+    rm -f "$policy"
+    trap - EXIT
+  else
+    apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+  fi
 fi
 
 # Kernel headers for bcc: only when the running kernel has none.

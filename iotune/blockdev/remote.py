@@ -1,12 +1,21 @@
 """ssh to the nodes of a multi-node run, shared by the multi-node trace
 (trace.fleet) and the multi-node sweep (sweep.fleet): the options pdsh and
 DeepSpeed's launcher use, ssh's own defaults for unattended runs, and the
-error text for a host that cannot be reached or lacks iotune."""
+error text for a host that cannot be reached or lacks iotune.
+
+A `Transport` is how a command reaches a node: `SshTransport` here, Slurm's
+`srun` in blockdev.slurm. Each runs one process per node, with that node's
+own stdin, binary stdout and exit status (what the trace agent's protocol
+needs)."""
 
 from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from .proc import last_line
 
 SSH_DEFAULTS = ("-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10")
 SSH_FAILED = 255          # ssh's own status when it cannot connect or log in
@@ -33,3 +42,49 @@ def host_error(host: str, code: int | None, tail: str, remote_iotune: str) -> st
         return (f"host {host}: iotune not found at {remote_iotune}: install iotune there "
                 f"or pass --remote-iotune PATH")
     return None
+
+
+class Transport(Protocol):
+    """How a command reaches a node: one local process per node."""
+
+    @property
+    def name(self) -> str: ...           # recorded in the fleet: "ssh", "srun"
+
+    def argv(self, host: str, remote_argv: Sequence[str]) -> list[str]:
+        """The local command line running `remote_argv` on `host`."""
+        ...
+
+    def last_message(self, stderr: str) -> str:
+        """The line of a node's stderr that says what went wrong."""
+        ...
+
+    def error(self, host: str, code: int | None, tail: str, remote_iotune: str) -> str | None:
+        """The message for a node the transport could not reach, or where
+        iotune is missing (naming the node and the fix); None otherwise."""
+        ...
+
+    def node_check(self, host: str, reported: str | None) -> str:
+        """"" when the node an agent says it runs on (its ready line's
+        scheduler node name, None when it names none) is `host`; else why not."""
+        ...
+
+
+@dataclass(frozen=True)
+class SshTransport:
+    options: tuple[str, ...] = ()        # extra ssh options (PDSH_SSH_ARGS_APPEND)
+
+    @property
+    def name(self) -> str:
+        return "ssh"
+
+    def argv(self, host: str, remote_argv: Sequence[str]) -> list[str]:
+        return ssh_argv(host, remote_argv, self.options)
+
+    def last_message(self, stderr: str) -> str:
+        return last_line(stderr, "no message")
+
+    def error(self, host: str, code: int | None, tail: str, remote_iotune: str) -> str | None:
+        return host_error(host, code, tail, remote_iotune)
+
+    def node_check(self, host: str, reported: str | None) -> str:
+        return ""                        # ssh HOST is HOST (aliases and addresses cannot be compared)

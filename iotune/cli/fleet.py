@@ -1,5 +1,6 @@
-"""Multi-node `iotune trace --hosts/--hostfile` and the hidden `iotune agent`
-it starts on every host over ssh (iotune.trace.fleet, iotune.trace.agent);
+"""Multi-node `iotune trace --hosts/--hostfile/--slurm` and the hidden
+`iotune agent` it starts on every node over ssh or srun (iotune.trace.fleet,
+iotune.trace.agent);
 multi-node `iotune sweep --hosts/--hostfile` (iotune.sweep.fleet, compared
 by iotune.analysis.fleet_sweep)."""
 
@@ -19,6 +20,7 @@ from ..model.fleet import FleetRun
 from .options import emit, library_errors, say
 
 if TYPE_CHECKING:
+    from ..blockdev.remote import Transport
     from ..sweep.command import SweepArgs
 
 DEEPSPEED_LAUNCHERS = ("deepspeed", "ds")
@@ -48,15 +50,53 @@ def fleet_hosts(hosts: str | None, hostfile: Path | None, argv: list[str]) -> tu
     return ()
 
 
+def fleet_nodes(hosts: str | None, hostfile: Path | None, slurm: bool,
+                argv: list[str]) -> tuple[tuple[str, ...], Transport] | None:
+    """The nodes of a multi-node trace and how to reach them: every node of
+    the Slurm allocation via srun (--slurm, or a `deepspeed --launcher slurm`
+    command), or the hosts of --hosts,
+    --hostfile or a DeepSpeed launcher's hostfile via ssh; None for a
+    single-node trace."""
+    from ..blockdev.remote import SshTransport, ssh_options_from_env
+    from ..blockdev.slurm import SrunTransport, slurm_allocation
+
+    if not slurm and not hosts and not hostfile and deepspeed_option(argv, ("--launcher",)) == "slurm":
+        say("tracing every node of the Slurm allocation (DeepSpeed's --launcher slurm): as with --slurm")
+        slurm = True
+    if slurm:
+        if hosts or hostfile:
+            raise UsageError("give --slurm or --hosts/--hostfile, not both: --slurm traces every node of the "
+                             "Slurm allocation")
+        alloc = slurm_allocation(os.environ)
+        say(f"tracing the {len(alloc.nodes)} node(s) of Slurm job {alloc.job_id} via srun: {', '.join(alloc.nodes)}")
+        return alloc.nodes, SrunTransport(alloc.job_id)
+    names = fleet_hosts(hosts, hostfile, argv)
+    if names:
+        return names, SshTransport(ssh_options_from_env(dict(os.environ)))
+    nnodes = os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or "1"
+    if os.environ.get("SLURM_JOB_ID") and nnodes.isdigit() and int(nnodes) > 1:
+        say(f"inside Slurm job {os.environ['SLURM_JOB_ID']} of {nnodes} nodes, tracing this node only: add --slurm "
+            f"(and --path) to trace every node")
+    return None
+
+
 def deepspeed_hostfile(argv: list[str]) -> Path | None:
     """The --hostfile/-H of a `deepspeed` launcher command line, if any."""
+    value = deepspeed_option(argv, ("--hostfile", "-H"))
+    return Path(value) if value is not None else None
+
+
+def deepspeed_option(argv: list[str], names: tuple[str, ...]) -> str | None:
+    """The value of a `deepspeed` launcher command line's option (`--name
+    V` or `--name=V`) before the user script, if any."""
     if not argv or os.path.basename(argv[0]) not in DEEPSPEED_LAUNCHERS:
         return None
     for i, arg in enumerate(argv[1:], 1):
-        if arg.startswith("--hostfile="):
-            return Path(arg.split("=", 1)[1])
-        if arg in ("--hostfile", "-H") and i + 1 < len(argv):
-            return Path(argv[i + 1])
+        name, eq, value = arg.partition("=")
+        if eq and name in names:
+            return value
+        if arg in names and i + 1 < len(argv):
+            return argv[i + 1]
         if not arg.startswith("-"):
             return None       # the user script: the rest are its arguments
     return None
@@ -68,12 +108,11 @@ def default_remote_iotune() -> str:
     return str(Path(sys.executable).with_name("iotune"))
 
 
-def trace_fleet_cli(hosts: tuple[str, ...], devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool,
+def trace_fleet_cli(hosts: tuple[str, ...], transport: Transport, devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool,
                     interval: float | None, no_inject: bool, remote_iotune: str | None, as_root: bool,
                     stdout_to_stderr: bool, argv: list[str]) -> tuple[FleetRun, int | None]:
     """Run the multi-node trace; (FleetRun, the command's exit status)."""
     from ..trace.child import sudo_user
-    from ..blockdev.remote import ssh_options_from_env
     from ..trace.fleet import FleetOptions, trace_fleet
 
     if not argv:
@@ -86,7 +125,7 @@ def trace_fleet_cli(hosts: tuple[str, ...], devices: tuple[str, ...], paths: tup
                   *(["--with-lower"] if with_lower else []),
                   "--interval", f"{interval or (0.01 if inject else 1.0):g}"]
     opts = FleetOptions(hosts=hosts, agent_args=tuple(agent_args), remote_iotune=remote_iotune or default_remote_iotune(),
-                        inject=inject, ssh_options=ssh_options_from_env(dict(os.environ)),
+                        inject=inject, transport=transport,
                         run_as=None if as_root else sudo_user(), stdout_to_stderr=stdout_to_stderr)
     outcome = trace_fleet(argv, opts, say)
     return outcome.fleet, outcome.exit_status

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -12,10 +13,13 @@ from ..errors import UsageError
 from ..model.fleet import is_fleet_dir, load_fleet
 from ..model.run import TraceRun
 from ..model.runfile import default_run_dir, give_to_sudo_user, load_run, save_run
-from .fleet import fleet_hosts, trace_fleet_cli
+from .fleet import fleet_nodes, trace_fleet_cli
 from .options import (chosen_format, emit, format_option, html_option, library_errors, out_option, report_options, say,
                       write_html)
 from .verdict_inputs import gather_inputs, trace_report, verdict_options
+
+if TYPE_CHECKING:
+    from ..blockdev.remote import Transport
 
 
 def progress_printer() -> Callable[[float, int, int, int, int], None] | None:
@@ -54,6 +58,9 @@ def progress_printer() -> Callable[[float, int, int, int, int], None] | None:
 @click.option("--hostfile", type=click.Path(path_type=Path, dir_okay=False), default=None, metavar="FILE",
               help="Multi-node: trace every host of this DeepSpeed hostfile (`host slots=N` lines). A "
                    "`deepspeed --hostfile FILE` command with several hosts implies it.")
+@click.option("--slurm", is_flag=True,
+              help="Multi-node inside a Slurm allocation (sbatch, salloc): trace every node of the job "
+                   "(an agent on each via srun --overlap); the command runs here.")
 @click.option("--remote-iotune", default=None, metavar="PATH",
               help="Multi-node: iotune's path on the hosts (default: the same path as here).")
 @out_option("Save the run here (default: ./iotune-runs/<time>-<command>).")
@@ -71,7 +78,7 @@ def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, du
           fmt: str, as_json: bool, block_size: int | None, width: int | None, command: tuple[str, ...],
           html_path: Path | None = None, probe_ceiling: bool = False, drive_tbw: int | None = None,
           drive_capacity: int | None = None, hosts: str | None = None, hostfile: Path | None = None,
-          remote_iotune: str | None = None) -> None:
+          remote_iotune: str | None = None, slurm: bool = False) -> None:
     """Trace block I/O of COMMAND (or of a time window) with eBPF.
 
     Every request on the chosen devices is counted in the kernel: exact sizes,
@@ -91,12 +98,15 @@ def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, du
       sudo iotune trace -d loop0 -- fio --name=w --filename=/dev/loop0 --rw=write --bs=512k --size=64m --direct=1
       sudo iotune trace --duration 30 --json > window.json
       sudo iotune trace --hostfile hosts --path /mnt/nvme -- deepspeed --hostfile hosts train.py ...
+      iotune trace --slurm --path /mnt/nvme -- srun python train.py ...   (in an sbatch script)
 
     Multi-node (--hosts, --hostfile, or a `deepspeed --hostfile` command
     naming several hosts): an agent on every host traces the devices holding
     --path there, over ssh (iotune must be installed at the same path on
     every host, or give --remote-iotune); the command runs here, and the
-    hosts' runs are saved together as one multi-node run.
+    hosts' runs are saved together as one multi-node run. Inside a Slurm
+    allocation, --slurm traces every node of the job through srun instead
+    of ssh.
     """
     from ..blockdev.devices import choose_devices
     from ..trace.child import sudo_user
@@ -111,12 +121,12 @@ def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, du
     if not argv and duration is None:
         raise UsageError("nothing to trace: give a command after `--` (iotune trace -- CMD ARGS...) "
                          "or a window with --duration S")
-    fleet_hosts_ = fleet_hosts(hosts, hostfile, argv)
-    if fleet_hosts_:
-        return trace_hosts(fleet_hosts_, devices, paths, with_lower, interval, no_inject, remote_iotune, as_root,
+    nodes = fleet_nodes(hosts, hostfile, slurm, argv)
+    if nodes:
+        return trace_hosts(*nodes, devices, paths, with_lower, interval, no_inject, remote_iotune, as_root,
                            fmt, width, html_path, drive_tbw, drive_capacity, out, no_save, argv)
     if remote_iotune:
-        raise UsageError("--remote-iotune is for a multi-node trace: add --hosts or --hostfile")
+        raise UsageError("--remote-iotune is for a multi-node trace: add --hosts, --hostfile or --slurm")
     inject = bool(argv) and not no_inject
     opts = TraceOptions(devices=tuple(choose_devices(devices, paths, with_lower)),
                         interval_s=interval or (0.01 if inject else 1.0), linger_s=linger,
@@ -135,7 +145,7 @@ def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, du
         sys.exit(run.exit_status)
 
 
-def trace_hosts(hosts: tuple[str, ...], devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool,
+def trace_hosts(hosts: tuple[str, ...], transport: Transport, devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool,
                 interval: float | None, no_inject: bool, remote_iotune: str | None, as_root: bool, fmt: str,
                 width: int | None, html_path: Path | None, drive_tbw: int | None, drive_capacity: int | None,
                 out: Path | None, no_save: bool, argv: list[str]) -> None:
@@ -144,7 +154,7 @@ def trace_hosts(hosts: tuple[str, ...], devices: tuple[str, ...], paths: tuple[s
 
     if no_save:
         raise UsageError("a multi-node trace is always saved (its report reads the saved nodes): drop --no-save")
-    fleet, status = trace_fleet_cli(hosts, devices, paths, with_lower, interval, no_inject, remote_iotune,
+    fleet, status = trace_fleet_cli(hosts, transport, devices, paths, with_lower, interval, no_inject, remote_iotune,
                                     as_root, fmt != "console", argv)
     where = out or default_run_dir(argv[0])
     save_fleet(fleet, where)

@@ -1,10 +1,12 @@
 """The agent of a multi-node trace (`iotune agent`, started on every node by
-trace.fleet over ssh): it traces its node's devices from before the job
+trace.fleet over ssh or srun): it traces its node's devices from before the job
 starts until its stdin closes, then sends its node's run back.
 
 The protocol, on the agent's stdout (stderr carries its messages):
 
     {"iotune_agent": 1, "node": ..., "devices": [...]}\\n   once the probe is attached
+                                                            (with "slurm_node": its
+                                                            SLURMD_NODENAME under srun)
     <tar stream>                                           after stdin closed: the saved
                                                             run directory (model.runfile)
 
@@ -37,6 +39,7 @@ from .session import TraceOptions, trace_until
 
 PROTOCOL = 1
 READY_KEY = "iotune_agent"
+SCHEDULER_NODE_KEY = "slurm_node"     # SLURMD_NODENAME, when the agent runs as a Slurm step
 
 
 def node_identity() -> str:
@@ -50,7 +53,10 @@ def node_identity() -> str:
 
 
 def ready_line(devices: list[str]) -> bytes:
-    return (json.dumps({READY_KEY: PROTOCOL, "node": node_identity(), "devices": devices}) + "\n").encode()
+    fields: dict[str, object] = {READY_KEY: PROTOCOL, "node": node_identity(), "devices": devices}
+    if os.environ.get("SLURMD_NODENAME"):
+        fields[SCHEDULER_NODE_KEY] = os.environ["SLURMD_NODENAME"]
+    return (json.dumps(fields) + "\n").encode()
 
 
 def stdin_closed(fd: int) -> Callable[[float], bool]:

@@ -3,15 +3,20 @@ traces that host's devices while a command runs here (typically DeepSpeed's
 own launcher, which starts the ranks on the hosts itself); then each host's
 run is gathered into one FleetRun (model.fleet).
 
-Transport: one plain `ssh HOST` per agent, not pdsh. Each agent needs its
-own stdin (closing it is the stop signal), its own binary stdout (the run
-comes back as a tar stream) and its own exit status (to tell which node
-failed); pdsh merges every host's output line by line with a "host: "
+Transport (blockdev.remote.Transport): one local process per agent, `ssh
+HOST`, or inside a Slurm allocation `srun --overlap --nodelist NODE`
+(blockdev.slurm), not pdsh nor one srun step over every node. Each agent
+needs its own stdin (closing it is the stop signal), its own binary stdout
+(the run comes back as a tar stream) and its own exit status (to tell which
+node failed); pdsh merges every host's output line by line with a "host: "
 prefix, has no per-host stdin and reports one exit status for all. The ssh
-options of pdsh and DeepSpeed's launcher apply: PDSH_SSH_ARGS_APPEND.
+options of pdsh and DeepSpeed's launcher apply: PDSH_SSH_ARGS_APPEND. Under
+srun the agent also reports its SLURMD_NODENAME, which must be the node it
+was started for.
 
 Attribution on remote ranks: the startup hook reaches them through
-DeepSpeed's own environment forwarding. PYTHONPATH (the hook directory) is
+DeepSpeed's own environment forwarding (srun forwards the whole
+environment: --export=ALL is its default). PYTHONPATH (the hook directory) is
 exported by its runner (variables starting with PYTHON are); the events
 directory is not, so it goes in a DeepSpeed environment file (DS_ENV_FILE,
 with the user's own .deepspeed_env lines copied in). Each agent claims the
@@ -34,6 +39,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..blockdev.remote import SshTransport, Transport
 from ..errors import IotuneError, UsageError
 from ..model.fleet import FleetRun, NodeRun, node_status
 from ..model.hook_events import EVENTS_ENV
@@ -52,7 +58,7 @@ class FleetOptions:
     agent_args: tuple[str, ...]          # what each agent traces: --path/--device/--interval
     remote_iotune: str                   # the iotune program on the hosts
     inject: bool = True                  # attribution hooks in the job's Python processes
-    ssh_options: tuple[str, ...] = ()
+    transport: Transport = SshTransport()
     run_as: childproc.RunAs | None = None
     stdout_to_stderr: bool = False
     start_timeout_s: float = 180.0       # the agents compile their probe first
@@ -101,11 +107,12 @@ def trace_fleet(argv: list[str], opts: FleetOptions, say: Say) -> FleetOutcome:
     events = Path(tempfile.gettempdir()) / f"iotune-events-{uuid.uuid4().hex[:12]}" if opts.inject else None
     agent_args = [*opts.agent_args, *(["--events-dir", str(events)] if events else [])]
     with contextlib.ExitStack() as stack:
-        agents = [stack.enter_context(Agent.start(h, opts.remote_iotune, agent_args, opts.ssh_options))
+        agents = [stack.enter_context(Agent.start(h, opts.remote_iotune, agent_args, opts.transport))
                   for h in opts.hosts]
         t0 = time.monotonic()
         _wait_ready(agents, opts.start_timeout_s, say)
-        say(f"agents tracing on {len(agents)} hosts ({time.monotonic() - t0:.1f} s to start); running the command")
+        say(f"agents tracing on {len(agents)} hosts via {opts.transport.name} ({time.monotonic() - t0:.1f} s to start); "
+            f"running the command")
         env = stack.enter_context(_job_env(events)) if events else None
         t0 = time.monotonic()
         status, interrupted = _run_command(argv, opts, env, agents, say)
@@ -116,7 +123,7 @@ def trace_fleet(argv: list[str], opts: FleetOptions, say: Say) -> FleetOutcome:
                 events.rmdir()
         nodes = tuple(_node(a, tuple(argv), status, interrupted, stack) for a in agents)
         costs = tuple(agent_cost(a) for a in agents)
-    fleet = FleetRun(nodes=nodes, command=tuple(argv), started_at=started, transport="ssh",
+    fleet = FleetRun(nodes=nodes, command=tuple(argv), started_at=started, transport=opts.transport.name,
                      duration_s=round(duration, 6))
     return FleetOutcome(fleet, status, costs)
 
@@ -183,5 +190,8 @@ def _node(agent: Agent, command: tuple[str, ...], status: int | None, interrupte
         outcome = "interrupted" if interrupted else ("completed" if status == 0 else "failed")
         run = replace(run, command=command, exit_status=status, outcome=outcome)
     state, error = node_status(run, agent.late_error())
+    wrong_node = agent.node_error()
+    if wrong_node:
+        state, error = "failed", wrong_node
     ranks = run.attribution.ranks if run.attribution is not None else ()
     return NodeRun(host=agent.host, status=state, run=run, error=error, ranks=tuple(ranks))

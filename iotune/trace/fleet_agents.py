@@ -1,5 +1,7 @@
 """The agents of a multi-node trace as seen from the gathering host: one
-`ssh HOST iotune agent ...` each, its stdout read by a thread (the ready
+local process per node running `iotune agent ...` there through a transport
+(`ssh HOST`, or `srun --nodelist NODE` inside a Slurm allocation:
+blockdev.remote, blockdev.slurm), its stdout read by a thread (the ready
 line, later the run as a tar stream), its stderr kept in a file for the
 error messages. trace.fleet drives them; trace.agent is the other end."""
 
@@ -17,18 +19,19 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..blockdev.proc import last_line
-from ..blockdev.remote import host_error, ssh_argv
+from ..blockdev.remote import Transport
 from ..errors import IotuneError
-from .agent import READY_KEY, untar_directory
+from .agent import READY_KEY, SCHEDULER_NODE_KEY, untar_directory
 
 
 class Agent:
     """One host's agent, started by `Agent.start` (a context manager that
     kills and reaps it whatever happens)."""
 
-    def __init__(self, host: str, remote_iotune: str, proc: subprocess.Popen[bytes], stderr_path: Path) -> None:
+    def __init__(self, host: str, remote_iotune: str, proc: subprocess.Popen[bytes], stderr_path: Path,
+                 transport: Transport) -> None:
         self.host = host
+        self.transport = transport
         self.remote_iotune = remote_iotune
         self.proc = proc
         self.stderr_path = stderr_path
@@ -44,14 +47,14 @@ class Agent:
     @classmethod
     @contextlib.contextmanager
     def start(cls, host: str, remote_iotune: str, agent_args: Sequence[str],
-              ssh_options: Sequence[str]) -> Iterator[Agent]:
-        argv = ssh_argv(host, [remote_iotune, "agent", *agent_args], ssh_options)
+              transport: Transport) -> Iterator[Agent]:
+        argv = transport.argv(host, [remote_iotune, "agent", *agent_args])
         fd, err = tempfile.mkstemp(prefix="iotune-agent-stderr-")
         try:
             with os.fdopen(fd, "wb") as errfile:
                 proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errfile,
                                         start_new_session=True)
-            agent = cls(host, remote_iotune, proc, Path(err))
+            agent = cls(host, remote_iotune, proc, Path(err), transport)
             try:
                 yield agent
             finally:
@@ -71,13 +74,22 @@ class Agent:
 
     @property
     def ready(self) -> bool:
+        return READY_KEY in self.ready_fields()
+
+    def ready_fields(self) -> dict[str, object]:
+        """The agent's ready line ({} before it arrived)."""
         line, sep, _ = bytes(self._out).partition(b"\n")
-        if not sep:
-            return False
         try:
-            return READY_KEY in json.loads(line)
-        except (json.JSONDecodeError, TypeError):
-            return False
+            fields = json.loads(line) if sep else {}
+        except json.JSONDecodeError:
+            return {}
+        return fields if isinstance(fields, dict) else {}
+
+    def node_error(self) -> str:
+        """"" when the agent runs on the node it was started for, as far as
+        the transport can tell (srun: its SLURMD_NODENAME); else why not."""
+        reported = self.ready_fields().get(SCHEDULER_NODE_KEY)
+        return self.transport.node_check(self.host, str(reported) if reported is not None else None)
 
     @property
     def exited(self) -> bool:
@@ -91,10 +103,16 @@ class Agent:
             with contextlib.suppress(OSError):
                 self.proc.stdin.close()
 
-    def kill(self) -> None:
-        if self.proc.poll() is None:
+    def kill(self, term_s: float = 3.0) -> None:
+        """SIGTERM, then after `term_s` SIGKILL (srun cancels its step on
+        SIGTERM; killed outright it would leave the step running)."""
+        for sig, wait_s in ((signal.SIGTERM, term_s), (signal.SIGKILL, None)):
+            if self.proc.poll() is not None:
+                break
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                os.killpg(self.proc.pid, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(wait_s)
         self.proc.wait()
         self._reader.join(5)
         if self.proc.stdout is not None:
@@ -105,7 +123,7 @@ class Agent:
             text = self.stderr_path.read_text(errors="replace")
         except OSError:
             return "no message"
-        return last_line(text, "no message")
+        return self.transport.last_message(text)
 
     def died_message(self) -> str:
         return f"the agent exited (status {self.proc.returncode}) before the command ended: {self.stderr_tail()}"
@@ -176,4 +194,5 @@ def start_error(agent: Agent, timeout_s: float) -> str:
     tail = agent.stderr_tail()
     if code is None:
         return f"host {host}: the agent did not report ready within {timeout_s:g} s (last message: {tail})"
-    return host_error(host, code, tail, agent.remote_iotune) or f"host {host}: the agent failed (status {code}): {tail}"
+    return (agent.transport.error(host, code, tail, agent.remote_iotune)
+            or f"host {host}: the agent failed (status {code}): {tail}")

@@ -51,12 +51,23 @@ def _out():
     if _state["out"] is None:
         path = os.path.join(os.environ["IOTUNE_EVENTS_DIR"], f"events-{os.getpid()}.jsonl")
         out = open(path, "a", buffering=1 << 16)
-        proc = {"k": "proc", "pid": os.getpid(), "rank": int(os.environ.get("RANK", "0")), "argv": sys.argv[:8],
+        proc = {"k": "proc", "pid": os.getpid(), "rank": _rank(), "argv": sys.argv[:8],
                 "omp": os.environ.get("OMP_NUM_THREADS"), "node": _node()}
         out.write(json.dumps(proc, separators=(",", ":")) + "\n")
         _state["out"] = out
         atexit.register(_flush)
     return _state["out"]
+
+
+def _rank():
+    """The global rank: RANK (DeepSpeed's and torch's launchers), else
+    SLURM_PROCID (a task started by srun, e.g. DeepSpeed's --launcher slurm,
+    before the script sets RANK from it)."""
+    for name in ("RANK", "SLURM_PROCID"):
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return 0
 
 
 def _node():
