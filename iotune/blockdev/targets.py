@@ -27,8 +27,17 @@ class PathTarget:
         return bool(self.devices)
 
     def describe(self) -> str:
-        major, minor = self.kdev >> 20, self.kdev & 0xFFFFF
-        return f"{self.fstype} {self.source} ({major}:{minor})"
+        """'fuse.iotune iotune-fusebed (0:40)': type, source, device number."""
+        return f"{self.fstype} {self.source} ({self.number})"
+
+    @property
+    def short_name(self) -> str:
+        """'fuse.iotune 0:40': for tables."""
+        return f"{self.fstype} {self.number}"
+
+    @property
+    def number(self) -> str:
+        return f"{self.kdev >> 20}:{self.kdev & 0xFFFFF}"
 
 
 def kernel_dev(st_dev: int) -> int:

@@ -58,6 +58,10 @@ def header(run: TraceRun) -> Text:
         what = what[:59] + "…"
     status = "" if run.exit_status is None else f" · exit {run.exit_status}"
     filt = ", ".join(run.device_filter) if run.device_filter else "all devices"
+    if run.app is not None and run.app.no_block and not run.devices and not run.device_filter:
+        filt = "application layer only (no block device)"
+    elif run.app is not None:
+        filt += " + application layer"
     t = Text()
     t.append("iotune trace", style="bold")
     t.append(f" · {what}{status} · {run.outcome} · {units.seconds(run.duration_s)} · {filt} · run {run.run_id}\n")

@@ -43,11 +43,13 @@ def app_table(app: AppLayer) -> RenderableType:
                 "max in flight"):
         table.add_column(col, justify="left" if col in ("filesystem", "dir", "interface") else "right")
     for r in rows:
-        table.add_row(r.target + ("" if r.has_block_layer else " (no block device)"), r.op,
+        table.add_row(r.target + ("" if r.has_block_layer else " ◇"), r.op,
                       IFACE_TITLES.get(r.iface, r.iface), units.count(r.requests), units.volume(r.bytes),
                       units.size(r.dominant_size_bytes), units.count(r.completed), units.latency(r.p50_lat_ns),
                       units.latency(r.p99_lat_ns), str(r.max_in_flight))
-    foot = Text("latency: submission→completion as the job sees it (libaio: until io_getevents returns it); "
+    foot = Text("◇ no block device under it: this is all the trace can show there\n" if any(
+        not r.has_block_layer for r in rows) else "", style="dim")
+    foot.append("latency: submission→completion as the job sees it (libaio: until io_getevents returns it); "
                 "size: the size carrying the most bytes\n", style="dim")
     return Group(table, foot)
 

@@ -40,11 +40,11 @@ def app_layer(probe: AppProbe, app: AppOptions) -> AppLayer:
         target = by_dev.get(dev)
         block = device_by_number(*kdev_split(dev))
         if target is not None and not target.has_block_layer:
-            names[dev] = target.describe()
+            names[dev] = target.short_name
             no_block.append(dev)
         elif block is not None:
             names[dev] = block.name
         elif target is not None:
-            names[dev] = target.describe()
+            names[dev] = target.short_name
     return replace(layer, dev_names=names, no_block=tuple(no_block),
                    paths={t.kdev: t.path for t in app.targets})
