@@ -203,7 +203,7 @@ def test_a_lower_max_sectors_kb_splits_requests_and_the_report_says_why(tmp_path
 def test_trace_path_on_the_fuse_bed_shows_the_application_layer(fusebed: Path) -> None:
     lay_out(fusebed)
     cmd = fio(fusebed / "aio", "libaio", "write", 512 * KiB, 23, "--iodepth=4", "--iodepth_batch_submit=4")
-    out = subprocess.run([*IOTUNE, "trace", "--no-save", "--path", str(fusebed), "--", *cmd],
+    out = subprocess.run([*IOTUNE, "trace", "--no-save", "--width", "400", "--path", str(fusebed), "--", *cmd],
                          capture_output=True, text=True, cwd=Path(__file__).parent.parent)
     assert out.returncode == 0, out.stderr
     assert f"{fusebed} is on fuse.iotune iotune-fusebed" in out.stderr
