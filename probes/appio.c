@@ -522,6 +522,10 @@ static __always_inline void submit_enter_chunk(void *ctx)
         if (r != 0)
             continue;
         struct start_key_t sk = {.tgid = tgid, .kind = START_LIBAIO, .ptr = uiocb};
+        if (starts.lookup(&sk)) {
+            count_drop(APP_DROP_REUSED);   /* in flight at this address already: the exit counts it */
+            continue;
+        }
         starts.update(&sk, &s);   /* not kept: the exit counts it from the iocb */
     }
     if (c->next < end)
@@ -544,7 +548,9 @@ static __always_inline void submit_one(u32 tgid, u64 uiocb, int accepted, struct
             starts.delete(&sk);
         return;
     }
-    if (s) {
+    if (s && s->ts != c->ts && s->state != ST_NEW) {
+        s = NULL;   /* an earlier submission at this address, still in flight (REUSED) */
+    } else if (s) {
         u64 was = __sync_val_compare_and_swap(&s->state, ST_NEW, ST_COUNTED);
         if (was == ST_NEW) {
             count_submit(&s->key, s->bytes, 1);
@@ -554,14 +560,16 @@ static __always_inline void submit_one(u32 tgid, u64 uiocb, int accepted, struct
         }
         return;
     }
-    /* no start entry (map full): count it from the iocb, without latency */
+    /* no start entry (map full, or REUSED): count it from the iocb, without latency */
+    int reused = s == NULL && starts.lookup(&sk) != NULL;
     struct start_val_t n = {};
     int r = read_iocb(uiocb, &n, c);
     if (r < 0)
         count_drop(APP_DROP_UNREADABLE);
     if (r != 0)
         return;
-    count_drop(APP_DROP_START);
+    if (!reused)
+        count_drop(APP_DROP_START);
     count_submit(&n.key, n.bytes, 0);
 }
 

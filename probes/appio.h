@@ -47,7 +47,14 @@
  *               counted), or a file that could not be resolved.
  *   OTHER:      a latency or depth histogram entry not kept (map full).
  *   UNMATCHED:  a completion with no start entry (submitted before tracing
- *               began, or its start was not kept); not a loss by itself.
+ *               began, its start was not kept, or see REUSED); not a loss by
+ *               itself: it has no latency sample.
+ *   REUSED:     an iocb submitted again at the same user address while its
+ *               previous submission is still in flight (the kernel copies an
+ *               iocb at io_submit, so that is legal, and DeepSpeed does it):
+ *               counted, but with no start entry (io_events name requests by
+ *               that address alone), so one of the two completions is
+ *               UNMATCHED.
  */
 #define APP_DROP_START      0
 #define APP_DROP_FILES      1
@@ -60,7 +67,8 @@
 #define APP_DROP_UNREADABLE 8
 #define APP_DROP_OTHER      9
 #define APP_DROP_UNMATCHED  10
-#define APP_DROP_SLOTS      11
+#define APP_DROP_REUSED     11
+#define APP_DROP_SLOTS      12
 
 /* A file: the filesystem's dev_t (super_block.s_dev; for a block device
  * special file, the device it opens, i_rdev) and the inode number. */

@@ -24,7 +24,7 @@ from iotune.resources import probes_dir
 from iotune.trace.applayer import AppOptions
 from iotune.trace.session import TraceOptions, trace_command
 
-from .conftest import ext4_mount, needs_fio, needs_root
+from .conftest import ext4_mount, needs_deepspeed, needs_fio, needs_root
 
 KiB, MiB = 1024, 1 << 20
 IOTUNE = [sys.executable, "-m", "iotune"]
@@ -217,3 +217,31 @@ def test_trace_path_on_the_fuse_bed_shows_the_application_layer(fusebed: Path) -
     [row] = doc["layers"]["app"]
     assert (row["op"], row["iface"], row["requests"], row["bytes"]) == ("write", "libaio", 23, 23 * 512 * KiB)
     assert doc["run"]["devices"] == [] and len(doc["layers"]["statements"]) == 1
+
+
+@needs_root
+@needs_deepspeed
+def test_deepspeed_nvme_opt_on_the_fuse_bed_per_category_bytes_equal_the_swap_bytes(fusebed: Path) -> None:
+    """The built-in workload with its nvme_path on the FUSE bed: the
+    application layer's bytes per swap category are the bytes DeepSpeed's
+    swapper handed to aio_handle (the startup hook's record), exactly."""
+    swap = fusebed / "swap"
+    swap.mkdir()
+    train = [sys.executable, "-W", "ignore", "-m", "iotune.workloads.train", "--strategy", "nvme-opt",
+             "--size", "tiny", "--steps", "3", "--nvme-path", str(swap)]
+    out = subprocess.run([*IOTUNE, "trace", "--json", "--no-save", "--path", str(fusebed), "--", *train],
+                         capture_output=True, text=True, timeout=900, cwd=Path(__file__).parent.parent)
+    assert out.returncode == 0, out.stderr[-3000:]
+    doc = json.loads(out.stdout)
+    swapped: dict[tuple[str, str], int] = {}
+    for s in doc["run"]["attribution"]["swaps"]:
+        key = (s["category"], s["direction"])
+        swapped[key] = swapped.get(key, 0) + s["bytes"]
+    app = {(c["category"], c["op"]): c["bytes"] for c in doc["layers"]["categories"]}
+    assert app == swapped
+    assert {c for c, _ in app} >= {"optimizer: fp32 master", "optimizer: exp_avg", "optimizer: exp_avg_sq",
+                                   "gradients"}
+    assert doc["run"]["devices"] == []
+    drops = doc["run"]["app"]["drops"]
+    assert drops.get("unmatched_completions", 0) == drops.get("iocb_reused", 0)
+    assert not {k: v for k, v in drops.items() if v and k not in ("unmatched_completions", "iocb_reused")}

@@ -22,13 +22,15 @@ def layers_section(run: TraceRun) -> RenderableType:
     for s in no_block_statements(app):
         parts.append(Text(f"layer: {s}\n", style="bold"))
     parts += [both_layers(run), categories(app)]
-    lost = {k: v for k, v in app.drops.items() if v and k != "unmatched_completions"}
+    lost = {k: v for k, v in app.drops.items() if v and k not in ("unmatched_completions", "iocb_reused")}
     if lost:
         parts.append(Text("warning: application requests not recorded exactly (" +
                           ", ".join(f"{k}: {v}" for k, v in lost.items()) + ")\n", style="bold red"))
-    if app.drops.get("unmatched_completions"):
-        parts.append(Text(f"{app.drops['unmatched_completions']} completions had no submission traced "
-                          f"(submitted before tracing began)\n", style="dim"))
+    if app.drops.get("unmatched_completions") or app.drops.get("iocb_reused"):
+        parts.append(Text(f"latency: {app.drops.get('unmatched_completions', 0)} completions had no traced "
+                          f"submission to time them against ({app.drops.get('iocb_reused', 0)} iocbs were "
+                          f"submitted again at an address still in flight, which libaio allows); counts and "
+                          f"bytes are exact\n", style="dim"))
     return Group(*parts)
 
 

@@ -25,7 +25,8 @@ from .kernel import VMLINUX_BTF, import_bcc, require_headers, require_privileges
 
 # APP_DROP_* in appio.h, in index order.
 APP_DROP_NAMES = ("start", "files", "sizes", "iocbs", "events", "iov", "fixed_file", "procs",
-                  "unreadable", "other", "unmatched_completions")
+                  "unreadable", "other", "unmatched_completions",
+                  "iocb_reused")
 APP_OPS = ("read", "write")                     # APP_READ, APP_WRITE
 PROC_LAUNCHER = 2                               # appio.c
 CONST_DEVS = 8                                  # DEV_0..DEV_7
