@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import UsageError
+if TYPE_CHECKING:
+    from ..blockdev.devices import BlockDevice
+    from ..trace.applayer import AppOptions
 from ..model.fleet import is_fleet_dir, load_fleet
 from ..model.run import TraceRun
 from ..model.runfile import default_run_dir, give_to_sudo_user, load_run, save_run
@@ -40,6 +43,10 @@ def progress_printer() -> Callable[[float, int, int, int, int], None] | None:
               help="Trace only this block device: name (loop0), /dev path or MAJ:MIN. Repeatable.")
 @click.option("-p", "--path", "paths", multiple=True, metavar="PATH",
               help="Trace the device(s) holding PATH, e.g. your nvme_path (btrfs: every member). Repeatable.")
+@click.option("--app", "app_layer", is_flag=True,
+              help="Also trace the application layer: every read and write the command's processes submit "
+                   "(read/write/pread/pwrite, libaio, io_uring), per file, next to the block requests. "
+                   "On by itself for a --path with no block device (FUSE, NFS).")
 @click.option("--with-lower", is_flag=True,
               help="Also trace what the chosen devices sit on (a loop device's backing disk), "
                    "reported separately and never added to totals.")
@@ -78,7 +85,7 @@ def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, du
           fmt: str, as_json: bool, block_size: int | None, width: int | None, command: tuple[str, ...],
           html_path: Path | None = None, probe_ceiling: bool = False, drive_tbw: int | None = None,
           drive_capacity: int | None = None, hosts: str | None = None, hostfile: Path | None = None,
-          remote_iotune: str | None = None, slurm: bool = False) -> None:
+          remote_iotune: str | None = None, slurm: bool = False, app_layer: bool = False) -> None:
     """Trace block I/O of COMMAND (or of a time window) with eBPF.
 
     Every request on the chosen devices is counted in the kernel: exact sizes,
@@ -108,7 +115,6 @@ def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, du
     allocation, --slurm traces every node of the job through srun instead
     of ssh.
     """
-    from ..blockdev.devices import choose_devices
     from ..trace.child import sudo_user
     from ..trace.session import TraceOptions, trace_command, trace_window
 
@@ -122,15 +128,19 @@ def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, du
         raise UsageError("nothing to trace: give a command after `--` (iotune trace -- CMD ARGS...) "
                          "or a window with --duration S")
     nodes = fleet_nodes(hosts, hostfile, slurm, argv)
+    if nodes and app_layer:
+        raise UsageError("--app traces one machine: drop it for a multi-node trace")
     if nodes:
         return trace_hosts(*nodes, devices, paths, with_lower, interval, no_inject, remote_iotune, as_root,
                            fmt, width, html_path, drive_tbw, drive_capacity, out, no_save, argv)
     if remote_iotune:
         raise UsageError("--remote-iotune is for a multi-node trace: add --hosts, --hostfile or --slurm")
     inject = bool(argv) and not no_inject
-    opts = TraceOptions(devices=tuple(choose_devices(devices, paths, with_lower)),
-                        interval_s=interval or (0.01 if inject else 1.0), linger_s=linger,
-                        run_as=None if as_root else sudo_user(), stdout_to_stderr=fmt != "console", inject=inject)
+    chosen, app = trace_targets(devices, paths, with_lower, app_layer)
+    opts = TraceOptions(devices=chosen, interval_s=interval or (0.01 if inject else 1.0), linger_s=linger,
+                        run_as=None if as_root else sudo_user(), stdout_to_stderr=fmt != "console", inject=inject,
+                        app=app, block=bool(chosen) or app is None or not app.targets
+                        or any(t.has_block_layer for t in app.targets))
     progress = progress_printer()
     run = trace_command(argv, opts, progress) if argv else trace_window(duration or 0, opts, progress)
     if progress:
@@ -143,6 +153,25 @@ def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, du
     write_html(judged, html_path)
     if run.exit_status:
         sys.exit(run.exit_status)
+
+
+def trace_targets(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool,
+                  app_layer: bool) -> tuple[tuple[BlockDevice, ...], AppOptions | None]:
+    """The block devices to trace and, with --app or a --path that has no
+    block device (FUSE, NFS), what the application probe keeps."""
+    from ..blockdev.devices import choose_devices
+    from ..blockdev.targets import path_target
+    from ..trace.applayer import AppOptions
+
+    targets = tuple(path_target(p) for p in paths)
+    no_block = [t for t in targets if not t.has_block_layer]
+    block_paths = tuple(t.path for t in targets if t.has_block_layer)
+    for t in no_block:
+        say(f"{t.path} is on {t.describe()}, which has no block device: tracing the application layer there")
+    chosen = tuple(choose_devices(devices, block_paths, with_lower)) if devices or block_paths else ()
+    if not (app_layer or no_block):
+        return chosen, None
+    return chosen, AppOptions(targets=targets, devices=tuple(choose_devices(devices)))
 
 
 def trace_hosts(hosts: tuple[str, ...], transport: Transport, devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool,

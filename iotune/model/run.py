@@ -13,6 +13,7 @@ from typing import Any
 from ..errors import RecordError
 from .record import known_fields
 
+from .appio import AppLayer
 from .attribution import Attribution
 
 SCHEMA_VERSION = 1
@@ -81,6 +82,9 @@ class DeviceStats:
     lower_of: tuple[str, ...] = ()
     description: str = ""
     size_bytes: int = 0            # capacity when the trace recorded it (0: unknown, older runs)
+    max_sectors_kb: int = 0        # queue limits when the trace ran (0: unknown, older runs)
+    max_segments: int = 0
+    max_segment_size: int = 0      # bytes
 
     @property
     def is_lower(self) -> bool:
@@ -93,6 +97,8 @@ class DeviceStats:
         return {
             "major": self.major, "minor": self.minor, "name": self.name,
             "description": self.description, "lower_of": list(self.lower_of), "size_bytes": self.size_bytes,
+            "max_sectors_kb": self.max_sectors_kb, "max_segments": self.max_segments,
+            "max_segment_size": self.max_segment_size,
             "directions": {op: s.to_json() for op, s in self.directions.items()},
         }
 
@@ -143,6 +149,7 @@ class TraceRun:
     host: HostInfo = field(default_factory=HostInfo)
     clock_origin_ns: int = 0         # CLOCK_MONOTONIC time of timeline t_s = 0
     attribution: Attribution | None = None   # from the injected hooks, if any
+    app: AppLayer | None = None       # the application layer (probes/appio.c), if traced
     schema: int = SCHEMA_VERSION
 
     def device(self, name: str) -> DeviceStats | None:
@@ -162,6 +169,7 @@ class TraceRun:
             "drops": dict(self.drops), "host": vars(self.host).copy(),
             "clock_origin_ns": self.clock_origin_ns,
             "attribution": self.attribution.to_json() if self.attribution else None,
+            "app": self.app.to_json() if self.app else None,
         }
         if include_timeline:
             out["timeline"] = [vars(p).copy() for p in self.timeline]
@@ -191,4 +199,5 @@ class TraceRun:
         d["host"] = HostInfo(**known_fields(HostInfo, d.get("host") or {}))
         d["drops"] = {str(k): int(v) for k, v in (d.get("drops") or {}).items()}
         d["attribution"] = Attribution.from_json(d["attribution"]) if d.get("attribution") else None
+        d["app"] = AppLayer.from_json(d["app"]) if d.get("app") else None
         return cls(**d)

@@ -15,6 +15,7 @@ from ..model.run import DeviceStats, DirectionStats, TraceRun
 from ..model.verdict import Verdict
 from . import units
 from .attribution import attribution_section
+from .layers import layers_section
 from .verdict import verdict_section
 
 SPARK = " ▁▂▃▄▅▆▇█"
@@ -41,8 +42,8 @@ class ConsoleRenderer:
         parts: list[RenderableType] = [header(run)]
         if verdict is not None:
             parts.append(verdict_section(verdict))
-        parts.append(device_table(run))
-        parts += [attribution_section(run), size_section(run), pattern_table(run, self.block_size_bytes),
+        parts.append(device_table(run) if run.devices or run.app is None else Text(""))
+        parts += [layers_section(run), attribution_section(run), size_section(run), pattern_table(run, self.block_size_bytes),
                   timeline(run)]
         if any(run.drops.values()):
             lost = ", ".join(f"{k}: {v}" for k, v in run.drops.items() if v)
@@ -57,6 +58,10 @@ def header(run: TraceRun) -> Text:
         what = what[:59] + "…"
     status = "" if run.exit_status is None else f" · exit {run.exit_status}"
     filt = ", ".join(run.device_filter) if run.device_filter else "all devices"
+    if run.app is not None and run.app.no_block and not run.devices and not run.device_filter:
+        filt = "application layer only (no block device)"
+    elif run.app is not None:
+        filt += " + application layer"
     t = Text()
     t.append("iotune trace", style="bold")
     t.append(f" · {what}{status} · {run.outcome} · {units.seconds(run.duration_s)} · {filt} · run {run.run_id}\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
+from ..analysis.layers import app_rows, category_bytes, layer_rows, no_block_statements
 from ..analysis.summary import patterns, summarize, totals
 from ..model.run import TraceRun
 from ..model.verdict import TraceReport
@@ -31,5 +32,11 @@ class JsonRenderer:
             "summary": [asdict(s) for s in summarize(run)],
             "totals": asdict(totals(run)),
             "patterns": [asdict(p) for p in patterns(run, self.block_size_bytes)],
+            "layers": None if run.app is None else {
+                "app": [asdict(r) for r in app_rows(run.app)],
+                "both": [asdict(r) for r in layer_rows(run)],
+                "categories": [asdict(r) for r in category_bytes(run.app)],
+                "statements": no_block_statements(run.app),
+            },
         }
 

@@ -10,6 +10,7 @@ import shutil
 import tempfile
 import platform
 import socket
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -18,9 +19,12 @@ from pathlib import Path
 
 from .. import __version__
 from ..blockdev.devices import BlockDevice, describe, lower_devices, name_for_kdev, size_bytes
+from ..blockdev.targets import queue_limits
 from ..model.run import DeviceStats, HostInfo, TimelinePoint, TraceRun
 from . import child as childproc
 from .attribution import inject_env, read_events
+from .appprobe import AppProbe
+from .applayer import AppOptions, app_config, app_layer
 from .probe import BlockProbe, ProbeConfig
 
 # (elapsed_s, read_bytes, write_bytes, read_requests, write_requests)
@@ -37,6 +41,8 @@ class TraceOptions:
     cgroup: str | None = None               # run the command in this cgroup (v1 dir)
     inject: bool = False                    # attribution hooks in Python children
     timeline_entries: int | None = None     # kernel timeline map size (default: the probe's)
+    app: AppOptions | None = None           # also trace the application layer (probes/appio.c)
+    block: bool = True                      # trace the block layer (False: no block device to trace)
 
 
 def trace_command(argv: list[str], opts: TraceOptions, progress: Progress | None = None) -> TraceRun:
@@ -44,35 +50,59 @@ def trace_command(argv: list[str], opts: TraceOptions, progress: Progress | None
     failing or interrupted command: that is recorded in the run)."""
     started = _utcnow()
     config = _probe_config(opts)
-    with BlockProbe(config) as probe, childproc.Interrupts() as intr, _events_dir(opts) as events:
+    with _probes(config, opts, True) as (probe, app), childproc.Interrupts() as intr, _events_dir(opts) as events:
         env = inject_env(dict(os.environ), events) if events else None
-        proc = childproc.start(argv, opts.run_as, opts.stdout_to_stderr, opts.cgroup, env)
+        proc = _start(argv, opts, env, app)
         intr.child = proc
         t0 = time.monotonic()
         while proc.poll() is None:
             _wait(proc, 0.2)
             intr.tick()
-            _tick(probe, t0, progress)
+            _tick(probe, app, t0, progress)
         _linger(opts.linger_s, intr)
         duration = time.monotonic() - t0
         status = childproc.exit_status(proc.returncode)
         outcome = "interrupted" if intr.interrupted else ("completed" if status == 0 else "failed")
-        run = _assemble(probe, opts, started, duration, tuple(argv), status, outcome)
+        run = _assemble(probe, app, opts, started, duration, tuple(argv), status, outcome)
         return replace(run, clock_origin_ns=config.t0_ns,
                        attribution=read_events(events) if events else None)
+
+
+def _start(argv: list[str], opts: TraceOptions, env: dict[str, str] | None,
+           app: AppProbe | None) -> subprocess.Popen[bytes]:
+    """The command, its processes traced by the application probe: what this
+    process forks while starting it is traced, nothing it forks later."""
+    if app is not None:
+        app.launcher(os.getpid())
+    try:
+        return childproc.start(argv, opts.run_as, opts.stdout_to_stderr, opts.cgroup, env)
+    finally:
+        if app is not None:
+            app.launched(os.getpid())
+
+
+@contextlib.contextmanager
+def _probes(config: ProbeConfig, opts: TraceOptions,
+            proc_filter: bool) -> Iterator[tuple[BlockProbe | None, AppProbe | None]]:
+    """The block probe (unless opts.block is off) and the application probe
+    (with opts.app), attached; detached on leaving."""
+    with contextlib.ExitStack() as stack:
+        block = stack.enter_context(BlockProbe(config)) if opts.block else None
+        app = stack.enter_context(AppProbe(app_config(opts.app, proc_filter))) if opts.app else None
+        yield block, app
 
 
 def trace_window(duration_s: float, opts: TraceOptions, progress: Progress | None = None) -> TraceRun:
     """Trace every selected device for `duration_s` seconds (or until Ctrl-C)."""
     started = _utcnow()
-    with BlockProbe(_probe_config(opts)) as probe, childproc.Interrupts() as intr:
+    with _probes(_probe_config(opts), opts, False) as (probe, app), childproc.Interrupts() as intr:
         t0 = time.monotonic()
         while not intr.interrupted and time.monotonic() - t0 < duration_s:
             time.sleep(min(0.2, max(0.0, duration_s - (time.monotonic() - t0))))
-            _tick(probe, t0, progress)
+            _tick(probe, app, t0, progress)
         duration = time.monotonic() - t0
         outcome = "interrupted" if intr.interrupted else "window"
-        return _assemble(probe, opts, started, duration, (), None, outcome)
+        return _assemble(probe, app, opts, started, duration, (), None, outcome)
 
 
 def trace_until(ready: Callable[[], None], stopped: Callable[[float], bool], opts: TraceOptions,
@@ -87,10 +117,10 @@ def trace_until(ready: Callable[[], None], stopped: Callable[[float], bool], opt
         ready()
         t0 = time.monotonic()
         while not intr.interrupted and not stopped(0.2):
-            _tick(probe, t0, None)
+            _tick(probe, None, t0, None)
         duration = time.monotonic() - t0
         outcome = "interrupted" if intr.interrupted else "completed"
-        run = _assemble(probe, opts, started, duration, command, None, outcome)
+        run = _assemble(probe, None, opts, started, duration, command, None, outcome)
         return replace(run, clock_origin_ns=config.t0_ns)
 
 
@@ -121,7 +151,11 @@ def _wait(proc: object, timeout: float) -> None:
         pass
 
 
-def _tick(probe: BlockProbe, t0: float, progress: Progress | None) -> None:
+def _tick(probe: BlockProbe | None, app: AppProbe | None, t0: float, progress: Progress | None) -> None:
+    if app is not None:
+        app.tick()
+    if probe is None:
+        return
     probe.drain_timeline()
     if progress is not None:
         rr, rb, wr, wb = probe.live_totals()
@@ -134,9 +168,17 @@ def _linger(linger_s: float, intr: childproc.Interrupts) -> None:
         time.sleep(min(0.1, end - time.monotonic()))
 
 
-def _assemble(probe: BlockProbe, opts: TraceOptions, started: str, duration: float,
-              argv: tuple[str, ...], status: int | None, outcome: str) -> TraceRun:
-    per_dev = probe.collect()
+def _assemble(probe: BlockProbe | None, app: AppProbe | None, opts: TraceOptions, started: str,
+              duration: float, argv: tuple[str, ...], status: int | None, outcome: str) -> TraceRun:
+    run = _assemble_block(probe, opts, started, duration, argv, status, outcome)
+    if app is None or opts.app is None:
+        return run
+    return replace(run, app=app_layer(app, opts.app))
+
+
+def _assemble_block(probe: BlockProbe | None, opts: TraceOptions, started: str, duration: float,
+                    argv: tuple[str, ...], status: int | None, outcome: str) -> TraceRun:
+    per_dev = probe.collect() if probe is not None else {}
     names = {kdev: name_for_kdev(kdev) for kdev in per_dev}
     lower_of: dict[str, list[str]] = {}
     for dev in names.values():
@@ -146,20 +188,26 @@ def _assemble(probe: BlockProbe, opts: TraceOptions, started: str, duration: flo
     devices = tuple(
         DeviceStats(major=d.major, minor=d.minor, name=d.name, directions=per_dev[kdev],
                     lower_of=tuple(lower_of.get(d.name, ())), description=describe(d),
-                    size_bytes=size_bytes(d))
+                    size_bytes=size_bytes(d), **_limits(d.name))
         for kdev, d in sorted(names.items(), key=lambda x: x[1].name)
     )
     timeline = tuple(
         TimelinePoint(round(bucket * opts.interval_s, 6), names[kdev].name if kdev in names
                       else name_for_kdev(kdev).name, op, req, nbytes)
-        for kdev, op, bucket, req, nbytes in probe.timeline()
+        for kdev, op, bucket, req, nbytes in (probe.timeline() if probe is not None else ())
     )
     return TraceRun(
         run_id=uuid.uuid4().hex[:12], started_at=started, duration_s=round(duration, 6),
         interval_s=opts.interval_s, command=argv, exit_status=status, outcome=outcome,
         device_filter=tuple(d.name for d in opts.devices), devices=devices,
-        timeline=timeline, drops=probe.drops(), host=_host(),
+        timeline=timeline, drops=probe.drops() if probe is not None else {}, host=_host(),
     )
+
+
+def _limits(name: str) -> dict[str, int]:
+    q = queue_limits(name)
+    return {"max_sectors_kb": q.max_sectors_kb, "max_segments": q.max_segments,
+            "max_segment_size": q.max_segment_size}
 
 
 def _host() -> HostInfo:

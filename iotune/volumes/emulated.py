@@ -207,12 +207,14 @@ def _remove_dir(path: Path) -> None:
 
 
 def _start_daemon(stack: contextlib.ExitStack, binary: Path, backing: Path, mount_dir: Path,
-                  limits: DriveLimits, log_path: Path) -> subprocess.Popen[bytes]:
+                  limits: DriveLimits, log_path: Path, tree: bool = False) -> subprocess.Popen[bytes]:
     """The daemon, in the foreground as our child in a session of its own
-    (so a terminal's Ctrl-C reaches us, and we stop it in order), mounted."""
+    (so a terminal's Ctrl-C reaches us, and we stop it in order), mounted.
+    `tree`: `backing` is a directory served as a whole tree (tree mode)."""
     threads = f"max_threads={MAX_THREADS},max_idle_threads={MAX_THREADS}"
-    argv = [str(binary), "-f", "-o", f"{threads},fsname=iotune-emulated,subtype=iotune",
-            f"--backing={backing}", f"--latency-ns={round(limits.latency_us * 1000)}",
+    fsname = "iotune-fusebed" if tree else "iotune-emulated"
+    argv = [str(binary), "-f", "-o", f"{threads},fsname={fsname},subtype=iotune",
+            f"--backing-dir={backing}" if tree else f"--backing={backing}", f"--latency-ns={round(limits.latency_us * 1000)}",
             f"--parallelism={limits.parallelism}", str(mount_dir)]
     with log_path.open("xb") as err:
         stack.callback(log_path.unlink, True)

@@ -26,6 +26,14 @@
  *   us, never the page cache) and "stats" (read-only text counters, one
  *   "name value" per line, read to check the drive from outside).
  *
+ * Tree mode (--backing-dir=DIR): instead of one "disk" file, the mount is a
+ *   passthrough of DIR (directories, regular files: create, read, write,
+ *   truncate, rename, unlink), every file opened with direct_io, and every
+ *   read and write served under the same service model. Mounted directly
+ *   as a swap path, it stands in for a network filesystem: no block device,
+ *   real O_DIRECT, known latency. Its counters are in the read-only file
+ *   ".iotune-drive-stats" at the root of the mount.
+ *
  * Options (besides libfuse's own, e.g. -f -o max_threads=N):
  *   --backing=PATH   the regular file holding the data (must exist)
  *   --latency-ns=N   service time per request, nanoseconds
@@ -59,7 +67,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <dirent.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -70,6 +80,7 @@
 
 struct options {
 	char *backing;
+	char *backing_dir;
 	unsigned long latency_ns;
 	unsigned parallelism;
 };
@@ -78,6 +89,7 @@ static const struct fuse_opt option_spec[] = {
 	{"--backing=%s", offsetof(struct options, backing), 0},
 	{"--latency-ns=%lu", offsetof(struct options, latency_ns), 0},
 	{"--parallelism=%u", offsetof(struct options, parallelism), 0},
+	{"--backing-dir=%s", offsetof(struct options, backing_dir), 0},
 	FUSE_OPT_END,
 };
 
@@ -91,6 +103,8 @@ static struct {
 	atomic_ulong reads, writes, read_bytes, write_bytes, wait_ns;
 	atomic_ulong max_request_bytes, inflight, max_inflight;
 } drive = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static int tree_root = -1;      /* tree mode: the backing directory */
 
 static void raise_max(atomic_ulong *max, unsigned long value)
 {
@@ -167,7 +181,7 @@ static void *drive_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
 	cfg->direct_io = 1;
 	cfg->kernel_cache = 0;
-	cfg->nullpath_ok = 1;
+	cfg->nullpath_ok = tree_root < 0;   /* tree mode names files by path */
 	cfg->attr_timeout = 3600;
 	cfg->entry_timeout = 3600;
 	return NULL;
@@ -310,6 +324,202 @@ static const struct fuse_operations drive_ops = {
 	.fallocate = drive_fallocate,
 };
 
+
+/* ---------------------------------------------------------------- tree mode */
+
+#define TREE_STATS "/.iotune-drive-stats"
+
+/* The backing path of a FUSE path, relative to tree_root ("." for "/"). */
+static const char *rel(const char *path)
+{
+	return path[1] ? path + 1 : ".";
+}
+
+static int tree_getattr(const char *path, struct stat *st, struct fuse_file_info *fi)
+{
+	if (fi != NULL && fi->fh > FH_STATS)
+		return fstat((int)fi->fh - FH_STATS - 1, st) == 0 ? 0 : -errno;
+	if (strcmp(path, TREE_STATS) == 0) {
+		memset(st, 0, sizeof(*st));
+		st->st_mode = S_IFREG | 0444;
+		st->st_nlink = 1;
+		st->st_size = 4096;
+		return 0;
+	}
+	return fstatat(tree_root, rel(path), st, AT_SYMLINK_NOFOLLOW) == 0 ? 0 : -errno;
+}
+
+static int tree_readdir(const char *path, void *buf, fuse_fill_dir_t fill, off_t off,
+			struct fuse_file_info *fi, enum fuse_readdir_flags flags)
+{
+	(void)off, (void)fi, (void)flags;
+	int fd = openat(tree_root, rel(path), O_RDONLY | O_DIRECTORY);
+	if (fd < 0)
+		return -errno;
+	DIR *d = fdopendir(fd);
+	if (d == NULL) {
+		close(fd);
+		return -errno;
+	}
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL)
+		fill(buf, e->d_name, NULL, 0, 0);
+	closedir(d);
+	return 0;
+}
+
+static int tree_mkdir(const char *path, mode_t mode)
+{
+	return mkdirat(tree_root, rel(path), mode) == 0 ? 0 : -errno;
+}
+
+static int tree_rmdir(const char *path)
+{
+	return unlinkat(tree_root, rel(path), AT_REMOVEDIR) == 0 ? 0 : -errno;
+}
+
+static int tree_unlink(const char *path)
+{
+	return unlinkat(tree_root, rel(path), 0) == 0 ? 0 : -errno;
+}
+
+static int tree_rename(const char *from, const char *to, unsigned int flags)
+{
+	if (flags)
+		return -EINVAL;
+	return renameat(tree_root, rel(from), tree_root, rel(to)) == 0 ? 0 : -errno;
+}
+
+static int tree_truncate(const char *path, off_t size, struct fuse_file_info *fi)
+{
+	if (fi != NULL && fi->fh > FH_STATS)
+		return ftruncate((int)fi->fh - FH_STATS - 1, size) == 0 ? 0 : -errno;
+	int fd = openat(tree_root, rel(path), O_WRONLY);
+	if (fd < 0)
+		return -errno;
+	int rc = ftruncate(fd, size) == 0 ? 0 : -errno;
+	close(fd);
+	return rc;
+}
+
+static int tree_chmod(const char *path, mode_t mode, struct fuse_file_info *fi)
+{
+	(void)fi;
+	return fchmodat(tree_root, rel(path), mode, 0) == 0 ? 0 : -errno;
+}
+
+static int tree_utimens(const char *path, const struct timespec tv[2], struct fuse_file_info *fi)
+{
+	(void)fi;
+	return utimensat(tree_root, rel(path), tv, AT_SYMLINK_NOFOLLOW) == 0 ? 0 : -errno;
+}
+
+/* A file handle is FH_STATS + 1 + the backing fd (0 and FH_DISK unused here). */
+static int tree_opened(struct fuse_file_info *fi, int fd)
+{
+	if (fd < 0)
+		return -errno;
+	fi->fh = (uint64_t)fd + FH_STATS + 1;
+	fi->direct_io = 1;
+	fi->keep_cache = 0;
+	return 0;
+}
+
+static int tree_open(const char *path, struct fuse_file_info *fi)
+{
+	if (strcmp(path, TREE_STATS) == 0) {
+		if ((fi->flags & O_ACCMODE) != O_RDONLY)
+			return -EACCES;
+		fi->fh = FH_STATS;
+		fi->direct_io = 1;
+		return 0;
+	}
+	int flags = fi->flags & ~(O_CREAT | O_EXCL | O_NOCTTY | O_DIRECT);
+	return tree_opened(fi, openat(tree_root, rel(path), flags | O_CLOEXEC));
+}
+
+static int tree_create(const char *path, mode_t mode, struct fuse_file_info *fi)
+{
+	int flags = (fi->flags & ~(O_NOCTTY | O_DIRECT)) | O_CREAT;
+	return tree_opened(fi, openat(tree_root, rel(path), flags | O_CLOEXEC, mode));
+}
+
+static int tree_release(const char *path, struct fuse_file_info *fi)
+{
+	(void)path;
+	if (fi->fh > FH_STATS)
+		close((int)fi->fh - FH_STATS - 1);
+	return 0;
+}
+
+static int tree_read(const char *path, char *buf, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	(void)path;
+	if (fi->fh == FH_STATS)
+		return read_stats(buf, size, off);
+	int64_t deadline = service_begin(size);
+	ssize_t n = pread((int)fi->fh - FH_STATS - 1, buf, size, off);
+	int err = errno;
+	service_end(deadline);
+	if (n < 0)
+		return -err;
+	atomic_fetch_add(&drive.reads, 1);
+	atomic_fetch_add(&drive.read_bytes, (unsigned long)n);
+	return (int)n;
+}
+
+static int tree_write(const char *path, const char *buf, size_t size, off_t off, struct fuse_file_info *fi)
+{
+	(void)path;
+	if (fi->fh <= FH_STATS)
+		return -EBADF;
+	int64_t deadline = service_begin(size);
+	ssize_t n = pwrite((int)fi->fh - FH_STATS - 1, buf, size, off);
+	int err = errno;
+	service_end(deadline);
+	if (n < 0)
+		return -err;
+	atomic_fetch_add(&drive.writes, 1);
+	atomic_fetch_add(&drive.write_bytes, (unsigned long)n);
+	return (int)n;
+}
+
+static int tree_fallocate(const char *path, int mode, off_t off, off_t len, struct fuse_file_info *fi)
+{
+	(void)path;
+	if (fi == NULL || fi->fh <= FH_STATS)
+		return -EOPNOTSUPP;
+	return fallocate((int)fi->fh - FH_STATS - 1, mode, off, len) == 0 ? 0 : -errno;
+}
+
+static int tree_statfs(const char *path, struct statvfs *sv)
+{
+	(void)path;
+	return fstatvfs(tree_root, sv) == 0 ? 0 : -errno;
+}
+
+static const struct fuse_operations tree_ops = {
+	.init = drive_init,
+	.getattr = tree_getattr,
+	.readdir = tree_readdir,
+	.mkdir = tree_mkdir,
+	.rmdir = tree_rmdir,
+	.unlink = tree_unlink,
+	.rename = tree_rename,
+	.truncate = tree_truncate,
+	.chmod = tree_chmod,
+	.utimens = tree_utimens,
+	.open = tree_open,
+	.create = tree_create,
+	.release = tree_release,
+	.read = tree_read,
+	.write = tree_write,
+	.fsync = drive_fsync,
+	.flush = drive_flush,
+	.fallocate = tree_fallocate,
+	.statfs = tree_statfs,
+};
+
 static int open_backing(const char *path)
 {
 	struct stat st;
@@ -328,12 +538,20 @@ int main(int argc, char *argv[])
 	struct options opts = {0};
 	if (fuse_opt_parse(&args, &opts, option_spec, NULL) == -1)
 		return 2;
-	if (opts.backing == NULL) {
-		fprintf(stderr, "latency_drive: --backing=PATH is required\n");
+	if ((opts.backing == NULL) == (opts.backing_dir == NULL)) {
+		fprintf(stderr, "latency_drive: give one of --backing=FILE or --backing-dir=DIR\n");
 		return 2;
 	}
-	if (open_backing(opts.backing) != 0)
+	if (opts.backing_dir != NULL) {
+		tree_root = open(opts.backing_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (tree_root < 0) {
+			fprintf(stderr, "latency_drive: cannot open backing directory %s: %s\n",
+				opts.backing_dir, strerror(errno));
+			return 1;
+		}
+	} else if (open_backing(opts.backing) != 0) {
 		return 1;
+	}
 	drive.latency_ns = (int64_t)opts.latency_ns;
 	drive.parallelism = opts.parallelism;
 	drive.free_at = calloc(drive.parallelism ? drive.parallelism : 1, sizeof(int64_t));
@@ -346,7 +564,8 @@ int main(int argc, char *argv[])
 	/* Keep 1 MiB request buffers on the heap instead of mmap/munmap per request. */
 	mallopt(M_MMAP_THRESHOLD, 64 << 20);
 	mallopt(M_TRIM_THRESHOLD, 256 << 20);
-	int rc = fuse_main(args.argc, args.argv, &drive_ops, NULL);
+	umask(0);
+	int rc = fuse_main(args.argc, args.argv, tree_root >= 0 ? &tree_ops : &drive_ops, NULL);
 	fuse_opt_free_args(&args);
 	return rc;
 }
