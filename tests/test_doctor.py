@@ -65,7 +65,8 @@ def test_doctor_fix_needs_root(monkeypatch) -> None:
 
 def test_required_tracepoints_are_those_the_probe_attaches() -> None:
     attached = re.findall(r"^RAW_TRACEPOINT_PROBE\((\w+)\)", probe_source("blockio.c").read_text(), re.M)
-    assert tuple(attached) == kernel.BLOCK_TRACEPOINTS == ("block_rq_issue", "block_rq_complete", "block_rq_requeue")
+    assert tuple(attached) == kernel.BLOCK_TRACEPOINTS == ("block_rq_issue", "block_rq_insert", "block_rq_merge", "block_rq_complete",
+                                                              "block_rq_requeue")
 
 
 def doctor_checks() -> dict[str, dict]:

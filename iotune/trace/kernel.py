@@ -22,8 +22,8 @@ from ..errors import IotuneError, PrivilegeError, ProbeError
 TRACEFS_DIRS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))
 SYSTEM_BCC = Path("/usr/lib/python3/dist-packages/bcc")
 VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")
-# The tracepoints probes/blockio.c attaches (RAW_TRACEPOINT_PROBE), all required.
-BLOCK_TRACEPOINTS = ("block_rq_issue", "block_rq_complete", "block_rq_requeue")
+# The tracepoints probes/blockio.c attaches (RAW_TRACEPOINT_PROBE), in its order, all required.
+BLOCK_TRACEPOINTS = ("block_rq_issue", "block_rq_insert", "block_rq_merge", "block_rq_complete", "block_rq_requeue")
 
 
 @dataclass(frozen=True)
