@@ -65,15 +65,24 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+_NAMES: dict[int, str] = {}
+
+
 def prog_names(ids: list[int]) -> dict[int, str]:
+    """bpftool's name for each program id; asked while the tracer still holds
+    them (an id is gone once its program is unloaded), and remembered."""
     out = {}
     for i in ids:
+        if _NAMES.get(i, "?") != "?":
+            out[i] = _NAMES[i]
+            continue
         try:
             doc = json.loads(subprocess.run(["bpftool", "prog", "show", "id", str(i), "--json"],
                                             capture_output=True, text=True, check=True).stdout)
             out[i] = doc.get("name", "?")
         except (OSError, subprocess.CalledProcessError, json.JSONDecodeError):
             out[i] = "?"
+        _NAMES[i] = out[i]
     return out
 
 
@@ -82,6 +91,7 @@ def sample_until_exit(proc: subprocess.Popen[str], pid: int | None = None) -> li
     progs: list[dict[str, int]] = []
     while proc.poll() is None:
         progs = prog_stats(pid or proc.pid) or progs
+        prog_names([p["prog_id"] for p in progs])
         time.sleep(0.1)
     return progs
 
@@ -102,6 +112,7 @@ def one_run(condition: str, loop: str, workload: str, runtime: float, iotune: st
             job = subprocess.Popen(fio, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
             while job.poll() is None:
                 progs = prog_stats(tracer.pid) or progs
+                prog_names([p["prog_id"] for p in progs])
                 time.sleep(0.1)
             progs = prog_stats(tracer.pid) or progs
             tracer.send_signal(signal.SIGINT)
