@@ -85,6 +85,22 @@ def probe_refusal() -> str:
 
 
 @needs_root
+def test_app_tracepoints_are_attached_by_the_app_probe_and_present_here() -> None:
+    from iotune.doctor.checks import check_app_tracepoints
+
+    source = probe_source("appio.c").read_text()
+    for category, name in kernel.APP_TRACEPOINTS:
+        raw = category == "sched" and f"RAW_TRACEPOINT_PROBE({name})" in source
+        assert raw or f"TRACEPOINT_PROBE({category}, {name})" in source, (category, name)
+    events = kernel.tracefs_events()
+    if events is None:
+        pytest.skip("needs tracefs mounted (iotune trace mounts it)")
+    assert kernel.app_tracepoints_problem(events) is None
+    assert check_app_tracepoints().status == "ok"
+    assert kernel.app_tracepoints_problem(Path("/nonexistent")) == "missing " + ", ".join(
+        f"{c}:{t}" for c, t in kernel.APP_TRACEPOINTS)
+
+
 def test_without_btf_doctor_fails_and_the_probe_refuses_alike(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setattr(kernel, "VMLINUX_BTF", tmp_path / "vmlinux")
     problem = f"no {tmp_path}/vmlinux: the probe takes struct request's layout from the kernel's BTF"

@@ -40,6 +40,19 @@ def check_kernel_feature(feature: kernel.KernelFeature) -> CheckResult:
     return CheckResult(feature.name, "ok", feature.present)
 
 
+def check_app_tracepoints() -> CheckResult:
+    """What `trace --app` attaches: not required for block tracing, so a warning."""
+    name = "app-layer tracepoints"
+    events = kernel.tracefs_events()
+    if events is None:
+        return CheckResult(name, "skip", "needs tracefs (iotune trace mounts it)")
+    problem = kernel.app_tracepoints_problem(events)
+    if problem:
+        return CheckResult(name, "warn", f"{problem}: `iotune trace --app` cannot load (block tracing works)",
+                           "use a kernel with syscall tracepoints (CONFIG_FTRACE_SYSCALLS) and io_uring")
+    return CheckResult(name, "ok", "syscalls (read/write, libaio), io_uring and sched (for --app)")
+
+
 def check_tracefs() -> CheckResult:
     ev = kernel.tracefs_events()
     if ev:
@@ -137,7 +150,7 @@ def check_deepspeed() -> CheckResult:
 
 CHECKS: tuple[Callable[[], CheckResult], ...] = (
     check_privileges, check_tracefs, *(partial(check_kernel_feature, f) for f in kernel.KERNEL_FEATURES),
-    check_headers,
+    check_app_tracepoints, check_headers,
     check_bcc_import, check_bcc_compile, check_fio, check_libaio, check_blkio_cgroup,
     check_loop, check_deepspeed,
 )

@@ -50,6 +50,24 @@ def tracepoints_problem(events: Path | None) -> str | None:
     return f"missing block:{', block:'.join(missing)}" if missing else None
 
 
+# What `trace --app` (probes/appio.c) attaches, by category; optional: only --app needs them.
+APP_TRACEPOINTS = (
+    ("sched", "sched_process_exit"),
+    ("syscalls", "sys_enter_read"), ("syscalls", "sys_exit_read"),
+    ("syscalls", "sys_enter_pwrite64"), ("syscalls", "sys_exit_pwrite64"),
+    ("syscalls", "sys_enter_io_submit"), ("syscalls", "sys_exit_io_submit"),
+    ("syscalls", "sys_enter_io_getevents"), ("syscalls", "sys_exit_io_getevents"),
+    ("io_uring", "io_uring_submit_req"), ("io_uring", "io_uring_complete"),
+)
+
+
+def app_tracepoints_problem(events: Path | None) -> str | None:
+    if events is None:
+        return "tracefs is not mounted, so the application probe's tracepoints cannot be checked"
+    missing = [f"{c}:{t}" for c, t in APP_TRACEPOINTS if not (events / c / t / "format").exists()]
+    return f"missing {', '.join(missing)}" if missing else None
+
+
 KERNEL_FEATURES = (
     KernelFeature("BTF", btf_problem,
                   "use a kernel built with CONFIG_DEBUG_INFO_BTF=y (the default in major distributions)",
