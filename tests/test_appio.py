@@ -4,6 +4,8 @@ device); both layers in one report; the max_sectors_kb split named."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import json
 import re
 import subprocess
@@ -60,6 +62,19 @@ def test_a_split_by_max_sectors_kb_is_named() -> None:
     assert ("the job submits 1 MiB requests; loop3 receives 128 KiB pieces because max_sectors_kb is 128 "
             "on loop3") in row.cause
     assert "8 KiB more reached loop3 than the job wrote" in row.cause
+
+
+def test_the_html_report_shows_both_layers_and_the_cause() -> None:
+    from iotune.model.verdict import TraceReport
+    from iotune.render.html_trace import trace_page
+
+    page = trace_page(TraceReport(_split_run(128), None)).html()
+    assert "Both layers: what the job asked for vs what the device saw" in page
+    assert ("loop3 writes: the job submits 1 MiB requests; loop3 receives 128 KiB pieces because max_sectors_kb "
+            "is 128 on loop3") in page
+    assert "<td>23</td><td>1 MiB</td><td>184</td><td>128 KiB</td><td>8.00</td>" in page
+    plain = trace_page(TraceReport(replace(_split_run(128), app=None), None)).html()
+    assert "Both layers" not in plain and "Application layer" not in plain
 
 
 def test_a_split_max_sectors_kb_allows_is_not_blamed_on_it() -> None:

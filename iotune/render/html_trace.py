@@ -9,7 +9,9 @@ from typing import Any
 
 from ..analysis.attribution import STEP_PHASES, StepBreakdown, steady, step_breakdowns, swap_by_category
 from ..analysis.downsample import Envelope, IntervalSeries, envelope, interval_series, phase_bands
+from ..analysis.layers import app_rows, category_bytes, layer_rows, no_block_statements
 from ..analysis.summary import summarize
+from ..model.appio import IFACE_TITLES
 from ..model.histogram import lat_slot_bounds, log2_from_sizes, size_slot_bounds
 from ..model.run import TraceRun
 from ..model.verdict import TraceReport, Verdict
@@ -50,6 +52,7 @@ def trace_page(report: TraceReport) -> Page:
     if report.verdict is not None:
         verdict_section(page, report.verdict)
     device_section(page, run)
+    layers_section(page, run)
     timeline_chart(page, run)
     size_chart(page, run)
     latency_chart(page, run)
@@ -90,6 +93,42 @@ def device_section(page: Page, run: TraceRun) -> None:
                    [(r.device, r.op, units.count(r.queued), units.count(r.requests), units.latency(r.p50_queue_ns),
                      units.latency(r.p99_queue_ns)) for r in queued],
                    "queue time: insert→issue, waiting in the I/O scheduler before the latency above")
+
+
+def layers_section(page: Page, run: TraceRun) -> None:
+    """With the application layer (`trace --app`, or a path with no block
+    device): what the job submitted, both layers side by side, and why they differ."""
+    app = run.app
+    if app is None:
+        return
+    page.heading("Application layer: what the job submitted")
+    for statement in no_block_statements(app):
+        page.paragraph(statement, "verdict")
+    page.table(("filesystem", "dir", "interface", "requests", "asked", "size", "completed", "p50 lat", "p99 lat",
+                "max in flight"),
+               [(r.target, r.op, IFACE_TITLES.get(r.iface, r.iface), units.count(r.requests), units.volume(r.bytes),
+                 units.size(r.dominant_size_bytes), units.count(r.completed), units.latency(r.p50_lat_ns),
+                 units.latency(r.p99_lat_ns), str(r.max_in_flight)) for r in app_rows(app)],
+               "latency: submission→completion as the job sees it; size: the size carrying the most bytes")
+    rows = layer_rows(run)
+    if rows:
+        page.heading("Both layers: what the job asked for vs what the device saw")
+        page.table(("device", "dir", "app requests", "app size", "block requests", "block size", "block/app",
+                    "app bytes", "block bytes", "added below"),
+                   [(r.device, r.op, units.count(r.app_requests), units.size(r.app_size_bytes),
+                     units.count(r.block_requests), units.size(r.block_size_bytes),
+                     "-" if r.split_ratio is None else f"{r.split_ratio:.2f}", units.volume(r.app_bytes),
+                     units.volume(r.block_bytes), units.volume(r.added_bytes) if r.added_bytes >= 0
+                     else "-" + units.volume(-r.added_bytes)) for r in rows],
+                   "block/app > 1: the block layer split the job's requests; < 1: it merged them")
+        for r in rows:
+            if r.cause:
+                page.paragraph(f"{r.device} {r.op}s: {r.cause}")
+    cats = category_bytes(app)
+    if cats:
+        page.table(("category", "dir", "requests", "bytes"),
+                   [(c.category, c.op, units.count(c.requests), units.volume(c.bytes)) for c in cats],
+                   "application layer per DeepSpeed swap category (MB = 10^6 bytes)")
 
 
 def _mean_latency_s(run: TraceRun, device: str, op: str) -> float | None:
