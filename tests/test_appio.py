@@ -77,6 +77,32 @@ def test_the_html_report_shows_both_layers_and_the_cause() -> None:
     assert "Both layers" not in plain and "Application layer" not in plain
 
 
+def _one_file_run(op: str, app_sizes: dict[int, int], block: DirectionStats) -> TraceRun:
+    kdev = 7 << 20 | 3
+    app = AppLayer(files=(AppFileStats(dev=kdev, ino=12, op=op, iface="sync", path="/mnt/f",
+                                       requests=sum(app_sizes.values()),
+                                       bytes=sum(k * v for k, v in app_sizes.items()), sizes=app_sizes),),
+                   dev_names={kdev: "loop3"})
+    dev = DeviceStats(7, 3, "loop3", directions={op: block}, max_sectors_kb=128, max_segments=128)
+    return TraceRun(run_id="r", started_at="t", duration_s=1.0, devices=(dev,), app=app)
+
+
+def test_reads_served_by_the_page_cache_are_named() -> None:
+    run = _one_file_run("read", {64 * KiB: 10}, DirectionStats(op="read", requests=2, bytes=128 * KiB,
+                                                               sizes={64 * KiB: 2}))
+    [row] = layer_rows(run)
+    assert (row.split_ratio, row.added_bytes) == (0.2, -512 * KiB)
+    assert row.cause == "512 KiB of the job's reads never reached loop3: served from the page cache"
+
+
+def test_requests_that_are_not_4k_multiples_are_named_as_alignment() -> None:
+    run = _one_file_run("write", {100_000: 23}, DirectionStats(op="write", requests=575, bytes=575 * 4096,
+                                                                sizes={4096: 575}))
+    [row] = layer_rows(run)
+    assert row.cause.startswith("the job submits 97.7 KiB requests, not a multiple of 4 KiB: loop3 receives "
+                                "them as 4 KiB pieces (alignment)")
+
+
 def test_a_split_max_sectors_kb_allows_is_not_blamed_on_it() -> None:
     [row] = layer_rows(_split_run(1280))
     assert "max_sectors_kb (1280) allows them whole" in row.cause
