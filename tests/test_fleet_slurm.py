@@ -248,3 +248,29 @@ def test_the_hook_takes_the_rank_from_slurm_when_no_launcher_set_rank(tmp_path: 
                        env={**clean, **env, "PYTHONPATH": str(INJECT_DIR), "IOTUNE_EVENTS_DIR": str(events)})
         [f] = events.glob("events-*.jsonl")
         assert json.loads(f.read_text().splitlines()[0])["rank"] == rank
+
+
+@needs_slurmbed
+def test_a_slurm_sweep_runs_on_every_node_and_flags_the_low_capped_one(
+        slurmbed: SlurmBed, remote_iotune: Path, tmp_path: Path) -> None:  # noqa: F811
+    """`iotune sweep --slurm` in an allocation: the same sweep on every node
+    through srun steps, each node's outcome saved, n4 (15 MB/s) flagged."""
+    from tests.test_fleet_sweep import PROFILE
+
+    bed = slurmbed
+    (tmp_path / "tiny.toml").write_text(PROFILE)
+    argv = [sys.executable, "-m", "iotune", "sweep", "--slurm", "--path", str(bed.shared_path), "--profile",
+            str(tmp_path / "tiny.toml"), "--remote-iotune", str(remote_iotune), "-o", str(tmp_path / "fleet"),
+            "--json"]
+    proc = subprocess.run(["salloc", f"--nodes={len(bed.nodes)}", "--quiet", *argv], env=slurm_env(bed),
+                          capture_output=True, text=True, timeout=240, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    assert [(n["host"], n["status"]) for n in doc["nodes"]] == [(name, "ok") for name in bed.names]
+    assert doc["slow"] == ["n4"] and "host n4 is slow: measured ceiling" in doc["summary"]
+    for name in bed.names:
+        node_doc = json.loads((tmp_path / "fleet" / "nodes" / name / "sweep.json").read_text())
+        assert node_doc["target"] == str(bed.shared_path) and len(node_doc["ranking"]) >= 2
+    assert "sweeping the 3 node(s) of Slurm job " in proc.stderr and "via srun: n2, n3, n4" in proc.stderr
+    assert "n4: [" in proc.stderr                          # the nodes' progress lines, with their name
+    assert "this node only" not in proc.stderr and "Traceback" not in proc.stderr

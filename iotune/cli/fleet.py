@@ -51,7 +51,7 @@ def fleet_hosts(hosts: str | None, hostfile: Path | None, argv: list[str]) -> tu
 
 
 def fleet_nodes(hosts: str | None, hostfile: Path | None, slurm: bool,
-                argv: list[str]) -> tuple[tuple[str, ...], Transport] | None:
+                argv: list[str], command: str = "trace") -> tuple[tuple[str, ...], Transport] | None:
     """The nodes of a multi-node trace and how to reach them: every node of
     the Slurm allocation via srun (--slurm, or a `deepspeed --launcher slurm`
     command), or the hosts of --hosts,
@@ -59,6 +59,8 @@ def fleet_nodes(hosts: str | None, hostfile: Path | None, slurm: bool,
     single-node trace."""
     from ..blockdev.remote import SshTransport, ssh_options_from_env
     from ..blockdev.slurm import SrunTransport, slurm_allocation
+
+    verb = {"trace": "tracing", "sweep": "sweeping"}[command]
 
     if not slurm and not hosts and not hostfile and deepspeed_option(argv, ("--launcher",)) == "slurm":
         say("tracing every node of the Slurm allocation (DeepSpeed's --launcher slurm): as with --slurm")
@@ -68,15 +70,16 @@ def fleet_nodes(hosts: str | None, hostfile: Path | None, slurm: bool,
             raise UsageError("give --slurm or --hosts/--hostfile, not both: --slurm traces every node of the "
                              "Slurm allocation")
         alloc = slurm_allocation(os.environ)
-        say(f"tracing the {len(alloc.nodes)} node(s) of Slurm job {alloc.job_id} via srun: {', '.join(alloc.nodes)}")
+        say(f"{verb} the {len(alloc.nodes)} node(s) of Slurm job {alloc.job_id} via srun: {', '.join(alloc.nodes)}")
         return alloc.nodes, SrunTransport(alloc.job_id)
     names = fleet_hosts(hosts, hostfile, argv)
     if names:
         return names, SshTransport(ssh_options_from_env(dict(os.environ)))
     nnodes = os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or "1"
-    if os.environ.get("SLURM_JOB_ID") and nnodes.isdigit() and int(nnodes) > 1:
-        say(f"inside Slurm job {os.environ['SLURM_JOB_ID']} of {nnodes} nodes, tracing this node only: add --slurm "
-            f"(and --path) to trace every node")
+    # (not inside a job step: that is a node's own part of a multi-node run, started by srun)
+    if os.environ.get("SLURM_JOB_ID") and nnodes.isdigit() and int(nnodes) > 1 and not os.environ.get("SLURM_STEP_ID"):
+        say(f"inside Slurm job {os.environ['SLURM_JOB_ID']} of {nnodes} nodes, {verb} this node only: add --slurm "
+            f"(and --path) to {command} every node")
     return None
 
 
@@ -164,13 +167,13 @@ def refuse_with_hosts(**given: object) -> None:
                          f"--path on every host; drop {bad[0]}, or sweep one node without --hosts")
 
 
-def sweep_hosts(hosts: tuple[str, ...], args: SweepArgs, remote_iotune: str | None, fmt: str) -> bool:
+def sweep_hosts(hosts: tuple[str, ...], transport: Transport, args: SweepArgs, remote_iotune: str | None,
+                fmt: str) -> bool:
     """The multi-node sweep: run it, save every node's outcome and the
     report, print the report; whether a node failed."""
     from dataclasses import replace
 
     from ..analysis.fleet_sweep import fleet_sweep_report
-    from ..blockdev.remote import ssh_options_from_env
     from ..render.registry import render
     from ..sweep.command import build_profile
     from ..sweep.fleet import FleetSweepOptions, sweep_fleet
@@ -182,7 +185,7 @@ def sweep_hosts(hosts: tuple[str, ...], args: SweepArgs, remote_iotune: str | No
     now = dt.datetime.now(dt.timezone.utc)
     out = (args.out or Path("iotune-sweeps") / f"fleet-{prof.name}-{now:%Y%m%d-%H%M%S}").absolute()
     opts = FleetSweepOptions(hosts=hosts, remote_iotune=remote_iotune or default_remote_iotune(), out_dir=out,
-                             ssh_options=ssh_options_from_env(dict(os.environ)))
+                             transport=transport)
     t0 = time.monotonic()
     try:
         nodes = sweep_fleet(replace(args, out=None), opts, say)

@@ -12,7 +12,7 @@ import click
 from ..errors import UsageError
 from ..model.units import parse_size
 from ..volumes.beds import BEDS, DEFAULT_BED
-from .fleet import fleet_hosts, refuse_with_hosts, sweep_hosts
+from .fleet import fleet_nodes, refuse_with_hosts, sweep_hosts
 from .options import (RATE, SIZE, bool_word, chosen_format, csv_list, emit, format_option, html_option,
                       library_errors, out_option, positive_int, say, write_html)
 
@@ -99,6 +99,9 @@ from .options import (RATE, SIZE, bool_word, chosen_format, csv_list, emit, form
               help="Multi-node: sweep every host of this DeepSpeed hostfile (`host slots=N` lines).")
 @click.option("--remote-iotune", default=None, metavar="PATH",
               help="Multi-node: iotune's path on the hosts (default: the same path as here).")
+@click.option("--slurm", is_flag=True,
+              help="Multi-node, inside a Slurm allocation (sbatch, salloc): the same sweep on every node of the "
+                   "job at once, through `srun --overlap` steps.")
 @format_option
 @html_option
 @library_errors
@@ -111,7 +114,7 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
           layout_drives: int | None, drive_cap: float, fmt: str, as_json: bool, bed: str | None = None,
           filesystems: Any = None, html_path: Path | None = None, hosts: str | None = None,
           hostfile: Path | None = None, remote_iotune: str | None = None, netfs: bool = False,
-          dry_run: bool = False) -> None:
+          dry_run: bool = False, slurm: bool = False) -> None:
     """Tune DeepSpeed's aio settings (block size, queue depth, threads, submit
     modes) for a drive, and hand over a config DeepSpeed accepts as pasted.
 
@@ -135,6 +138,7 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
       sudo iotune sweep --path /mnt/nvme/swap --ds-config ds_config.json \\
           --steps-cmd "deepspeed train.py --deepspeed_config {config}" --omp-threads 1,2
       sudo iotune sweep --hostfile hosts --path /mnt/nvme/swap --profile quick
+      iotune sweep --slurm --path /mnt/nvme/swap --profile quick       (in an sbatch script)
       sudo iotune sweep --path /lustre/swap --netfs --dry-run
 
     Multi-node (--hosts or --hostfile): the sweep runs on every host at
@@ -150,9 +154,9 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
                                  run_sweep_command)
 
     fmt = chosen_format(fmt, as_json)
-    fleet = fleet_hosts(hosts, hostfile, [])
+    fleet = fleet_nodes(hosts, hostfile, slurm, [], command="sweep")
     if remote_iotune and not fleet:
-        raise UsageError("--remote-iotune is for a multi-node sweep: add --hosts or --hostfile")
+        raise UsageError("--remote-iotune is for a multi-node sweep: add --hosts, --hostfile or --slurm")
     if fleet:
         refuse_with_hosts(bed=bed, layouts=layout_drives, filesystems=filesystems, apply=apply_to,
                           export=export_to, export_jobs=export_jobs, html=html_path)
@@ -183,7 +187,7 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
                      fresh=fresh, bed=bed, steps=steps, steps_timeout_s=steps_timeout_s, steps_cmd=steps_cmd,
                      ds_config=ds_config)
     if fleet:
-        if sweep_hosts(fleet, args, remote_iotune, fmt):
+        if sweep_hosts(*fleet, args, remote_iotune, fmt):
             sys.exit(1)
         return
     try:

@@ -1,10 +1,12 @@
-"""`iotune sweep --hosts`: the same sweep on every node at once, each over
-its own `ssh HOST iotune sweep --json ...`, each node's JSON outcome saved
-as it arrives (analysis.fleet_sweep compares them).
+"""`iotune sweep --hosts` / `--slurm`: the same sweep on every node at
+once, each over its own `ssh HOST iotune sweep --json ...` (or `srun
+--overlap --nodelist=NODE ...` inside a Slurm allocation), each node's JSON
+outcome saved as it arrives (analysis.fleet_sweep compares them).
 
-Transport: one plain ssh per node (blockdev.remote: PDSH_SSH_ARGS_APPEND's
-options, as pdsh and DeepSpeed's launcher use), not pdsh: each node's
-outcome comes back as its own stdout document with its own exit status.
+Transport (blockdev.remote.Transport): one plain ssh per node
+(PDSH_SSH_ARGS_APPEND's options, as pdsh and DeepSpeed's launcher use), not
+pdsh, or one srun step per node: each node's outcome comes back as its own
+stdout document with its own exit status.
 Every host is first checked with `iotune --version` (in parallel), so an
 unreachable host or one without iotune stops the fleet sweep before any
 node starts, naming the host and the fix. A node whose sweep then fails is
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..blockdev.proc import last_line
-from ..blockdev.remote import host_error, ssh_argv
+from ..blockdev.remote import SshTransport, Transport
 from ..errors import IotuneError
 from ..model.fleet_sweep import NodeSweep, node_sweep_from_doc
 from .command import SweepArgs
@@ -44,7 +46,7 @@ class FleetSweepOptions:
     hosts: tuple[str, ...]
     remote_iotune: str                   # the iotune program on the hosts
     out_dir: Path                        # the fleet's directory here (absolute: also the nodes' journal root)
-    ssh_options: tuple[str, ...] = ()
+    transport: Transport = SshTransport()
     timeout_s: float | None = None       # per node; None: none
 
 
@@ -80,10 +82,12 @@ class NodeProcess:
     """One node's remote command: stdout kept whole, stderr lines passed to
     `say` with the host in front and the last one kept for errors."""
 
-    def __init__(self, host: str, argv: list[str], say: Say) -> None:
+    def __init__(self, host: str, argv: list[str], say: Say,
+                 message: Callable[[str], str] = lambda text: last_line(text, "no message")) -> None:
         self.host = host
         self.say = say
-        self.last = "no message"
+        self._message = message
+        self._tail: list[str] = []
         self.started = time.monotonic()
         self._out = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._out, stderr=subprocess.PIPE,
@@ -91,13 +95,18 @@ class NodeProcess:
         self._reader = threading.Thread(target=self._read_stderr, daemon=True)
         self._reader.start()
 
+    @property
+    def last(self) -> str:
+        """The stderr line that says what went wrong (the transport's pick)."""
+        return self._message("\n".join(self._tail))
+
     def _read_stderr(self) -> None:
         if self.proc.stderr is None:
             return
         for raw in iter(self.proc.stderr.readline, b""):
             line = last_line(raw.decode(errors="replace"), "")
             if line:
-                self.last = line
+                self._tail = [*self._tail[-19:], line]
                 self.say(f"{self.host}: {line}")
 
     def wait(self, timeout_s: float | None) -> int | None:
@@ -114,42 +123,49 @@ class NodeProcess:
         self._out.seek(0)
         return self._out.read()
 
-    def kill(self) -> None:
-        if self.proc.poll() is None:
+    def kill(self, grace_s: float = 3.0) -> None:
+        """SIGTERM first (srun then cancels its step on the node; a SIGKILLed
+        srun would leave it running), SIGKILL after `grace_s`."""
+        for sig, wait_s in ((15, grace_s), (9, None)):
+            if self.proc.poll() is not None:
+                break
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, 9)
+                os.killpg(self.proc.pid, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(wait_s)
         self.proc.wait()
         self._reader.join(5)
         self._out.close()
 
 
 @contextlib.contextmanager
-def node_processes(argvs: dict[str, list[str]], say: Say) -> Iterator[dict[str, NodeProcess]]:
+def node_processes(argvs: dict[str, list[str]], say: Say,
+                   transport: Transport = SshTransport()) -> Iterator[dict[str, NodeProcess]]:
     """Every node's command started at once; all killed and reaped on exit."""
     procs: dict[str, NodeProcess] = {}
     try:
         for host, argv in argvs.items():
-            procs[host] = NodeProcess(host, argv, say)
+            procs[host] = NodeProcess(host, argv, say, transport.last_message)
         yield procs
     finally:
         for p in procs.values():
             p.kill()
 
 
-def check_hosts(hosts: Sequence[str], remote_iotune: str, ssh_options: Sequence[str]) -> None:
+def check_hosts(hosts: Sequence[str], remote_iotune: str, transport: Transport) -> None:
     """`iotune --version` on every host at once; an IotuneError naming each
     host that cannot be reached or lacks iotune, and the fix."""
-    argvs = {h: ssh_argv(h, [remote_iotune, "--version"], ssh_options) for h in hosts}
+    argvs = {h: transport.argv(h, [remote_iotune, "--version"]) for h in hosts}
     problems = []
-    with node_processes(argvs, lambda line: None) as procs:
+    with node_processes(argvs, lambda line: None, transport) as procs:
         deadline = time.monotonic() + CHECK_TIMEOUT_S
         for host, p in procs.items():
             code = p.wait(max(0.1, deadline - time.monotonic()))
             if code is None:
                 problems.append(f"host {host}: `{remote_iotune} --version` did not answer within "
-                                f"{CHECK_TIMEOUT_S:g} s over ssh: check that the host is up")
+                                f"{CHECK_TIMEOUT_S:g} s over {transport.name}: check that the host is up")
             elif code != 0:
-                problems.append(host_error(host, code, p.last, remote_iotune)
+                problems.append(transport.error(host, code, p.last, remote_iotune)
                                 or f"host {host}: `{remote_iotune} --version` failed (status {code}): {p.last}")
     if problems:
         reasons = "\n".join(f"  {m}" for m in problems)
@@ -160,13 +176,14 @@ def check_hosts(hosts: Sequence[str], remote_iotune: str, ssh_options: Sequence[
 def sweep_fleet(args: SweepArgs, opts: FleetSweepOptions, say: Say) -> tuple[NodeSweep, ...]:
     """Run the sweep on every host at once; each node's outcome, in host
     order, its JSON document saved in out_dir/nodes/HOST/sweep.json."""
-    check_hosts(opts.hosts, opts.remote_iotune, opts.ssh_options)
-    argvs = {h: ssh_argv(h, remote_sweep_argv(args, opts.remote_iotune, node_dir(opts.out_dir, h) / "journal"),
-                         opts.ssh_options) for h in opts.hosts}
+    check_hosts(opts.hosts, opts.remote_iotune, opts.transport)
+    argvs = {h: opts.transport.argv(h, remote_sweep_argv(args, opts.remote_iotune,
+                                                         node_dir(opts.out_dir, h) / "journal"))
+             for h in opts.hosts}
     for h in opts.hosts:
         node_dir(opts.out_dir, h).mkdir(parents=True, exist_ok=True)
     say(f"sweeping {args.target_dir} on {len(opts.hosts)} hosts at once: {', '.join(opts.hosts)}")
-    with node_processes(argvs, say) as procs:
+    with node_processes(argvs, say, opts.transport) as procs:
         return tuple(_gather(p, opts) for p in procs.values())
 
 
@@ -183,7 +200,7 @@ def _gather(p: NodeProcess, opts: FleetSweepOptions) -> NodeSweep:
     except json.JSONDecodeError:
         doc = None
     if not isinstance(doc, dict):
-        why = host_error(p.host, code, p.last, opts.remote_iotune) or f"its sweep exited {code}: {p.last}"
+        why = opts.transport.error(p.host, code, p.last, opts.remote_iotune) or f"its sweep exited {code}: {p.last}"
         return NodeSweep(host=p.host, status="failed", error=why.removeprefix(f"host {p.host}: "))
     (node_dir(opts.out_dir, p.host) / "sweep.json").write_bytes(data)
     return node_sweep_from_doc(p.host, doc)
