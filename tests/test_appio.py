@@ -26,7 +26,7 @@ from iotune.resources import probes_dir
 from iotune.trace.applayer import AppOptions
 from iotune.trace.session import TraceOptions, trace_command
 
-from .conftest import ext4_mount, needs_deepspeed, needs_fio, needs_root
+from .conftest import ext4_mount, make_loops, needs_deepspeed, needs_fio, needs_root
 
 KiB, MiB = 1024, 1 << 20
 IOTUNE = [sys.executable, "-m", "iotune"]
@@ -286,3 +286,37 @@ def test_deepspeed_nvme_opt_on_the_fuse_bed_per_category_bytes_equal_the_swap_by
     drops = doc["run"]["app"]["drops"]
     assert drops.get("unmatched_completions", 0) == drops.get("iocb_reused", 0)
     assert not {k: v for k, v in drops.items() if v and k not in ("unmatched_completions", "iocb_reused")}
+
+
+@needs_root
+@needs_fio
+def test_btrfs_raid0_pairs_the_job_with_its_member_devices(tmp_path: Path) -> None:
+    """btrfs files carry an anonymous device number (0:N), not a block
+    device's: the job's requests are set against the sum of the members'
+    block requests, and the 64 KiB stripes are named as the cause."""
+    loops = make_loops(tmp_path, 2, 256 * MiB)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    try:
+        subprocess.run(["mkfs.btrfs", "-q", "-f", "-d", "raid0", "-m", "raid1", *loops], check=True)
+        subprocess.run(["mount", "-o", "nodatacow", loops[0], str(mnt)], check=True)
+        with (mnt / "f").open("wb") as fh:
+            fh.write(b"\1" * (32 * MiB))
+        subprocess.run(["sync", "-f", str(mnt / "f")], check=True)
+        run = traced(mnt, fio(mnt / "f", "libaio", "write", 512 * KiB, 23, "--iodepth=4"))
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False, capture_output=True)
+        for loop in loops:
+            subprocess.run(["losetup", "-d", loop], check=False)
+    assert run.exit_status == 0 and run.app is not None
+    names = sorted(Path(x).name for x in loops)
+    assert sorted(d.name for d in run.devices) == names
+    [fs] = run.app.members
+    assert sorted(run.app.members[fs]) == sorted(d.major << 20 | d.minor for d in run.devices)
+    [row] = [r for r in layer_rows(run) if r.op == "write"]
+    assert row.device.startswith("btrfs ") and row.device.endswith(f" over {'+'.join(d.name for d in run.devices)}")
+    assert (row.app_requests, row.app_bytes, row.app_size_bytes) == (23, 23 * 512 * KiB, 512 * KiB)
+    assert row.block_size_bytes == 256 * KiB and row.block_bytes >= 23 * 512 * KiB
+    assert row.cause.startswith(f"the job submits 512 KiB requests; the filesystem stripes them over 2 devices "
+                                f"({'+'.join(d.name for d in run.devices)}), which receive 256 KiB pieces "
+                                f"(RAID0 striping)")

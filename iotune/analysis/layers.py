@@ -5,7 +5,7 @@ more) requests than the job submits."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..model.appio import IFACES, AppLayer
 from ..model.attribution import OTHER, categorize_swap_path
@@ -103,12 +103,52 @@ def layer_rows(run: TraceRun) -> list[LayerRow]:
             row = LayerRow(dev.name, op, a.requests, a.bytes, a.dominant_size, b.requests, b.bytes, block_size,
                            split, b.bytes - a.bytes, "")
             rows.append(_with_cause(row, dev.max_sectors_kb, dev.max_segments, b.meta))
+    return rows + member_rows(run)
+
+
+def member_rows(run: TraceRun) -> list[LayerRow]:
+    """A filesystem over several block devices (btrfs raid0, whose files
+    carry an anonymous device number): the job's requests against the sum of
+    its members' block requests."""
+    app = run.app
+    if app is None:
+        return []
+    by_kdev = {d.major << 20 | d.minor: d for d in run.devices}
+    rows = []
+    for fs, kdevs in sorted(app.members.items()):
+        devs = [by_kdev[k] for k in kdevs if k in by_kdev]
+        if not devs:
+            continue
+        label = f"{app.dev_name(fs)} over {'+'.join(d.name for d in devs)}"
+        for op in DATA_OPS:
+            a = app.totals(dev=fs, op=op)
+            parts = [d.direction(op) for d in devs]
+            requests, nbytes, meta = (sum(x.requests for x in parts), sum(x.bytes for x in parts),
+                                      sum(x.meta for x in parts))
+            if not a.requests and not requests:
+                continue
+            sizes: dict[int, int] = {}
+            for x in parts:
+                for size, n in x.sizes.items():
+                    sizes[size] = sizes.get(size, 0) + n
+            block_size = max(sizes, key=lambda z: (z * sizes[z], z)) if sizes else 0
+            row = LayerRow(label, op, a.requests, a.bytes, a.dominant_size, requests, nbytes, block_size,
+                           requests / a.requests if a.requests else None, nbytes - a.bytes, "")
+            limit = min((d.max_sectors_kb for d in devs if d.max_sectors_kb), default=0)
+            row = _with_cause(row, limit, min((d.max_segments for d in devs), default=0), meta)
+            if len(devs) > 1 and a.requests and block_size and block_size < a.dominant_size and \
+                    (not limit or a.dominant_size <= limit * 1024):
+                verb = "submits" if op == "write" else "asks for"
+                striped = (f"the job {verb} {size_text(a.dominant_size)} requests; the filesystem stripes them "
+                           f"over {len(devs)} devices ({'+'.join(d.name for d in devs)}), which receive "
+                           f"{size_text(block_size)} pieces (RAID0 striping)")
+                rest = [c for c in row.cause.split("; ") if c and not c.startswith("the job ")]
+                row = replace(row, cause="; ".join([striped, *rest]))
+            rows.append(row)
     return rows
 
 
 def _with_cause(r: LayerRow, max_sectors_kb: int, max_segments: int, meta: int) -> LayerRow:
-    from dataclasses import replace
-
     parts = []
     if r.app_requests and r.block_requests and r.block_size_bytes and r.block_size_bytes < r.app_size_bytes:
         limit = max_sectors_kb * 1024

@@ -21,6 +21,8 @@ class PathTarget:
     fstype: str
     source: str
     devices: tuple[BlockDevice, ...]     # block devices under it; empty: none (FUSE, NFS, tmpfs)
+    stat_kdev: int = 0                   # st_dev as stat() reports it, when it differs from kdev (btrfs: the
+    #                                      subvolume's anonymous device, not the superblock's); 0: the same
 
     @property
     def has_block_layer(self) -> bool:
@@ -54,12 +56,15 @@ def path_target(path: str) -> PathTarget:
     except PermissionError:
         raise UsageError(f"cannot read '{path}': permission denied") from None
     mnt = mount_of(path)
-    kdev = kernel_dev(st.st_rdev if stat.S_ISBLK(st.st_mode) else st.st_dev)
+    seen = kernel_dev(st.st_rdev if stat.S_ISBLK(st.st_mode) else st.st_dev)
+    # the kernel keys a file by its superblock's s_dev, which mountinfo shows; btrfs's stat() reports
+    # its subvolume's anonymous device instead
+    kdev = seen if stat.S_ISBLK(st.st_mode) else mnt.number[0] << 20 | mnt.number[1]
     try:
         devices = tuple(devices_for_path(path))
     except UsageError:
         devices = ()     # no block device: the application layer only
-    return PathTarget(path, kdev, mnt.fstype, mnt.source, devices)
+    return PathTarget(path, kdev, mnt.fstype, mnt.source, devices, seen if seen != kdev else 0)
 
 
 @dataclass(frozen=True)

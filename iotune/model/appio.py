@@ -113,6 +113,8 @@ class AppLayer:
     dev_names: dict[int, str] = field(default_factory=dict)
     no_block: tuple[int, ...] = ()  # devs with no block layer under them (FUSE, NFS, tmpfs)
     paths: dict[int, str] = field(default_factory=dict)   # dev -> the --path given for it
+    # a filesystem whose dev is not a block device (btrfs: an anonymous 0:N) -> the block devices under it
+    members: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     def devs(self) -> list[int]:
         return sorted({f.dev for f in self.files})
@@ -139,7 +141,8 @@ class AppLayer:
         return {"files": [f.to_json() for f in self.files], "filesystems": [f.to_json() for f in self.filesystems],
                 "drops": dict(self.drops), "process_filter": self.process_filter,
                 "dev_filter": list(self.dev_filter), "dev_names": {str(k): v for k, v in self.dev_names.items()},
-                "no_block": list(self.no_block), "paths": {str(k): v for k, v in self.paths.items()}}
+                "no_block": list(self.no_block), "paths": {str(k): v for k, v in self.paths.items()},
+                "members": {str(k): list(v) for k, v in self.members.items()}}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> AppLayer:
@@ -151,4 +154,5 @@ class AppLayer:
         d["dev_names"] = {int(k): str(v) for k, v in (d.get("dev_names") or {}).items()}
         d["no_block"] = tuple(int(x) for x in d.get("no_block", ()))
         d["paths"] = {int(k): str(v) for k, v in (d.get("paths") or {}).items()}
+        d["members"] = {int(k): tuple(int(x) for x in v) for k, v in (d.get("members") or {}).items()}
         return cls(**d)

@@ -26,7 +26,8 @@ class AppOptions:
 
 def app_config(app: AppOptions, proc_filter: bool) -> AppProbeConfig:
     return AppProbeConfig(kdevs=app.kdevs(), proc_filter=proc_filter,
-                          roots=tuple(Path(t.path) for t in app.targets))
+                          roots=tuple(Path(t.path) for t in app.targets),
+                          aliases=tuple((t.stat_kdev, t.kdev) for t in app.targets if t.stat_kdev))
 
 
 def app_layer(probe: AppProbe, app: AppOptions) -> AppLayer:
@@ -46,5 +47,7 @@ def app_layer(probe: AppProbe, app: AppOptions) -> AppLayer:
             names[dev] = block.name
         elif target is not None:
             names[dev] = target.short_name
+    members = {t.kdev: tuple(d.kdev for d in t.devices) for t in app.targets
+               if t.has_block_layer and t.kdev not in {d.kdev for d in t.devices}}
     return replace(layer, dev_names=names, no_block=tuple(no_block),
-                   paths={t.kdev: t.path for t in app.targets})
+                   paths={t.kdev: t.path for t in app.targets}, members=members)

@@ -76,6 +76,7 @@ class AppProbeConfig:
     kdevs: tuple[int, ...] = ()     # filesystems (s_dev) or block devices kept; empty: every file
     proc_filter: bool = True        # only the traced command's processes
     roots: tuple[Path, ...] = ()    # trees walked at the end to name files
+    aliases: tuple[tuple[int, int], ...] = ()   # (dev stat() reports, the superblock's dev the probe keys by)
 
     def cflags(self, probes: Path, layout: dict[str, int]) -> list[str]:
         flags = [f"-I{probes}", *(f"-D{k}={v}" for k, v in sorted(layout.items()))]
@@ -94,6 +95,11 @@ class FileNames:
     """(kdev, inode) -> path, learned while tracing."""
 
     names: dict[tuple[int, int], str] = field(default_factory=dict)
+    aliases: dict[int, int] = field(default_factory=dict)   # stat()'s dev -> the probe's (btrfs subvolumes)
+
+    def _key(self, st: os.stat_result) -> tuple[int, int]:
+        dev = kernel_dev(st.st_rdev if _is_blk(st.st_mode) else st.st_dev)
+        return self.aliases.get(dev, dev), st.st_ino
 
     def scan_processes(self, tgids: Iterable[int]) -> None:
         for pid in tgids:
@@ -109,8 +115,7 @@ class FileNames:
                 except OSError:
                     continue
                 if target.startswith("/"):
-                    self.names.setdefault((kernel_dev(st.st_rdev if _is_blk(st.st_mode) else st.st_dev),
-                                           st.st_ino), target.removesuffix(" (deleted)"))
+                    self.names.setdefault(self._key(st), target.removesuffix(" (deleted)"))
 
     def walk(self, roots: Iterable[Path], max_files: int = MAX_WALK_FILES) -> None:
         seen = 0
@@ -125,7 +130,7 @@ class FileNames:
                         st = os.lstat(path)
                     except OSError:
                         continue
-                    self.names.setdefault((kernel_dev(st.st_dev), st.st_ino), path)
+                    self.names.setdefault(self._key(st), path)
                     seen += 1
                     if seen >= max_files:
                         return
@@ -136,7 +141,7 @@ class FileNames:
                 st = os.stat(p)
             except OSError:
                 continue
-            self.names.setdefault((kernel_dev(st.st_rdev if _is_blk(st.st_mode) else st.st_dev), st.st_ino), p)
+            self.names.setdefault(self._key(st), p)
 
 
 def _is_blk(mode: int) -> bool:
@@ -153,7 +158,7 @@ class AppProbe:
         bcc = import_bcc()
         src = probes_dir()
         self.config = config
-        self.names = FileNames()
+        self.names = FileNames(aliases=dict(config.aliases))
         try:
             self.bpf = bcc.BPF(src_file=str(src / "appio.c").encode(), cflags=config.cflags(src, app_layout()))
         except Exception as e:   # bcc raises bare Exception on compile/attach failure
