@@ -55,11 +55,14 @@ def test_path_that_does_not_exist() -> None:
     assert r.stderr == "Error: path '/nonexistent/swap' does not exist: give an existing file or directory\n"
 
 
-def test_path_without_a_block_device() -> None:
+def test_path_on_a_pseudo_filesystem() -> None:
+    """A path with no block device is traced at the application layer
+    (tests/test_appio.py), but a kernel pseudo-filesystem holds no storage."""
     r = invoke("trace", "--path", "/proc/self", "--", "true")
     assert r.exit_code == 2
-    assert r.stderr == ("Error: '/proc/self' is on proc (proc), which has no block device to trace: "
-                        "put it on a filesystem backed by a disk or loop device\n")
+    assert r.stderr == ("Error: '/proc/self' is on proc (proc), a kernel pseudo-filesystem with no storage to "
+                        "trace: give a path on the drive or network filesystem that holds the job's files (its "
+                        "nvme_path)\n")
 
 
 def test_bad_block_size() -> None:

@@ -155,6 +155,11 @@ def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, du
         sys.exit(run.exit_status)
 
 
+# kernel interfaces, not storage: a --path there is a mistake, not an application-layer trace
+PSEUDO_FILESYSTEMS = frozenset({"proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "tracefs", "debugfs",
+                                "securityfs", "bpf", "pstore", "configfs", "mqueue", "hugetlbfs", "fusectl"})
+
+
 def trace_targets(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool,
                   app_layer: bool) -> tuple[tuple[BlockDevice, ...], AppOptions | None]:
     """The block devices to trace and, with --app or a --path that has no
@@ -164,6 +169,11 @@ def trace_targets(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: 
     from ..trace.applayer import AppOptions
 
     targets = tuple(path_target(p) for p in paths)
+    pseudo = next((t for t in targets if t.fstype in PSEUDO_FILESYSTEMS), None)
+    if pseudo is not None:
+        raise UsageError(f"'{pseudo.path}' is on {pseudo.fstype} ({pseudo.source}), a kernel pseudo-filesystem with "
+                         f"no storage to trace: give a path on the drive or network filesystem that holds the "
+                         f"job's files (its nvme_path)")
     no_block = [t for t in targets if not t.has_block_layer]
     block_paths = tuple(t.path for t in targets if t.has_block_layer)
     for t in no_block:
