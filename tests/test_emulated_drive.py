@@ -137,7 +137,10 @@ def drive(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedDrive]:
 class Runs:
     """fio runs on one drive, one per (rw, queue depth), cached. The machine
     may be shared, and noise only ever slows a run down: a run that misses
-    the rate a check expects is repeated once, keeping the faster."""
+    the rate a check expects is repeated (up to RETRIES times), keeping the
+    fastest. A run faster than the model allows is never excused."""
+
+    RETRIES = 3
 
     def __init__(self, drive: EmulatedDrive, bs: int) -> None:
         self.drive, self.bs = drive, bs
@@ -149,12 +152,13 @@ class Runs:
         return self.runs[rw, qd]
 
     def near(self, qd: int, expected_iops: float, rel: float, rw: str = "randread") -> FioResult:
-        first = self.at(qd, rw)
-        if abs(first.iops / expected_iops - 1) <= rel:
-            return first
-        again = run_fio(self.drive.device.path, rw, self.bs, qd)
-        self.runs[rw, qd] = max(first, again, key=lambda r: r.iops)
-        return self.runs[rw, qd]
+        best = self.at(qd, rw)
+        for _ in range(self.RETRIES):
+            if abs(best.iops / expected_iops - 1) <= rel or best.iops > expected_iops:
+                break
+            again = run_fio(self.drive.device.path, rw, self.bs, qd)
+            best = self.runs[rw, qd] = max(best, again, key=lambda r: r.iops)
+        return best
 
 
 @pytest.fixture(scope="module")
