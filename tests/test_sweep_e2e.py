@@ -64,13 +64,16 @@ def test_a_steps_trial_runs_with_the_recommended_settings(tmp_path: Path) -> Non
     mnt.mkdir()
     subprocess.run(["mkfs.ext4", "-q", "-F", "-E", "nodiscard", loop], check=True)
     subprocess.run(["mount", loop, str(mnt)], check=True)
+    ex = StepsExecutor(steps=3)
     try:
-        m, raw = StepsExecutor(steps=3).run(SweepPoint(block_size=512 << 10, queue_depth=16, omp_threads=1),
-                                            Target(mnt))
+        m, raw = ex.run(SweepPoint(block_size=512 << 10, queue_depth=16, omp_threads=1), Target(mnt))
     finally:
+        ex.close()
         subprocess.run(["umount", str(mnt)], check=False)
         subprocess.run(["losetup", "-d", loop], check=False)
     assert len(raw["steps"]) == 3 and m.step_s > 0 and 0 < m.optimizer_step_s < m.step_s
+    assert [s["omp_threads"] for s in raw["steps"]] == [1, 1, 1]       # the optimizer ran with what was asked
+    assert ex.notes == []                                               # started warm
 
 
 @needs_root

@@ -18,6 +18,7 @@ class StepRecord(JsonRecord):
     loss: float
     step_s: float
     optimizer_step_s: float
+    omp_threads: int = 0            # OpenMP threads the CPU optimizer ran with (0: not reported)
 
     def line(self) -> str:
         """The protocol line (without the newline)."""

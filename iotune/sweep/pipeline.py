@@ -125,13 +125,20 @@ def run_sweep(req: SweepRequest, target: Target, on_trial: Callable[[Progress], 
     ranking = search(measurer, space, run)
     reference = default_point(space)
     steps = training_steps(req, target, say)
-    confirmed, step_gain = confirm_on_steps(ranking, reference, run, target, journal, on_trial, say, steps)
-    recommended = pick(ranking, confirmed, step_gain, reference)
-    confirm_error = steps_failure(confirmed, journal.trials, steps.name)
-    # the thread table runs whenever a training-step stage is configured, also when no candidate
-    # besides DeepSpeed's defaults was left to confirm (then it is the defaults' table)
-    threads = (sweep_threads(recommended, space.omp_threads, steps, target, journal, on_trial, say)
-               if recommended is not None and not confirm_error and run.confirm_top > 0 else [])
+    try:
+        confirmed, step_gain = confirm_on_steps(ranking, reference, run, target, journal, on_trial, say, steps)
+        recommended = pick(ranking, confirmed, step_gain, reference)
+        confirm_error = steps_failure(confirmed, journal.trials, steps.name)
+        # the thread table runs whenever a training-step stage is configured, also when no candidate
+        # besides DeepSpeed's defaults was left to confirm (then it is the defaults' table)
+        threads = (sweep_threads(recommended, space.omp_threads, steps, target, journal, on_trial, say)
+                   if recommended is not None and not confirm_error and run.confirm_top > 0 else [])
+    finally:
+        for note in getattr(steps, "notes", []):
+            say(note)
+        close = getattr(steps, "close", None)
+        if close is not None:
+            close()
     fragment = ds_fragment(recommended, str(target.directory)) if recommended else {}
     error = validate_with_deepspeed(fragment) if recommended and req.validate else None
     return SweepOutcome(

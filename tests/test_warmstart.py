@@ -1,0 +1,111 @@
+"""Warm starts of the built-in workload (iotune.workloads.zygote): forks of a
+process that has imported torch, transformers and DeepSpeed. Each fork must
+compute exactly what an exec'd run computes, with the run's own thread
+count, cgroup and time limit, and a server that dies must not cost a trial."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from iotune.blockdev.cgroup import Throttle, blkio_cgroup
+from iotune.model.steps import parse_steps
+from iotune.model.sweep import SweepPoint
+from iotune.sweep.executor import Target
+from iotune.sweep.steps_executor import StepsExecutor
+from iotune.workloads.zygote import WarmStarter, WarmStartUnavailable
+
+from .conftest import ext4_mount, needs_deepspeed, needs_root
+
+pytestmark = needs_deepspeed
+
+
+def train_args(path: Path, steps: int = 3) -> list[str]:
+    return ["--strategy", "nvme-opt", "--size", "tiny", "--steps", str(steps), "--nvme-path", str(path)]
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+def test_a_warm_run_computes_what_a_cold_run_computes_with_its_own_threads(tmp_path: Path) -> None:
+    with WarmStarter() as warm:
+        for threads in ("1", "2"):
+            env = dict(os.environ, OMP_NUM_THREADS=threads)
+            w = warm.run(train_args(tmp_path), 600, env=env)
+            c = subprocess.run([sys.executable, "-W", "ignore", "-m", "iotune.workloads.train",
+                                *train_args(tmp_path)], env=env, capture_output=True, text=True, timeout=600)
+            assert (w.returncode, c.returncode) == (0, 0), (w.stderr[-2000:], c.stderr[-2000:])
+            warm_steps, cold_steps = parse_steps(w.stdout), parse_steps(c.stdout)
+            assert [s.loss for s in warm_steps] == [s.loss for s in cold_steps] and len(warm_steps) == 3
+            assert {s.omp_threads for s in warm_steps} == {s.omp_threads for s in cold_steps} == {int(threads)}
+        assert children(warm.server.pid) == []          # each run was reaped  # type: ignore[union-attr]
+
+
+def test_a_failing_run_returns_its_exit_status_and_message(tmp_path: Path) -> None:
+    with WarmStarter() as warm:
+        r = warm.run(["--strategy", "bogus"], 60)
+        assert r.returncode == 2
+        assert "iotune-train: error: unknown strategy 'bogus'" in r.stderr
+        ok = warm.run(train_args(tmp_path, 1), 600)         # the server goes on
+        assert ok.returncode == 0 and len(parse_steps(ok.stdout)) == 1
+
+
+def test_the_time_limit_kills_the_run_and_the_server_goes_on(tmp_path: Path) -> None:
+    with WarmStarter() as warm:
+        warm.start()
+        started = time.monotonic()
+        with pytest.raises(subprocess.TimeoutExpired):
+            warm.run(train_args(tmp_path, 10_000), 6)
+        assert time.monotonic() - started < 60
+        assert children(warm.server.pid) == []  # type: ignore[union-attr]
+        ok = warm.run(train_args(tmp_path, 1), 600)
+        assert ok.returncode == 0 and len(parse_steps(ok.stdout)) == 1
+
+
+def test_a_server_that_does_not_get_ready_is_named() -> None:
+    warm = WarmStarter(ready_timeout_s=0.01)
+    with pytest.raises(WarmStartUnavailable, match="the warm-start server failed: no answer"):
+        warm.start()
+    assert warm.server is None and warm.conn is None
+
+
+def test_a_dead_server_costs_no_trial_the_executor_runs_cold(tmp_path: Path) -> None:
+    ex = StepsExecutor(steps=2)
+    try:
+        first, _ = ex.run(SweepPoint(block_size=1 << 20, queue_depth=8), Target(tmp_path))
+        assert ex.warm is not None and ex.notes == []
+        os.kill(ex.warm.server.pid, signal.SIGKILL)  # type: ignore[union-attr]
+        second, raw = ex.run(SweepPoint(block_size=1 << 20, queue_depth=8), Target(tmp_path))
+    finally:
+        ex.close()
+    assert first.optimizer_step_s > 0 and second.optimizer_step_s > 0 and len(raw["steps"]) == 2
+    assert ex.warm is None
+    assert len(ex.notes) == 1 and ex.notes[0].startswith("the warm-start server failed")
+    assert ex.notes[0].endswith("training runs start cold from here on")
+
+
+@needs_root
+def test_a_warm_run_does_its_io_in_the_targets_cgroup(tmp_path: Path) -> None:
+    """The swap writes are charged to the cgroup the run was given (the
+    capped drive's), not to the server's."""
+    with ext4_mount(tmp_path, 256 << 20) as mnt:
+        dev = os.stat(mnt).st_dev
+        number = f"{os.major(dev)}:{os.minor(dev)}"
+        with blkio_cgroup("warm", [Throttle(number, write_bps=4 << 30)]) as cg, WarmStarter() as warm:
+            r = warm.run(train_args(mnt, 2), 600, cgroup=cg)
+            assert r.returncode == 0, r.stderr[-2000:]
+            charged = {line.split()[1]: int(line.split()[2])
+                       for line in (cg / "blkio.throttle.io_service_bytes").read_text().splitlines()
+                       if line.startswith(number + " ")}
+    # 2 steps of the tiny model swap its optimizer state (3.69 M parameters x 12 B) out at least twice
+    assert charged.get("Write", 0) >= 2 * 12 * 3_688_704, charged
