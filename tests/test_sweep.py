@@ -186,6 +186,21 @@ def test_fio_failure_is_a_failed_trial(tmp_path: Path) -> None:
         FioExecutor().run(SweepPoint(), Target(tmp_path / "missing", 4 << 20, 1))
 
 
+@needs_fio
+def test_threads_that_leave_less_than_a_block_per_file_are_refused_before_fio(tmp_path: Path) -> None:
+    """3 files of 32 MiB over 8 threads: 12 MiB a thread, 4 MiB of each file;
+    an 8 MiB block fits in none (fio would say 'blocksize is larger than data
+    set range'). 4 MiB blocks, or 4 threads, fit and are measured."""
+    target = Target(tmp_path, file_bytes=32 << 20, files=3, runtime_s=0.5)
+    with pytest.raises(TrialFailed, match=r"^8 threads sharing each 33554432 B file leave each less than one "
+                                          r"8388608 B block; raise --file-bytes or lower the block size"):
+        FioExecutor().run(SweepPoint(block_size=8 << 20, queue_depth=4, intra_op_parallelism=8), target)
+    assert list(tmp_path.iterdir()) == []                                   # fio never started
+    for bs, threads in ((4 << 20, 8), (8 << 20, 4)):
+        m, _ = FioExecutor().run(SweepPoint(block_size=bs, queue_depth=4, intra_op_parallelism=threads), target)
+        assert m.read_bytes_per_s > 0 and m.write_bytes_per_s > 0
+
+
 def test_fragment_merge_and_apply(tmp_path: Path) -> None:
     frag = ds_fragment(SweepPoint(block_size=512 << 10, queue_depth=16), "/sweep/dir")
     assert frag["aio"] == {"block_size": 524288, "queue_depth": 16, "intra_op_parallelism": 1,

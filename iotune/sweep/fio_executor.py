@@ -30,9 +30,10 @@ def job_options(point: SweepPoint, target: Target) -> list[tuple[str, str]]:
     """(option, value) pairs shared by both jobs."""
     per_job = target.files * target.file_bytes // point.intra_op_parallelism
     per_job -= per_job % point.block_size
-    if per_job <= 0:
-        raise TrialFailed(f"block size {point.block_size} B is larger than the bytes per thread; "
-                          f"raise --file-bytes or lower the block size")
+    if per_job // target.files < point.block_size:       # fio splits a job's size over its files
+        raise TrialFailed(f"{point.intra_op_parallelism} threads sharing each {target.file_bytes} B file leave "
+                          f"each less than one {point.block_size} B block; raise --file-bytes or lower the "
+                          f"block size or the threads")
     return [
         ("directory", str(target.directory)), ("nrfiles", str(target.files)), ("size", str(per_job)),
         ("bs", str(point.block_size)), ("iodepth", str(point.queue_depth)),
