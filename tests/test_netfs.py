@@ -127,7 +127,7 @@ def lustre_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     mp = tmp_path / "lus"
     mp.mkdir()
     monkeypatch.setattr(netfs, "MOUNTINFO", mountinfo(tmp_path, LUSTRE.format(mp=mp)))
-    monkeypatch.setattr("iotune.sweep.pipeline.validate_with_deepspeed", lambda fragment: None)
+    monkeypatch.setattr("iotune.sweep.pipeline.validate_with_deepspeed", lambda fragment, **kw: None)
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
     (tmp_path / "p.toml").write_text(
         '[space]\nblock_size = ["1M"]\nqueue_depth = [4]\nintra_op_parallelism = [1]\nsingle_submit = [false]\n'

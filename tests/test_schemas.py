@@ -269,7 +269,7 @@ def test_a_real_sweep_and_a_layout_sweep_of_it_conform(tmp_path: Path, monkeypat
     from iotune.render.sweep import layouts_json
     from iotune.sweep.layouts import effects
 
-    monkeypatch.setattr("iotune.sweep.pipeline.validate_with_deepspeed", lambda fragment: None)
+    monkeypatch.setattr("iotune.sweep.pipeline.validate_with_deepspeed", lambda fragment, **kw: None)
     outcomes = []
     monkeypatch.setattr(sweep_cli, "emit", lambda record, fmt: (outcomes.append(record), options.emit(record, fmt)))
     (tmp_path / "p.toml").write_text(SWEEP_PROFILE)

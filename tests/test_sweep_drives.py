@@ -34,7 +34,7 @@ def test_the_built_in_drive_is_keyed_by_its_limits() -> None:
 
 @pytest.fixture
 def two_drives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr("iotune.sweep.pipeline.validate_with_deepspeed", lambda fragment: None)
+    monkeypatch.setattr("iotune.sweep.pipeline.validate_with_deepspeed", lambda fragment, **kw: None)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "p.toml").write_text(PROFILE)
     loops = make_loops(tmp_path, 2, 64 << 20)

@@ -90,7 +90,7 @@ def test_real_steps_decide_in_alternating_pairs_against_the_defaults(tmp_path: P
 
     if _FUSE_MISSING:
         pytest.skip(_FUSE_MISSING)
-    monkeypatch.setattr("iotune.sweep.pipeline.validate_with_deepspeed", lambda fragment: None)
+    monkeypatch.setattr("iotune.sweep.pipeline.validate_with_deepspeed", lambda fragment, **kw: None)
     (tmp_path / "p.toml").write_text(
         '[space]\nblock_size = ["256K", "1M"]\nqueue_depth = [8]\nintra_op_parallelism = [1]\n'
         'single_submit = [false]\noverlap_events = [true]\n'

@@ -5,6 +5,7 @@ count, cgroup and time limit, and a server that dies must not cost a trial."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ from iotune.blockdev.cgroup import Throttle, blkio_cgroup
 from iotune.model.steps import parse_steps
 from iotune.model.sweep import SweepPoint
 from iotune.sweep.executor import Target
+from iotune.sweep.recommend import ds_fragment, validate_with_deepspeed
 from iotune.sweep.steps_executor import StepsExecutor
 from iotune.workloads.zygote import WarmStarter, WarmStartUnavailable
 
@@ -70,6 +72,27 @@ def test_the_time_limit_kills_the_run_and_the_server_goes_on(tmp_path: Path) -> 
         assert children(warm.server.pid) == []  # type: ignore[union-attr]
         ok = warm.run(train_args(tmp_path, 1), 600)
         assert ok.returncode == 0 and len(parse_steps(ok.stdout)) == 1
+
+
+def test_deepspeeds_check_of_a_fragment_in_a_fork_says_what_a_fresh_interpreter_says() -> None:
+    """The sweep's last step (DeepSpeed accepts the recommended aio block)
+    runs in the warm server when one is up: same verdicts, no cold start."""
+    good = ds_fragment(SweepPoint(block_size=1 << 20, queue_depth=16, intra_op_parallelism=2), "/x")
+    bad = json.loads(json.dumps(good))
+    bad["aio"]["single_submit"] = "false"           # what ds_nvme_tune prints
+    with WarmStarter() as warm:
+        assert validate_with_deepspeed(good, warm=warm) is None      # not started yet: a fresh interpreter
+        assert not warm.running
+        warm.start()
+        started = time.monotonic()
+        assert validate_with_deepspeed(good, warm=warm) is None
+        warm_error = validate_with_deepspeed(bad, warm=warm)
+        assert time.monotonic() - started < 5           # a cold check takes ~9 s here: the op is loaded
+        with pytest.raises(ValueError, match="runs only iotune.workloads.train, iotune.sweep.ds_check, not os"):
+            warm.run([], 10, module="os")
+        assert children(warm.server.pid) == []  # type: ignore[union-attr]
+    assert warm_error == validate_with_deepspeed(bad)
+    assert "incompatible constructor arguments" in (warm_error or "")
 
 
 def test_a_server_that_does_not_get_ready_is_named() -> None:

@@ -1,4 +1,5 @@
-"""Run by `validate_with_deepspeed` in a subprocess: reads a config fragment
+"""Run by `validate_with_deepspeed` in a subprocess (or a fork of the
+sweep's warm-start server): reads a config fragment from its one argument or
 on stdin, parses it with DeepSpeed's own config classes (the aio config
 DeepSpeed's swappers read, and the ZeRO config), opens an aio_handle with
 the result, and prints {"ok": true} or {"ok": false, "error": "..."}."""
@@ -22,10 +23,11 @@ def check(fragment: dict) -> None:
                aio["intra_op_parallelism"])
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
     prefer_interpreter_tools()      # DeepSpeed op builds use this environment's ninja
     try:
-        check(json.loads(sys.stdin.read()))
+        check(json.loads(args[0] if args else sys.stdin.read()))
     except Exception as e:  # noqa: BLE001 - report whatever DeepSpeed says
         sys.stdout.write(json.dumps({"ok": False, "error": f"{type(e).__name__}: {e}"}) + "\n")
         return 1

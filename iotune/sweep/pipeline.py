@@ -133,14 +133,16 @@ def run_sweep(req: SweepRequest, target: Target, on_trial: Callable[[Progress], 
         # besides DeepSpeed's defaults was left to confirm (then it is the defaults' table)
         threads = (sweep_threads(recommended, space.omp_threads, steps, target, journal, on_trial, say)
                    if recommended is not None and not confirm_error and run.confirm_top > 0 else [])
+        fragment = ds_fragment(recommended, str(target.directory)) if recommended else {}
+        # checked while the steps' warm-start server (if any) is up: DeepSpeed is loaded there already
+        error = (validate_with_deepspeed(fragment, warm=getattr(steps, "warm", None))
+                 if recommended and req.validate else None)
     finally:
         for note in getattr(steps, "notes", []):
             say(note)
         close = getattr(steps, "close", None)
         if close is not None:
             close()
-    fragment = ds_fragment(recommended, str(target.directory)) if recommended else {}
-    error = validate_with_deepspeed(fragment) if recommended and req.validate else None
     return SweepOutcome(
         target=str(target.directory), profile=req.profile.name, executor=req.executor, ranking=ranking,
         confirmed=confirmed, recommended=recommended,

@@ -20,10 +20,12 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from ..blockdev.proc import run_in_own_group
 from ..dsconfig import read_ds_config
 from ..model.aio import AioSettings
 from ..model.sweep import SweepPoint, Trial
 from ..model.sweep_result import Ranked, StepGain
+from ..workloads.zygote import WarmStarter, WarmStartUnavailable
 
 DS_AIO_KEYS = tuple(f.name for f in fields(AioSettings))   # what DeepSpeed 0.19's get_aio_config reads
 
@@ -114,15 +116,28 @@ def apply_to_file(config_path: Path, fragment: dict[str, Any], in_place: bool) -
     return out, dropped
 
 
-def validate_with_deepspeed(fragment: dict[str, Any], timeout_s: float = 300) -> str | None:
+def validate_with_deepspeed(fragment: dict[str, Any], timeout_s: float = 900,
+                            warm: WarmStarter | None = None) -> str | None:
     """None if DeepSpeed's own config classes accept the fragment and an
-    aio_handle opens with it; else DeepSpeed's complaint."""
+    aio_handle opens with it; else DeepSpeed's complaint. With a running
+    warm-start server (the sweep's training steps), the check is a fork of
+    it, where DeepSpeed is already imported and its op loaded; else, or if
+    that server fails, a fresh interpreter in its own session (a first use
+    in this environment builds DeepSpeed's async_io op, minutes on a small
+    machine; on the time limit the build is stopped with it, not orphaned)."""
+    proc: subprocess.CompletedProcess[str] | None = None
     try:
-        proc = subprocess.run([sys.executable, "-m", "iotune.sweep.ds_check"], input=json.dumps(fragment),
-                              capture_output=True, text=True, timeout=timeout_s)
+        if warm is not None and warm.running:
+            try:
+                proc = warm.run([json.dumps(fragment)], timeout_s, module="iotune.sweep.ds_check")
+            except WarmStartUnavailable:
+                proc = None
+        if proc is None:
+            proc = run_in_own_group([sys.executable, "-m", "iotune.sweep.ds_check", json.dumps(fragment)],
+                                    timeout_s)
     except subprocess.TimeoutExpired:
-        return (f"the DeepSpeed check did not finish in {timeout_s:.0f} s (loading the async_io op hung: a build "
-                f"lock? see `iotune doctor --ds-config CONFIG`)")
+        return (f"the DeepSpeed check did not finish in {timeout_s:.0f} s (loading or building the async_io op "
+                f"hung: a build lock? see `iotune doctor --ds-config CONFIG`)")
     try:
         result = json.loads(proc.stdout.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError):

@@ -7,7 +7,8 @@ confirmation starts a dozen such runs. The warm starter pays that once: a
 server process (`python -m iotune.workloads.zygote`) imports all of it, then
 forks one child per run. Each child is a fresh process (own session, own
 cgroup, own environment, the run's stdout/stderr) that runs
-`iotune.workloads.train` with the run's arguments and exits; nothing of one
+`iotune.workloads.train` (or DeepSpeed's check of the recommended config,
+`iotune.sweep.ds_check`) with the run's arguments and exits; nothing of one
 run reaches the next, and the server itself never trains (no torch thread
 pool exists in it when it forks).
 
@@ -21,6 +22,7 @@ dies, the client says so and the caller runs the workload the ordinary way.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import selectors
@@ -53,6 +55,12 @@ WARM_MODULES = (
     "deepspeed.runtime.swap_tensor.pipelined_optimizer_swapper",
     "iotune.workloads.train",
 )
+
+
+TRAIN_MODULE = "iotune.workloads.train"
+# what a child may run: the workload, and the check that DeepSpeed accepts a recommended aio config
+# (its op is already loaded here, so the check takes a fraction of a second instead of a cold start)
+RUNNABLE = (TRAIN_MODULE, "iotune.sweep.ds_check")
 
 
 class WarmStartUnavailable(Exception):
@@ -107,10 +115,11 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None
 
             torch.set_num_threads(int(threads))
             set_threads(int(threads))
-        from . import train
-
-        sys.argv = ["iotune-train", *request["argv"]]
-        code = train.main(request["argv"])
+        module = request.get("module") or TRAIN_MODULE
+        if module not in RUNNABLE:
+            raise SystemExit(f"the warm-start server runs only {', '.join(RUNNABLE)}, not {module}")
+        sys.argv = [module, *request["argv"]]
+        code = importlib.import_module(module).main(request["argv"])
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
     except BaseException:                  # noqa: BLE001 - the run's own traceback goes to its stderr
@@ -221,15 +230,23 @@ class WarmStarter:
         raise WarmStartUnavailable(f"the warm-start server failed: {why}"
                                    + (f": {tail[-1]}" if tail else ""))
 
+    @property
+    def running(self) -> bool:
+        """The server is up (started and not closed): a run costs no warm-up."""
+        return self.conn is not None
+
     def run(self, argv: list[str], timeout_s: float | None, cgroup: str | os.PathLike[str] | None = None,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        """Like run_in_own_group([python, -m, iotune.workloads.train, *argv]):
-        stdout and stderr captured; on the time limit or any interruption
-        the run's whole session is killed and reaped before the exception
-        propagates (subprocess.TimeoutExpired on the limit)."""
+            env: dict[str, str] | None = None, module: str = TRAIN_MODULE) -> subprocess.CompletedProcess[str]:
+        """Like run_in_own_group([python, -m, MODULE, *argv]) for a MODULE in
+        RUNNABLE (the workload by default): stdout and stderr captured; on
+        the time limit or any interruption the run's whole session is killed
+        and reaped before the exception propagates (subprocess.TimeoutExpired
+        on the limit)."""
+        if module not in RUNNABLE:
+            raise ValueError(f"the warm-start server runs only {', '.join(RUNNABLE)}, not {module}")
         self.start()
         assert self.conn is not None
-        request = {"argv": list(argv), "env": dict(os.environ if env is None else env),
+        request = {"module": module, "argv": list(argv), "env": dict(os.environ if env is None else env),
                    "cwd": os.getcwd(), "cgroup": os.fspath(cgroup) if cgroup else None}
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -261,7 +278,7 @@ class WarmStarter:
         finally:
             os.close(out_r)
             os.close(err_r)
-        cmd = [sys.executable, "-m", "iotune.workloads.train", *argv]
+        cmd = [sys.executable, "-m", module, *argv]
         return subprocess.CompletedProcess(cmd, code, out, err)
 
     def close(self) -> None:
