@@ -18,7 +18,8 @@ def loaded_runtimes(maps: str = "/proc/self/maps") -> list[str]:
     may carry its own next to the system's)."""
     seen: list[str] = []
     for line in Path(maps).read_text().splitlines():
-        path = line.split(maxsplit=5)[5] if len(line.split(maxsplit=5)) == 6 else ""
+        fields = line.split(maxsplit=5)
+        path = fields[5] if len(fields) == 6 else ""
         if "libgomp" in Path(path).name and path not in seen:
             seen.append(path)
     return seen

@@ -195,6 +195,7 @@ def train(spec: WorkloadSpec, steps: int, seed: int, checkpoint_dir: str | None,
     shape = PRESETS[spec.size]
     rank0 = int(os.environ.get("RANK", "0")) == 0
     micro = 0
+    omp_threads = max_threads()     # the count the CPU optimizer runs with (set before this point)
     for step in range(1, steps + 1):
         t0 = time.perf_counter()
         losses = []
@@ -212,7 +213,7 @@ def train(spec: WorkloadSpec, steps: int, seed: int, checkpoint_dir: str | None,
         if rank0:
             emit({"step": step, "loss": sum(losses) / len(losses), "step_s": round(step_s, 6),
                   "optimizer_step_s": round(opt_s, 6), "strategy": spec.strategy, "size": spec.size,
-                  "params": shape.param_count(), "grad_accum": spec.grad_accum, "omp_threads": max_threads()})
+                  "params": shape.param_count(), "grad_accum": spec.grad_accum, "omp_threads": omp_threads})
     if checkpoint_dir:
         engine.save_checkpoint(checkpoint_dir)
     del torch

@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ..blockdev.cgroup import join_cgroup_preexec
 from ..blockdev.proc import kill_session, prefer_interpreter_tools
@@ -115,9 +115,7 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None
 
             torch.set_num_threads(int(threads))
             set_threads(int(threads))
-        module = request.get("module") or TRAIN_MODULE
-        if module not in RUNNABLE:
-            raise SystemExit(f"the warm-start server runs only {', '.join(RUNNABLE)}, not {module}")
+        module = request["module"]           # one of RUNNABLE: the client checked it
         sys.argv = [module, *request["argv"]]
         code = importlib.import_module(module).main(request["argv"])
     except SystemExit as e:
@@ -209,18 +207,23 @@ class WarmStarter:
             raise WarmStartUnavailable(f"the warm-start server did not get ready: {reply}")
         self.warm_s = reply.get("warm_s")
 
+    def _connection(self) -> socket.socket:
+        if self.conn is None:
+            self._fail("it is not running")
+        return self.conn
+
     def _receive(self, timeout_s: float | None) -> dict[str, Any]:
-        assert self.conn is not None
-        self.conn.settimeout(timeout_s)
+        conn = self._connection()
+        conn.settimeout(timeout_s)
         try:
-            msg = self.conn.recv(MAX_MESSAGE)
+            msg = conn.recv(MAX_MESSAGE)
         except (socket.timeout, OSError) as e:
             self._fail(f"no answer ({e})")
         if not msg:
             self._fail("it exited")
         return dict(json.loads(msg))
 
-    def _fail(self, why: str) -> None:
+    def _fail(self, why: str) -> NoReturn:
         log = b""
         if self._log is not None:
             self._log.seek(0)
@@ -245,13 +248,13 @@ class WarmStarter:
         if module not in RUNNABLE:
             raise ValueError(f"the warm-start server runs only {', '.join(RUNNABLE)}, not {module}")
         self.start()
-        assert self.conn is not None
+        conn = self._connection()
         request = {"module": module, "argv": list(argv), "env": dict(os.environ if env is None else env),
                    "cwd": os.getcwd(), "cgroup": os.fspath(cgroup) if cgroup else None}
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
-            socket.send_fds(self.conn, [json.dumps(request).encode()], [out_w, err_w])
+            socket.send_fds(conn, [json.dumps(request).encode()], [out_w, err_w])
         except OSError as e:
             for fd in (out_r, out_w, err_r, err_w):
                 os.close(fd)
