@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 from iotune.analysis.frames import sizes_frame, timeline_frame
 from iotune.analysis.summary import dominant_size, patterns, summarize, totals
 from iotune.errors import RecordError
-from iotune.model.run import TraceRun
+from iotune.model.run import TimelinePoint, TraceRun
 from iotune.model.runfile import load_run, save_run
 from iotune.render.console import ConsoleRenderer
 from iotune.render.json import JsonRenderer
@@ -124,6 +125,15 @@ def test_the_timeline_reads_back_by_its_header_and_bad_rows_are_named(tmp_path: 
     csv_path.write_text("t_s,device,op,requests,bytes\n0.0,loop0,write,three,4096\n")
     with pytest.raises(RecordError, match=r"timeline.csv: bad timeline row \(invalid literal"):
         load_run(tmp_path / "run")
+    # a short row anywhere is named, not read as a shorter timeline
+    csv_path.write_text("t_s,device,op,requests,bytes\n0.0,loop0,write,3,4096\n1.0,loop0,write\n")
+    with pytest.raises(RecordError, match=r"bad timeline row \(a row has fewer than the header's 5 fields\)"):
+        load_run(tmp_path / "run")
+    # blank lines are skipped; a column iotune does not know is ignored
+    csv_path.write_text("t_s,device,op,requests,bytes,note\n0.0,loop0,write,3,4096,x\n\n1.0,loop0,read,1,512,y\n")
+    assert load_run(tmp_path / "run").timeline == (TimelinePoint(0.0, "loop0", "write", 3, 4096),
+                                                   TimelinePoint(1.0, "loop0", "read", 1, 512))
+    assert gc.isenabled()        # the loader pauses the collector and always turns it back on
 
 
 def test_queue_time_is_reported_where_requests_waited_in_the_scheduler() -> None:
@@ -151,3 +161,18 @@ def test_queue_time_is_reported_where_requests_waited_in_the_scheduler() -> None
 
 def load_run_roundtrip(run: TraceRun) -> TraceRun:
     return TraceRun.from_json(json.loads(json.dumps(run.to_json())))
+
+
+def test_busy_time_and_bytes_follow_each_run_not_the_last_one_indexed() -> None:
+    """device_use answers from an index of the last timeline it saw; a
+    second run, then the first again, must each get their own answers."""
+    from dataclasses import replace
+
+    from iotune.analysis.device_use import busy_spans, device_use
+
+    a = offload_run()
+    b = replace(a, timeline=(TimelinePoint(5.0, "loop0", "read", 2, 1024),))
+    assert busy_spans(a) == [(0.0, 2.0)]
+    assert device_use(b, "loop0", 0.0).bytes == 1024 and busy_spans(b) == [(5.0, 6.0)]
+    assert device_use(a, "loop0", 0.0).bytes == 29 * 512 * KiB + 3 * 4 * KiB + 23 * 512 * KiB
+    assert busy_spans(replace(a, timeline=())) == []

@@ -23,6 +23,7 @@ from iotune.cli import cli
 from iotune.model.sweep import SweepPoint
 from iotune.sweep.fio_executor import parse_fio_json
 from iotune.sweep.journal import Journal
+from iotune.workloads.fastops import ops_to_build
 
 pytestmark = needs_fio
 
@@ -53,7 +54,12 @@ def ok(r: Result) -> dict:
 
 
 def test_grid_measures_every_combination_once_per_repeat(work: Path) -> None:
-    doc = ok(sweep(work, "--grid", "--repeats", "2"))
+    r = sweep(work, "--grid", "--repeats", "2")
+    doc = ok(r)
+    # DeepSpeed's check of the pick loads async_io: with nothing built, the sweep says it will build first
+    unbuilt = ops_to_build()
+    assert unbuilt == [op for op in ("cpu_adam", "async_io") if op in unbuilt] and unbuilt
+    assert f"DeepSpeed's {' and '.join(unbuilt)} op" in r.stderr and "not built for this install yet" in r.stderr
     trials = Journal(work / "j" / "journal.jsonl").trials
     assert sorted((t.point.key(), t.repeat) for t in trials) == sorted(itertools.product(GRID, (0, 1)))
     assert doc["trials"] == doc["trials_run_now"] == 8 and doc["failed"] == 0

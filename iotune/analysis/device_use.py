@@ -17,6 +17,42 @@ CEILING_HINT = "run `iotune report RUN --ceiling` or `iotune sweep --path …` o
 Span = tuple[float, float]
 
 
+@dataclass(frozen=True)
+class TimelineIndex:
+    """The timeline grouped once per (device, op): the start of each interval
+    that moved bytes, and the bytes moved. A day-long trace has over a
+    million points; every busy-time and byte question below is answered from
+    this index instead of another pass over them."""
+
+    starts: dict[tuple[str, str], frozenset[float]]
+    moved: dict[tuple[str, str], int]
+
+
+_last_index: tuple[object, TimelineIndex] | None = None
+
+
+def timeline_index(run: TraceRun) -> TimelineIndex:
+    """`run`'s index, built on first use and kept for the last timeline seen
+    (a verdict asks several questions of the same run)."""
+    global _last_index
+    if _last_index is not None and _last_index[0] is run.timeline:
+        return _last_index[1]
+    starts: dict[tuple[str, str], set[float]] = {}
+    moved: dict[tuple[str, str], int] = {}
+    for t_s, device, op, _requests, nbytes in run.timeline:
+        if nbytes > 0:
+            key = (device, op)
+            bucket = starts.get(key)
+            if bucket is None:
+                bucket = starts[key] = set()
+                moved[key] = 0
+            bucket.add(t_s)
+            moved[key] += nbytes
+    index = TimelineIndex({k: frozenset(v) for k, v in starts.items()}, moved)
+    _last_index = (run.timeline, index)
+    return index
+
+
 def busy_spans(run: TraceRun, devices: Iterable[str] | None = None, ops: Iterable[str] = DATA_OPS,
                bridge_s: float = 0.0) -> list[Span]:
     """[start, end) seconds during which `devices` (default: the top-level
@@ -24,14 +60,21 @@ def busy_spans(run: TraceRun, devices: Iterable[str] | None = None, ops: Iterabl
     with its neighbours when the gap between them is at most `bridge_s`."""
     names = set(devices) if devices is not None else {d.name for d in run.devices if not d.is_lower}
     wanted = set(ops)
-    starts = sorted({p.t_s for p in run.timeline if p.bytes > 0 and p.op in wanted and p.device in names})
+    index = timeline_index(run)
+    starts = sorted(set().union(*(s for (dev, op), s in index.starts.items() if dev in names and op in wanted)))
     spans: list[Span] = []
-    for t in starts:
-        end = t + run.interval_s
-        if spans and t - spans[-1][1] <= bridge_s + 1e-9:
-            spans[-1] = (spans[-1][0], max(end, spans[-1][1]))
+    if not starts:
+        return spans
+    interval, gap = run.interval_s, bridge_s + 1e-9
+    lo, hi = starts[0], starts[0] + interval
+    for t in starts[1:]:           # a day at 1 s: 86,400 starts per call, so plain locals
+        if t - hi <= gap:
+            if t + interval > hi:
+                hi = t + interval
         else:
-            spans.append((t, end))
+            spans.append((lo, hi))
+            lo, hi = t, t + interval
+    spans.append((lo, hi))
     return spans
 
 
@@ -60,7 +103,8 @@ class DeviceUse:
 
 
 def device_use(run: TraceRun, device: str, bridge_s: float) -> DeviceUse:
-    moved = {op: sum(p.bytes for p in run.timeline if p.device == device and p.op == op) for op in DATA_OPS}
+    index = timeline_index(run)
+    moved = {op: index.moved.get((device, op), 0) for op in DATA_OPS}
 
     def rate(op: str) -> float | None:
         busy = length(busy_spans(run, [device], [op], bridge_s))

@@ -79,15 +79,15 @@ def interval_series(run: TraceRun, ops: tuple[str, ...] = DATA_OPS) -> list[Inte
     by_op: dict[str, dict[str, tuple[list[int], list[int]]]] = {op: {} for op in ops}
     get = by_op.get
     last = -1
-    for p in run.timeline:
-        per_device = get(p.op)
+    for t_s, device, op, requests, nbytes in run.timeline:
+        per_device = get(op)
         if per_device is not None:
-            arrays = per_device.get(p.device)
+            arrays = per_device.get(device)
             if arrays is None:
-                arrays = per_device[p.device] = ([0] * size, [0] * size)
-            i = int(p.t_s * per_s + 0.5)
-            arrays[0][i] += p.bytes
-            arrays[1][i] += p.requests
+                arrays = per_device[device] = ([0] * size, [0] * size)
+            i = int(t_s * per_s + 0.5)
+            arrays[0][i] += nbytes
+            arrays[1][i] += requests
             if i > last:
                 last = i
     return sorted((IntervalSeries(device, op, b[:last + 1], r[:last + 1])

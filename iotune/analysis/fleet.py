@@ -36,7 +36,7 @@ from ..model.fleet_report import FleetNodeRow, FleetRankRow, FleetReport, StepSt
 from ..model.run import TraceRun
 from ..model.verdict import VerdictInputs
 from .attribution import StepBreakdown, median_step, steady, step_breakdowns, swap_by_category
-from .device_use import BRIDGE_S, busy_spans, length
+from .device_use import BRIDGE_S, busy_spans, length, timeline_index
 from .summary import totals
 from .verdict import judge, step_stalls
 
@@ -82,7 +82,7 @@ def node_view(node: NodeRun) -> TraceRun | None:
 def busy_rate(run: TraceRun) -> float | None:
     """Bytes on the top-level devices / the time they were busy."""
     top = {d.name for d in run.devices if not d.is_lower}
-    moved = sum(p.bytes for p in run.timeline if p.device in top and p.op in ("read", "write"))
+    moved = sum(n for (dev, op), n in timeline_index(run).moved.items() if dev in top and op in ("read", "write"))
     busy = length(busy_spans(run, bridge_s=BRIDGE_S))
     return moved / busy if busy > 0 and moved else None
 

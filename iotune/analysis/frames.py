@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..model.run import TraceRun
+from ..model.run import TimelinePoint, TraceRun
 from .summary import summarize
 
 
 def timeline_frame(run: TraceRun) -> pd.DataFrame:
     """Columns t_s, device, op, requests, bytes, iops, bytes_per_s."""
-    df = pd.DataFrame([vars(p) for p in run.timeline],
-                      columns=["t_s", "device", "op", "requests", "bytes"])
+    df = pd.DataFrame(list(run.timeline), columns=list(TimelinePoint._fields))
     df["iops"] = df["requests"] / run.interval_s
     df["bytes_per_s"] = df["bytes"] / run.interval_s
     return df

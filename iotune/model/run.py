@@ -8,7 +8,7 @@ refuses records from a newer schema with a message saying so.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import RecordError
 from .record import known_fields
@@ -112,9 +112,12 @@ class DeviceStats:
         return cls(**d)
 
 
-@dataclass(frozen=True)
-class TimelinePoint:
-    """Requests and bytes issued on one device in one interval."""
+class TimelinePoint(NamedTuple):
+    """Requests and bytes issued on one device in one interval.
+
+    A named tuple, not a dataclass: a day-long trace holds over a million of
+    them, and a tuple is built in C (`tuple.__new__`), without a Python
+    __init__ per point (runfile's loader depends on this)."""
 
     t_s: float      # start of the interval, seconds since the trace began
     device: str
@@ -172,7 +175,7 @@ class TraceRun:
             "app": self.app.to_json() if self.app else None,
         }
         if include_timeline:
-            out["timeline"] = [vars(p).copy() for p in self.timeline]
+            out["timeline"] = [p._asdict() for p in self.timeline]
         return out
 
     @classmethod
@@ -194,7 +197,8 @@ class TraceRun:
         d["device_filter"] = tuple(d.get("device_filter", ()))
         d["devices"] = tuple(DeviceStats.from_json(x) for x in d.get("devices", ()))
         d["timeline"] = tuple(
-            TimelinePoint(**known_fields(TimelinePoint, p)) for p in d.get("timeline", ())
+            TimelinePoint(**{k: v for k, v in p.items() if k in TimelinePoint._fields})
+            for p in d.get("timeline", ())
         )
         d["host"] = HostInfo(**known_fields(HostInfo, d.get("host") or {}))
         d["drops"] = {str(k): int(v) for k, v in (d.get("drops") or {}).items()}

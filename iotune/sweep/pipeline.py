@@ -26,6 +26,7 @@ from ..errors import UsageError
 from ..model.journal import SweepEnv
 from ..model.sweep import Trial
 from ..model.sweep_result import Progress, Ranked, SweepOutcome
+from ..workloads.fastops import ops_to_build
 from .cmd_executor import CommandExecutor, UserJob, swap_note
 from .confirm import confirm_on_steps
 from .executor import Executor, Target
@@ -124,6 +125,13 @@ def run_sweep(req: SweepRequest, target: Target, on_trial: Callable[[Progress], 
     measurer = Measurer(EXECUTORS[req.executor](), target, journal, on_trial, planned_trials(space, run))
     ranking = search(measurer, space, run)
     reference = default_point(space)
+    if run.confirm_top > 0 or req.validate:
+        unbuilt = ops_to_build()
+        if unbuilt:
+            say(f"DeepSpeed's {' and '.join(unbuilt)} op{'s are' if len(unbuilt) > 1 else ' is'} not built for "
+                f"this install yet: the first training step run builds "
+                f"{'them' if len(unbuilt) > 1 else 'it'} (minutes on a small machine, once; nothing is "
+                f"printed meanwhile)")
     steps = training_steps(req, target, say)
     try:
         confirmed, step_gain = confirm_on_steps(ranking, reference, run, target, journal, on_trial, say, steps)

@@ -17,12 +17,15 @@ waits as it always does."""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 import re
 import sys
 from pathlib import Path
 from types import ModuleType
+
+from ..blockdev.oplocks import extension_roots
 
 OPS = ("cpu_adam", "pin_memory", "async_io", "deepspeed_shm_comm")
 # libraries other ops link against by symbol (async_io uses pin_memory's pin
@@ -125,3 +128,36 @@ def preload_built_ops(ops: tuple[str, ...] = OPS) -> list[str]:
             cache[name] = module
         loaded.append(name)
     return loaded
+
+
+def ops_to_build(ops: tuple[str, ...] = ("cpu_adam", "async_io")) -> list[str]:
+    """The ops in `ops` that the next DeepSpeed load here will compile first:
+    not shipped prebuilt with the installed DeepSpeed, and no current build
+    of this install in torch's extension cache. Reads files only (importing
+    torch or DeepSpeed to ask would cost seconds); [] when DeepSpeed is not
+    installed, since then there is nothing to build."""
+    spec = importlib.util.find_spec("deepspeed")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    deepspeed_dir = Path(next(iter(spec.submodule_search_locations))).resolve()
+    prebuilt = _installed_ops(deepspeed_dir / "git_version_info_installed.py")
+    roots = extension_roots()
+    return [op for op in ops if not prebuilt.get(op)
+            and not any(reusable_library(root / op, deepspeed_dir) for root in roots)]
+
+
+def _installed_ops(info: Path) -> dict[str, bool]:
+    """`installed_ops` as DeepSpeed's setup.py wrote it (a dict literal); {} if unreadable."""
+    try:
+        tree = ast.parse(info.read_text())
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "installed_ops"
+                                                 for t in node.targets)):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                return {}
+            return {str(k): bool(v) for k, v in value.items()} if isinstance(value, dict) else {}
+    return {}

@@ -1,0 +1,64 @@
+"""When a built DeepSpeed op may be imported directly (fastops), and which
+ops the next DeepSpeed load would have to compile first: decided from files
+in torch's extension cache and the DeepSpeed install alone."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+from iotune.workloads.fastops import _installed_ops, ops_to_build, reusable_library
+
+DS_DIR = Path(next(iter(importlib.util.find_spec("deepspeed").submodule_search_locations))).resolve()
+SOURCE = DS_DIR / "__init__.py"          # any file of this install stands in for an op's source
+
+
+def built_op(root: Path, name: str, source: Path = SOURCE) -> Path:
+    """An op directory as torch leaves it: build.ninja compiling `source`, the library newer than both."""
+    op = root / name
+    op.mkdir(parents=True)
+    (op / "build.ninja").write_text(f"rule compile\n  command = c++ $in\nbuild {name}.o: compile {source}\n")
+    library = op / f"{name}.so"
+    library.write_bytes(b"\x7fELF")
+    later = max(source.stat().st_mtime, (op / "build.ninja").stat().st_mtime) + 10
+    os.utime(library, (later, later))
+    return op
+
+
+def test_a_current_build_of_this_install_is_reused(tmp_path: Path) -> None:
+    op = built_op(tmp_path, "cpu_adam")
+    assert reusable_library(op, DS_DIR) == op / "cpu_adam.so"
+
+
+def test_a_build_in_progress_or_of_other_sources_is_left_to_deepspeed(tmp_path: Path) -> None:
+    locked = built_op(tmp_path, "cpu_adam")
+    (locked / "lock").touch()
+    assert reusable_library(locked, DS_DIR) is None
+    foreign = tmp_path / "elsewhere.cpp"
+    foreign.write_text("")
+    assert reusable_library(built_op(tmp_path, "async_io", foreign), DS_DIR) is None
+    older = built_op(tmp_path / "old", "cpu_adam")
+    os.utime(older / "cpu_adam.so", (1, 1))          # built before its sources changed
+    assert reusable_library(older, DS_DIR) is None
+    assert reusable_library(tmp_path / "missing", DS_DIR) is None
+
+
+def test_ops_to_build_names_the_ops_without_a_current_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    prebuilt = _installed_ops(DS_DIR / "git_version_info_installed.py")
+    expect = [op for op in ("cpu_adam", "async_io") if not prebuilt.get(op)]
+    assert ops_to_build() == expect
+    built_op(tmp_path, "cpu_adam")
+    assert ops_to_build() == [op for op in expect if op != "cpu_adam"]
+
+
+def test_installed_ops_are_read_from_the_file_setup_wrote(tmp_path: Path) -> None:
+    info = tmp_path / "git_version_info_installed.py"
+    info.write_text("version='0.19.8'\ninstalled_ops={'async_io': True, 'cpu_adam': False}\n")
+    assert _installed_ops(info) == {"async_io": True, "cpu_adam": False}
+    info.write_text("installed_ops = dict(async_io=True)\n")       # not a literal: unknown, nothing assumed
+    assert _installed_ops(info) == {}
+    assert _installed_ops(tmp_path / "absent.py") == {}
