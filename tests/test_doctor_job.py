@@ -298,3 +298,22 @@ def test_libaio_missing_is_named(tmp_path: Path) -> None:
     env = {**os.environ, "CC": "false", "PYTHONPATH": str(WORKTREE), "TORCH_EXTENSIONS_DIR": str(tmp_path)}
     probe = jobfacts.probe_async_io(120, env)
     assert probe.compatible is False and not probe.loaded, probe
+
+
+def test_only_locks_of_a_stopped_build_are_released(tmp_path: Path) -> None:
+    """After a time limit: a lock made since the run began with nobody in its
+    directory goes; an older one, and a new one whose build is running
+    (a process working in the op's directory), stay."""
+    since = time.time()
+    gone = plant_lock(tmp_path, "async_io", 0)
+    old = plant_lock(tmp_path, "cpu_adam", 3600)
+    busy = plant_lock(tmp_path, "pin_memory", 0)
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], cwd=busy.parent)
+    try:
+        released = oplocks.release_locks_left_since(since, {"TORCH_EXTENSIONS_DIR": str(tmp_path)}, settle_s=0.1)
+    finally:
+        worker.kill()
+        worker.wait()
+    assert released == [str(gone)]
+    assert not gone.exists() and old.exists() and busy.exists()
+    assert oplocks.release_locks_left_since(since, {"TORCH_EXTENSIONS_DIR": str(tmp_path / "none")}) == []

@@ -5,6 +5,7 @@ dimension (--omp-threads) on training steps."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 import shutil
 import subprocess
@@ -345,3 +346,33 @@ def test_a_crash_in_shutdown_after_every_step_still_counts(tmp_path: Path) -> No
     assert raw["shutdown"] == "exit -6 after its 3 steps: terminate called without an active exception"
     with pytest.raises(TrialFailed, match=r"^your command failed \(exit -6\): terminate called without"):
         _check(job, SweepPoint(), abort, steps[:2], [], swap, {})
+
+
+def test_a_build_stopped_by_the_time_limit_leaves_no_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job that plays DeepSpeed's first op load as torch does it (take
+    <ext>/async_io/lock, run the compiler in the op's directory in a process
+    group of its own) is stopped at the limit: its lock is removed and
+    named; an older lock of someone else's is left for the user."""
+    from iotune.sweep.cmd_executor import UserJob, _check, run_job
+    from iotune.sweep.executor import TrialFailed
+
+    ext = tmp_path / "ext"
+    (ext / "cpu_adam").mkdir(parents=True)
+    older = ext / "cpu_adam" / "lock"
+    older.touch()
+    os.utime(older, (1, 1))
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(ext))
+    code = (f"import os, subprocess, sys; d = {str(ext / 'async_io')!r}; os.makedirs(d); "
+            f"os.close(os.open(d + '/lock', os.O_CREAT | os.O_EXCL)); "
+            f"p = subprocess.Popen(['sleep', '3172.5'], cwd=d, process_group=0); p.wait()")
+    events = tmp_path / "events"
+    events.mkdir()
+    run = run_job([sys.executable, "-c", code], {"PATH": "/usr/bin:/bin"}, None, 1.5, tmp_path, events, 3)
+    assert run.ended_by == "time limit" and (ext / "async_io" / "lock").exists()
+    job = UserJob(argv=("train", "{config}"), config_path=tmp_path / "ds.json", steps=3)
+    with pytest.raises(TrialFailed) as e:
+        _check(job, SweepPoint(), run, [], [], tmp_path, {})
+    assert f"the time limit stopped a DeepSpeed op build, whose lock was removed: {ext / 'async_io' / 'lock'}" \
+        in str(e.value)
+    assert not (ext / "async_io" / "lock").exists() and older.exists()
+    assert f"DeepSpeed op build lock(s) exist: {older}" in str(e.value)

@@ -5,7 +5,8 @@ each build with a lock file (<root>/<op>/lock). A build killed midway
 leaves its lock behind, and every later load of that op waits on it
 forever, silently: a sweep or a training job that seems to hang. `iotune
 doctor --ds-config` reports such locks (and removes them with --fix); the
-sweep refuses to start on one."""
+sweep refuses to start on one, and removes the lock of a build that its own
+time limit stopped."""
 
 from __future__ import annotations
 
@@ -70,6 +71,35 @@ def stale_lock_problem(env: dict[str, str] | None = None) -> str | None:
     return (f"DeepSpeed op build lock {stale[0].path} is {stale[0].age_s / 60:.0f} min old and no build is "
             f"running: a build killed midway left it, and every load of {stale[0].op} would wait on it "
             f"forever. Remove it (`rm {paths}`, or `iotune doctor --ds-config CONFIG --fix`) and run again")
+
+
+def release_locks_left_since(since: float, env: dict[str, str] | None = None,
+                             settle_s: float = 2.0) -> list[str]:
+    """Remove the build locks a run that iotune just stopped left behind;
+    the paths removed.
+
+    Called after a time limit killed such a run (its whole session): a lock
+    created at or after `since` (the run's start) with nobody building under
+    it, twice `settle_s` apart, belongs to the killed build. A build of
+    another job started in the same window is running ninja in its build
+    directory, so it is seen and its lock kept. Older locks are never
+    touched here (`iotune doctor --fix` handles those, with the user's say)."""
+    def candidates() -> dict[str, float]:
+        return {lk.path: lk.age_s for lk in build_locks(extension_roots(env))
+                if not lk.builders and time.time() - lk.age_s >= since - 1.0}
+
+    first = candidates()
+    if not first:
+        return []
+    time.sleep(settle_s)
+    removed = []
+    for path in sorted(set(first) & set(candidates())):
+        try:
+            os.unlink(path)
+        except OSError:
+            continue
+        removed.append(path)
+    return removed
 
 
 def pids_in(directory: Path) -> list[int]:

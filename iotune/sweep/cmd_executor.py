@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from ..blockdev.cgroup import join_cgroup_preexec
-from ..blockdev.oplocks import build_locks, extension_roots
+from ..blockdev.oplocks import build_locks, extension_roots, release_locks_left_since
 from ..blockdev.proc import kill_group, kill_session, last_line
 from ..dsconfig import read_ds_config
 from ..errors import UsageError
@@ -203,7 +203,8 @@ def _check(job: UserJob, point: SweepPoint, run: JobRun, steps: list[StepTiming]
     stderr = last_line(run.stderr, "no output on stderr")
     if run.ended_by == "time limit" and len(steps) < job.steps:
         raise TrialFailed(f"your command did not complete {job.steps} optimizer steps within {job.timeout_s:g} s "
-                          f"(--steps-timeout); {len(steps)} seen; last stderr line: {stderr}{_lock_hint()}", raw)
+                          f"(--steps-timeout); {len(steps)} seen; last stderr line: {stderr}"
+                          f"{_lock_hint(time.time() - run.seconds)}", raw)
     if run.returncode != 0 and not run.ended_by:
         if len(steps) < job.steps:
             raise TrialFailed(f"your command failed (exit {run.returncode}): {stderr}", raw)
@@ -225,13 +226,19 @@ def _check(job: UserJob, point: SweepPoint, run: JobRun, steps: list[StepTiming]
                           f"--omp-threads", raw)
 
 
-def _lock_hint() -> str:
+def _lock_hint(since: float) -> str:
+    """After the time limit stopped a trial that began at `since`: remove the
+    locks its stopped op build left, and name any other lock it may have
+    waited on."""
+    released = release_locks_left_since(since)
+    done = (f"; the time limit stopped a DeepSpeed op build, whose lock was removed: {', '.join(released)}"
+            if released else "")
     locks = build_locks(extension_roots())
     if not locks:
-        return ""
-    return (f"; DeepSpeed op build lock(s) exist: {', '.join(lk.path for lk in locks)}: a job waits on them "
-            f"silently, and one killed mid-build leaves its lock behind; if no DeepSpeed op is being built, "
-            f"remove them")
+        return done
+    return done + (f"; DeepSpeed op build lock(s) exist: {', '.join(lk.path for lk in locks)}: a job waits on "
+                   f"them silently, and one killed mid-build leaves its lock behind; if no DeepSpeed op is being "
+                   f"built, remove them")
 
 
 def _swap_bytes(att: Any) -> dict[str, int]:

@@ -15,11 +15,13 @@ import json
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from ..blockdev.oplocks import release_locks_left_since
 from ..blockdev.proc import run_in_own_group
 from ..dsconfig import read_ds_config
 from ..model.aio import AioSettings
@@ -126,6 +128,7 @@ def validate_with_deepspeed(fragment: dict[str, Any], timeout_s: float = 900,
     in this environment builds DeepSpeed's async_io op, minutes on a small
     machine; on the time limit the build is stopped with it, not orphaned)."""
     proc: subprocess.CompletedProcess[str] | None = None
+    started = time.time()
     try:
         if warm is not None and warm.running:
             try:
@@ -136,8 +139,10 @@ def validate_with_deepspeed(fragment: dict[str, Any], timeout_s: float = 900,
             proc = run_in_own_group([sys.executable, "-m", "iotune.sweep.ds_check", json.dumps(fragment)],
                                     timeout_s)
     except subprocess.TimeoutExpired:
+        released = release_locks_left_since(started)
         return (f"the DeepSpeed check did not finish in {timeout_s:.0f} s (loading or building the async_io op "
-                f"hung: a build lock? see `iotune doctor --ds-config CONFIG`)")
+                f"hung: a build lock? see `iotune doctor --ds-config CONFIG`)"
+                + (f"; removed the build lock the stopped build left: {', '.join(released)}" if released else ""))
     try:
         result = json.loads(proc.stdout.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError):

@@ -16,10 +16,12 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from dataclasses import asdict
 from typing import Any
 
 from ..blockdev.cgroup import join_cgroup_preexec
+from ..blockdev.oplocks import release_locks_left_since
 from ..blockdev.proc import last_line, run_in_own_group
 from ..model.steps import parse_steps
 from ..model.sweep import Measurement, SweepPoint
@@ -66,10 +68,14 @@ class StepsExecutor:
         env = dict(os.environ)
         if point.omp_threads:
             env["OMP_NUM_THREADS"] = str(point.omp_threads)
+        started = time.time()
         try:
             proc = self._start(point, target, env)
         except subprocess.TimeoutExpired:
-            raise TrialFailed(f"training did not finish within {self.timeout_s:.0f} s") from None
+            released = release_locks_left_since(started)
+            raise TrialFailed(f"training did not finish within {self.timeout_s:.0f} s"
+                              + (f" (a DeepSpeed op build was stopped with it; removed the lock it left: "
+                                 f"{', '.join(released)})" if released else "")) from None
         records = parse_steps(proc.stdout)
         raw = {"steps": [asdict(r) for r in records], "returncode": proc.returncode}
         if proc.returncode != 0 or not records:
