@@ -13,6 +13,7 @@ from iotune.analysis.summary import dominant_size, patterns, summarize, totals
 from iotune.errors import RecordError
 from iotune.model.run import TimelinePoint, TraceRun
 from iotune.model.runfile import load_run, save_run
+from iotune.model.timeline import Timeline
 from iotune.render.console import ConsoleRenderer
 from iotune.render.json import JsonRenderer
 
@@ -71,10 +72,43 @@ def test_json_report_is_json_with_summaries() -> None:
 def test_save_and_load_round_trip(tmp_path: Path) -> None:
     run = offload_run()
     save_run(run, tmp_path / "r")
-    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["run.json", "timeline.csv"]
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["run.json", "timeline.csv", "timeline.npz"]
     assert "timeline" not in json.loads((tmp_path / "r" / "run.json").read_text())
     assert load_run(tmp_path / "r") == run
     assert load_run(tmp_path / "r" / "run.json") == run
+
+
+def test_the_columnar_copy_is_used_only_while_it_matches_the_csv(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """timeline.npz is read instead of parsing timeline.csv when it was
+    written with that very CSV; an edited CSV, or a broken or missing copy,
+    is read as text, with the same result."""
+    import iotune.model.runfile as runfile
+
+    run = offload_run()
+    save_run(run, tmp_path / "r")
+    parsed = []
+    real = runfile._read_timeline_with_pandas
+    monkeypatch.setattr(runfile, "_read_timeline_with_pandas", lambda path: parsed.append(path) or real(path))
+    loaded = load_run(tmp_path / "r")
+    assert isinstance(loaded.timeline, Timeline) and loaded == run and parsed == []
+    csv_path = tmp_path / "r" / "timeline.csv"
+    csv_path.write_text(csv_path.read_text().replace(",23,", ",24,"))       # the user edited a count
+    assert load_run(tmp_path / "r").timeline[1].requests == 24 and len(parsed) == 1
+    (tmp_path / "r" / "timeline.npz").write_bytes(b"not a zip")
+    assert load_run(tmp_path / "r").timeline[1].requests == 24 and len(parsed) == 2
+    (tmp_path / "r" / "timeline.npz").unlink()
+    assert load_run(tmp_path / "r").timeline[1].requests == 24 and len(parsed) == 3
+
+
+def test_a_columnar_timeline_is_the_same_sequence_of_points() -> None:
+    points = offload_run().timeline
+    tl = Timeline.from_points(points)
+    assert tl == points and tuple(tl) == points and list(tl) == list(points)
+    assert len(tl) == 2 and tl[1] == points[1] and tl[-1] == points[-1] and tl[0:1] == points[0:1]
+    with pytest.raises(IndexError):
+        tl[2]
+    assert tl != points[:1] and Timeline.from_points(()) == ()
 
 
 def test_frames() -> None:

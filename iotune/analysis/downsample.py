@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from operator import attrgetter
+
+import numpy as np
 
 from ..model.attribution import PHASES
 from ..model.run import TraceRun
+from ..model.timeline import as_timeline
 
 DATA_OPS = ("read", "write")
 
@@ -70,28 +72,31 @@ class IntervalSeries:
 def interval_series(run: TraceRun, ops: tuple[str, ...] = DATA_OPS) -> list[IntervalSeries]:
     """Dense per-interval bytes and requests for each (device, op) in `ops`
     that the timeline holds, sorted by device then op; every series has the
-    same length (up to the last interval with any of these ops). One pass
-    over the points: a day at 1 s on 8 devices is 1.4 million of them."""
-    if not run.timeline:
+    same length (up to the last interval with any of these ops). Vectorised
+    over the timeline's columns: a day at 1 s on 8 devices is 1.4 million
+    points."""
+    tl = as_timeline(run.timeline)
+    if not len(tl):
         return []
     per_s = 1.0 / run.interval_s if run.interval_s > 0 else 1.0
-    size = int(max(map(attrgetter("t_s"), run.timeline)) * per_s + 0.5) + 1
-    by_op: dict[str, dict[str, tuple[list[int], list[int]]]] = {op: {} for op in ops}
-    get = by_op.get
-    last = -1
-    for t_s, device, op, requests, nbytes in run.timeline:
-        per_device = get(op)
-        if per_device is not None:
-            arrays = per_device.get(device)
-            if arrays is None:
-                arrays = per_device[device] = ([0] * size, [0] * size)
-            i = int(t_s * per_s + 0.5)
-            arrays[0][i] += nbytes
-            arrays[1][i] += requests
-            if i > last:
-                last = i
-    return sorted((IntervalSeries(device, op, b[:last + 1], r[:last + 1])
-                   for op, per_device in by_op.items() for device, (b, r) in per_device.items()),
+    slot = (tl.t_s * per_s + 0.5).astype(np.int64)
+    size = int(slot.max()) + 1
+    out, last = [], -1
+    for di, device in enumerate(tl.devices):
+        on_device = tl.device_code == di
+        for oi, op in enumerate(tl.ops):
+            if op not in ops:
+                continue
+            rows = on_device & (tl.op_code == oi)
+            if not rows.any():
+                continue
+            where = slot[rows]
+            last = max(last, int(where.max()))
+            # float weights are exact here: per-interval sums stay far below 2**53
+            out.append((device, op, np.bincount(where, weights=tl.bytes[rows], minlength=size),
+                        np.bincount(where, weights=tl.requests[rows], minlength=size)))
+    return sorted((IntervalSeries(device, op, b[:last + 1].astype(np.int64).tolist(),
+                                  r[:last + 1].astype(np.int64).tolist()) for device, op, b, r in out),
                   key=lambda s: (s.device, s.op))
 
 

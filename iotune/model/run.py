@@ -7,6 +7,7 @@ refuses records from a newer schema with a message saying so.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -147,7 +148,7 @@ class TraceRun:
     outcome: str = "completed"       # completed | failed | interrupted | window
     device_filter: tuple[str, ...] = ()   # empty: every device
     devices: tuple[DeviceStats, ...] = ()
-    timeline: tuple[TimelinePoint, ...] = ()
+    timeline: Sequence[TimelinePoint] = ()   # a tuple, or a columnar model.timeline.Timeline
     drops: dict[str, int] = field(default_factory=dict)
     host: HostInfo = field(default_factory=HostInfo)
     clock_origin_ns: int = 0         # CLOCK_MONOTONIC time of timeline t_s = 0
@@ -158,7 +159,7 @@ class TraceRun:
     def device(self, name: str) -> DeviceStats | None:
         return next((d for d in self.devices if d.name == name), None)
 
-    def with_timeline(self, timeline: tuple[TimelinePoint, ...]) -> TraceRun:
+    def with_timeline(self, timeline: Sequence[TimelinePoint]) -> TraceRun:
         return replace(self, timeline=timeline)
 
     def to_json(self, include_timeline: bool = True) -> dict[str, Any]:
