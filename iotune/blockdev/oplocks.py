@@ -84,16 +84,16 @@ def release_locks_left_since(since: float, env: dict[str, str] | None = None,
     another job started in the same window is running ninja in its build
     directory, so it is seen and its lock kept. Older locks are never
     touched here (`iotune doctor --fix` handles those, with the user's say)."""
-    def candidates() -> dict[str, float]:
-        return {lk.path: lk.age_s for lk in build_locks(extension_roots(env))
-                if not lk.builders and time.time() - lk.age_s >= since - 1.0}
+    def candidates() -> set[str]:
+        made_after = time.time() - since + 1.0          # the lock's age, at most (1 s of clock slack)
+        return {lk.path for lk in build_locks(extension_roots(env)) if not lk.builders and lk.age_s <= made_after}
 
     first = candidates()
     if not first:
         return []
     time.sleep(settle_s)
     removed = []
-    for path in sorted(set(first) & set(candidates())):
+    for path in sorted(first & candidates()):
         try:
             os.unlink(path)
         except OSError:

@@ -119,10 +119,8 @@ def _read_timeline_with_pandas(path: Path) -> Timeline | None:
     device, op = df["device"].cat, df["op"].cat
     if (device.codes < 0).any() or (op.codes < 0).any():
         return None             # an empty name: read as text, like every other row
-    return Timeline(df["t_s"].to_numpy(np.float64), device.codes.to_numpy().astype(np.int32),
-                    [str(d) for d in device.categories], op.codes.to_numpy().astype(np.int32),
-                    [str(o) for o in op.categories], df["requests"].to_numpy(np.int64),
-                    df["bytes"].to_numpy(np.int64))
+    return Timeline(df["t_s"].to_numpy(), device.codes.to_numpy(), device.categories, op.codes.to_numpy(),
+                    op.categories, df["requests"].to_numpy(), df["bytes"].to_numpy())
 
 
 def _crc(path: Path) -> int:

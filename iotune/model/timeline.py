@@ -35,20 +35,21 @@ class Timeline(Sequence[TimelinePoint]):
 
     __slots__ = ("t_s", "device_code", "devices", "op_code", "ops", "requests", "bytes")
 
-    def __init__(self, t_s: Floats, device_code: Codes, devices: Sequence[str], op_code: Codes,
-                 ops: Sequence[str], requests: Ints, nbytes: Ints) -> None:
-        n = len(t_s)
-        if not all(len(c) == n for c in (device_code, op_code, requests, nbytes)):
+    def __init__(self, t_s: npt.ArrayLike, device_code: npt.ArrayLike, devices: Iterable[str],
+                 op_code: npt.ArrayLike, ops: Iterable[str], requests: npt.ArrayLike, nbytes: npt.ArrayLike) -> None:
+        """Columns of any array-like (each is converted to its dtype; names as given)."""
+        self.t_s: Floats = np.asarray(t_s, dtype=np.float64)
+        self.device_code: Codes = np.asarray(device_code, dtype=np.int32)
+        self.op_code: Codes = np.asarray(op_code, dtype=np.int32)
+        self.requests: Ints = np.asarray(requests, dtype=np.int64)
+        self.bytes: Ints = np.asarray(nbytes, dtype=np.int64)
+        self.devices = tuple(str(d) for d in devices)
+        self.ops = tuple(str(o) for o in ops)
+        columns = (self.t_s, self.device_code, self.op_code, self.requests, self.bytes)
+        if any(len(c) != len(self.t_s) for c in columns):
             raise ValueError("timeline columns differ in length")
-        for column in (t_s, device_code, op_code, requests, nbytes):
+        for column in columns:
             column.flags.writeable = False          # a record: read, never changed in place
-        self.t_s = t_s
-        self.device_code = device_code
-        self.devices = tuple(devices)
-        self.op_code = op_code
-        self.ops = tuple(ops)
-        self.requests = requests
-        self.bytes = nbytes
 
     @classmethod
     def from_points(cls, points: Iterable[TimelinePoint]) -> Timeline:
@@ -67,10 +68,8 @@ class Timeline(Sequence[TimelinePoint]):
         dev_index: defaultdict[str, int] = defaultdict(count().__next__)
         op_index: defaultdict[str, int] = defaultdict(count().__next__)
         n = len(t_s)
-        return cls(np.asarray(t_s, dtype=np.float64),
-                   np.fromiter(map(dev_index.__getitem__, device), np.int32, n), list(dev_index),
-                   np.fromiter(map(op_index.__getitem__, op), np.int32, n), list(op_index),
-                   np.asarray(requests, dtype=np.int64).reshape(n), np.asarray(nbytes, dtype=np.int64).reshape(n))
+        return cls(t_s, np.fromiter(map(dev_index.__getitem__, device), np.int32, n), list(dev_index),
+                   np.fromiter(map(op_index.__getitem__, op), np.int32, n), list(op_index), requests, nbytes)
 
     def __len__(self) -> int:
         return len(self.t_s)
@@ -98,11 +97,8 @@ class Timeline(Sequence[TimelinePoint]):
                        map(ops.__getitem__, self.op_code.tolist()), self.requests.tolist(), self.bytes.tolist()))
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, Timeline):
-            return (len(self) == len(other) and bool(np.array_equal(self.t_s, other.t_s))
-                    and bool(np.array_equal(self.requests, other.requests))
-                    and bool(np.array_equal(self.bytes, other.bytes)) and tuple(self) == tuple(other))
-        if isinstance(other, (tuple, list)):
+        """Equal to any timeline, tuple or list of the same points."""
+        if isinstance(other, (Timeline, tuple, list)):
             return len(self) == len(other) and tuple(self) == tuple(other)
         return NotImplemented
 
@@ -136,10 +132,8 @@ def to_npz_arrays(tl: Timeline) -> dict[str, Any]:
 
 
 def from_npz_arrays(data: Any) -> Timeline:
-    return Timeline(np.asarray(data["t_s"], dtype=np.float64), np.asarray(data["device_code"], dtype=np.int32),
-                    [str(d) for d in data["devices"]], np.asarray(data["op_code"], dtype=np.int32),
-                    [str(o) for o in data["ops"]], np.asarray(data["requests"], dtype=np.int64),
-                    np.asarray(data["bytes"], dtype=np.int64))
+    return Timeline(data["t_s"], data["device_code"], data["devices"], data["op_code"], data["ops"],
+                    data["requests"], data["bytes"])
 
 
 @contextmanager
