@@ -120,19 +120,25 @@ def test_variants_of_each_filesystem() -> None:
         fs_variants(("zfs",), ())
 
 
-COW_CAP = 400 * MB      # above what btrfs copy-on-write direct writes sustain here (about 220 MB/s)
+# Copy-on-write direct writes on btrfs are held back by the filesystem itself (new extents and
+# checksums per write), not by the drive: measured here at 310-345 MB/s whatever the cap above it
+# (400, 600, 800 and 1600 MB/s, 2026-11-24; 215 MB/s with both cores busy). At a 400 MB/s cap that
+# left copy-on-write at 0.78-0.86 of nodatacow, too close for a test. At 600 MB/s it is 0.35-0.6 and
+# nodatacow still reaches the cap with both cores busy (576-678 MB/s); at 800 MB/s it did not then.
+COW_CAP = 600 * MB
 
 
 @pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
 def test_filesystem_dimension_ranks_nodatacow_above_cow(tmp_path: Path) -> None:
     """btrfs with copy-on-write writes new extents and checksums on every
-    direct write: on a drive capped at 400 MB/s its writes stay near half
-    the cap, while nodatacow writes at the cap (ENVIRONMENT.md); reads tie."""
+    direct write: on a drive capped at 600 MB/s its writes stay near half
+    the cap (about 320 MB/s, the filesystem's own limit here), while nodatacow
+    writes at the cap (ENVIRONMENT.md); reads tie."""
     (tmp_path / "p.toml").write_text(
         '[space]\nblock_size = ["1M"]\nqueue_depth = [8]\nintra_op_parallelism = [1]\nsingle_submit = [false]\n'
         'overlap_events = [true]\n[run]\nsearch = "grid"\nrepeats = 1\nconfirm_top = 0\nfile_bytes = "8M"\n'
         'runtime_s = 1.5\nramp_s = 0.5\n')
-    r = CliRunner().invoke(cli, ["sweep", "--layouts", "1", "--filesystems", "btrfs", "--drive-cap", "400MB/s",
+    r = CliRunner().invoke(cli, ["sweep", "--layouts", "1", "--filesystems", "btrfs", "--drive-cap", "600MB/s",
                                  "--profile", str(tmp_path / "p.toml"), "-o", str(tmp_path / "j"), "--json"])
     assert r.exit_code == 0, r.stderr[-3000:]
     doc = json.loads(r.stdout)
@@ -142,7 +148,7 @@ def test_filesystem_dimension_ranks_nodatacow_above_cow(tmp_path: Path) -> None:
     # nodatacow writes reach the cap (measured up to 10% over it under load: blkio lets bursts
     # through, which is the throttle's doing, not the filesystem's); copy-on-write stays far below
     assert nocow["write_bytes_per_s"] >= 0.9 * COW_CAP, nocow
-    assert cow["write_bytes_per_s"] < 0.75 * nocow["write_bytes_per_s"], (cow, nocow)
+    assert cow["write_bytes_per_s"] < 0.7 * nocow["write_bytes_per_s"], (cow, nocow)
     assert cow["read_bytes_per_s"] == pytest.approx(nocow["read_bytes_per_s"], rel=0.10)
     assert doc["layout_ranking"] == ["btrfs-1", "btrfs-cow-1"]
     assert doc["filesystem_effect"] == pytest.approx(nocow["median"] / cow["median"], rel=1e-12)
