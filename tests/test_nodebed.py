@@ -103,3 +103,18 @@ def test_two_beds_at_once_share_the_path_without_breaking_each_other(tmp_path: P
             r = ssh(second, second.hosts[0], "findmnt", "-n", "-o", "SOURCE", str(shared))
             assert (r.returncode, r.stdout.strip()) == (0, second.nodes[0].drive.device.path)
     assert shared.is_dir() and not any(shared.iterdir())
+
+
+def test_a_node_shares_the_callers_cache_of_built_ops(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """sshd gives each session a clean environment; the bed hands its
+    sessions the caller's TORCH_EXTENSIONS_DIR, so DeepSpeed on a node loads
+    the ops already built here instead of building them again in ~/.cache."""
+    cache = tmp_path / "built ops"              # a space survives sshd_config's quoting
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(cache))
+    with node_bed([0], shared_path=tmp_path / "shared", size_bytes=64 << 20, first_address=40) as bed:
+        r = ssh(bed, bed.hosts[0], "printenv", "TORCH_EXTENSIONS_DIR")
+        assert (r.returncode, r.stdout) == (0, f"{cache}\n"), r.stderr
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR")
+    with node_bed([0], shared_path=tmp_path / "shared", size_bytes=64 << 20, first_address=40) as bed:
+        r = ssh(bed, bed.hosts[0], "printenv", "TORCH_EXTENSIONS_DIR")
+        assert (r.returncode, r.stdout) == (1, ""), r.stderr      # not set here, not set there

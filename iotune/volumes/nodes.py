@@ -22,7 +22,10 @@ nodes), one page cache and one scheduler (all nodes share the CPUs and
 memory, so a busy node slows the others), one clock (no clock skew between
 nodes), one hostname, and the rest of the filesystem (/tmp, the venv) is
 shared; only the shared path differs per node. Storage is the one thing
-that differs, which is what the bed is for.
+that differs, which is what the bed is for. Since the filesystem is shared,
+so is the cache of built DeepSpeed ops: a session on a node gets the
+caller's TORCH_EXTENSIONS_DIR (when set), as a real cluster's shared home
+would give every node the same cache.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,7 +134,7 @@ def node_bed(caps_bytes_per_s: Sequence[int], shared_path: Path = SHARED_PATH, s
         addresses = [f"127.0.0.{first_address + i}" for i in range(len(caps_bytes_per_s))]
         port = _free_port(addresses)
         sshd_config = where / "sshd_config"
-        sshd_config.write_text(SSHD_CONFIG.format(dir=where))
+        sshd_config.write_text(SSHD_CONFIG.format(dir=where) + _session_env(os.environ))
         ssh_config = where / "ssh_config"
         ssh_config.write_text(SSH_CONFIG.format(dir=where, port=port))
         _make_shared_path(stack, shared_path)
@@ -141,6 +144,16 @@ def node_bed(caps_bytes_per_s: Sequence[int], shared_path: Path = SHARED_PATH, s
             drive = stack.enter_context(scratch_drive(where, size_bytes, cap, "ext4"))
             nodes.append(_start_node(stack, where, address, port, drive, cap, shared_path, sshd_config))
         yield NodeBed(tuple(nodes), shared_path, port, where, ssh_config)
+
+
+# What a node's sessions inherit from whoever built the bed (sshd gives a session a clean environment).
+INHERITED = ("TORCH_EXTENSIONS_DIR",)
+
+
+def _session_env(environ: Mapping[str, str]) -> str:
+    """The sshd_config line setting the inherited variables that are set here."""
+    pairs = [f'"{name}={environ[name]}"' for name in INHERITED if environ.get(name)]
+    return f"SetEnv {' '.join(pairs)}\n" if pairs else ""
 
 
 def _which(tool: str) -> str | None:
