@@ -133,3 +133,33 @@ def test_profiles_set_the_pairs_and_the_noise_floor(tmp_path: Path) -> None:
     (tmp_path / "p.toml").write_text("[run]\nnoise_floor = 5\n")
     with pytest.raises(UsageError, match=r"\[run\] noise_floor \(line 2\): expected a fraction in \[0, 1\)"):
         load_profile(str(tmp_path / "p.toml"))
+
+
+def test_points_fio_cannot_tell_from_the_first_are_marked_as_ties() -> None:
+    """fio's 2 % difference between 8M/qd4 and 256K/qd4 is inside its noise
+    (5 %): the table says so on both rows, the report says what decides, and
+    a point 2× slower is no tie."""
+    from iotune.render.html_sweep import sweep_page
+
+    def outcome(ranking: list[Ranked], confirmed: list[Ranked]) -> SweepOutcome:
+        return SweepOutcome(target="/d", profile="p", executor="fio", ranking=ranking, confirmed=confirmed,
+                            recommended=FAST, default=ranking[-1], ceiling_bytes_per_s=None, ceiling_source="",
+                            fragment={}, validation_error=None, trials=3, trials_run_now=3, failed=0, journal="j")
+
+    tied = outcome([ranked(FAST, 2.0e8), ranked(CHEAP, 1.96e8), ranked(DEFAULT, 1e8)], [])
+    assert [r.point for r in tied.tied_with_first()] == [CHEAP]
+    rows = [line for line in render_sweep(tied).splitlines() if "MB/s" not in line and " 4 " in line]
+    assert [("ties #2 " in r, "ties #1 " in r) for r in rows] == [(True, False), (False, True)], rows
+    assert ("#2 is within 5% of #1 (the noise: 5% or the larger spread): fio cannot tell them apart; run the "
+            "sweep with training steps") in " ".join(render_sweep(tied).split())
+    confirmed = outcome(tied.ranking, [ranked(FAST, 2.0, "steps"), ranked(DEFAULT, 1.0, "steps")])
+    assert "training steps decided between them (below)" in " ".join(render_sweep(confirmed).split())
+    page = sweep_page(confirmed).html()
+    assert "ties #1" in page and "training steps decided between them" in page
+
+    three = outcome([ranked(FAST, 2.0e8), ranked(CHEAP, 1.96e8), ranked(SweepPoint(queue_depth=16), 1.92e8),
+                     ranked(DEFAULT, 1e8)], [])
+    assert "#2–#3 are within 5% of #1" in " ".join(render_sweep(three).split())
+    apart = outcome([ranked(FAST, 2.0e8), ranked(DEFAULT, 1e8)], [])
+    assert apart.tied_with_first() == [] and "ties #1" not in render_sweep(apart)
+    assert "cannot tell them apart" not in render_sweep(apart)

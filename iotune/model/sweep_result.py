@@ -105,12 +105,32 @@ class SweepOutcome:
     threads: list[Ranked] = field(default_factory=list)   # the recommendation at each OMP_NUM_THREADS
     omp_threads_best: int = 0                  # the thread count to use (0: not measured)
 
+    def tied_with_first(self) -> list[Ranked]:
+        """The ranked points (after the first) the executor cannot tell apart
+        from the first: within the noise (MIN_NOISE or their spread)."""
+        if not self.ranking:
+            return []
+        return [r for r in self.ranking[1:] if tie(self.ranking[0], r)]
+
     def recommended_row(self) -> Ranked | None:
         """The recommendation's row in the executor's ranking."""
         if self.recommended is None:
             return None
         key = self.recommended.key()
         return next((r for r in self.ranking if r.point.key() == key), None)
+
+
+# Two configs within 5% are never told apart: run-to-run variation of storage
+# measurements (throttle bursts, writeback, device housekeeping) is of that order.
+MIN_NOISE = 0.05
+
+
+def tie(a: Ranked, b: Ranked, noise: float = MIN_NOISE) -> bool:
+    """True when a and b differ by less than the noise of either."""
+    if a.median <= 0 or b.median <= 0:
+        return False
+    band = max(noise, a.spread, b.spread)
+    return abs(a.median - b.median) <= band * max(a.median, b.median)
 
 
 def gain(best: Ranked | None, default: Ranked | None) -> float | None:

@@ -14,7 +14,7 @@ from ..model.sweep_result import LayoutSweep, Ranked, SweepOutcome
 from . import units
 from .html import Page, esc
 from .html_trace import TIMELINE_POINTS, colour, sig
-from .sweep import summary_text
+from .sweep import ranking_notes, summary_text, ties_text
 
 TOP = 30
 
@@ -55,15 +55,16 @@ def heatmap(page: Page, o: SweepOutcome) -> None:
 
 
 def ranking_table(page: Page, o: SweepOutcome) -> None:
-    default_key = o.default.point.key() if o.default else ""
+    notes = ranking_notes(o)
     rows = [(i, *_point(r), units.rate(r.read_bytes_per_s), units.rate(r.write_bytes_per_s), units.rate(r.median),
-             f"{100 * r.spread:.1f}%", _runs(r), units.size(r.point.pinned_bytes()),
-             "DeepSpeed default" if r.point.key() == default_key else "")
+             f"{100 * r.spread:.1f}%", _runs(r), units.size(r.point.pinned_bytes()), notes[i - 1])
             for i, r in enumerate(o.ranking[:TOP], 1)]
     page.table(("#", "block", "qd", "threads", "single_submit", "overlap", "engine", "read MB/s", "write MB/s",
                 "score MB/s", "spread", "runs", "pinned", "note"), rows,
                f"Ranking by {o.executor} (score: harmonic mean of read and write MB/s)"
                + (f"; {len(o.ranking) - TOP} more in the journal" if len(o.ranking) > TOP else ""))
+    if ties_text(o):
+        page.paragraph(ties_text(o))
 
 
 def confirmation(page: Page, o: SweepOutcome) -> None:

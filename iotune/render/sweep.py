@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..model.netfs import NETFS_FAMILIES
-from ..model.sweep_result import LayoutSweep, Ranked, SweepOutcome, gain
+from ..model.sweep_result import MIN_NOISE, LayoutSweep, Ranked, SweepOutcome, gain
 from . import units
 
 TOP = 15
@@ -25,20 +25,60 @@ def _point_cells(r: Ranked) -> list[str]:
             "yes" if p.single_submit else "no", "yes" if p.overlap_events else "no"]
 
 
+def _tied_ranks(o: SweepOutcome) -> str:
+    """The places of the points tied with the first: "#2", "#2–#4", "#2, #5"."""
+    tied = {r.point.key() for r in o.tied_with_first()}
+    places = [i for i, r in enumerate(o.ranking, 1) if r.point.key() in tied]
+    if not places:
+        return ""
+    if places == list(range(places[0], places[-1] + 1)) and len(places) > 1:
+        return f"#{places[0]}–#{places[-1]}"
+    return ", ".join(f"#{i}" for i in places)
+
+
+def ranking_notes(o: SweepOutcome) -> list[str]:
+    """The note of each row of o.ranking: DeepSpeed's defaults, and which
+    points the executor cannot tell apart from the first."""
+    default_key = o.default.point.key() if o.default else ""
+    tied = {r.point.key() for r in o.tied_with_first()}
+    notes = []
+    for i, r in enumerate(o.ranking):
+        marks = ["DeepSpeed default"] if r.point.key() == default_key else []
+        if i == 0 and tied:
+            marks.append(f"ties {_tied_ranks(o)}")
+        elif r.point.key() in tied:
+            marks.append("ties #1")
+        notes.append(", ".join(marks))
+    return notes
+
+
+def ties_text(o: SweepOutcome) -> str:
+    """What a tie at the top means for this sweep ("" without one)."""
+    tied = o.tied_with_first()
+    if not tied:
+        return ""
+    band = 100 * max([MIN_NOISE, o.ranking[0].spread, *(r.spread for r in tied)])
+    then = ("training steps decided between them (below)" if o.confirmed
+            else "run the sweep with training steps (the default profile) to let real steps decide")
+    return (f"{_tied_ranks(o)} {'is' if len(tied) == 1 else 'are'} within {band:.0f}% of #1 (the noise: "
+            f"{100 * MIN_NOISE:.0f}% or the larger spread): {o.executor} cannot tell them apart; {then}.")
+
+
 def ranking_table(o: SweepOutcome) -> RenderableType:
     t = Table(title=f"Ranking by {o.executor} (MB/s decimal; score: harmonic mean of read and write)",
               title_justify="left", show_edge=False, pad_edge=False)
     for col in ("#", "block", "qd", "threads", "single_submit", "overlap", "read MB/s", "write MB/s",
                 "score MB/s", "spread", "runs", "pinned", "note"):
         t.add_column(col, justify="left" if col == "note" else "right")
-    default_key = o.default.point.key() if o.default else ""
+    notes = ranking_notes(o)
     for i, r in enumerate(o.ranking[:TOP], 1):
-        mark = "DeepSpeed default" if r.point.key() == default_key else ""
         runs = f"{len(r.scores)}" + (f"+{r.failed} failed" if r.failed else "")
         t.add_row(str(i), *_point_cells(r), units.rate(r.read_bytes_per_s), units.rate(r.write_bytes_per_s),
-                  units.rate(r.median), f"{100 * r.spread:.1f}%", runs, units.size(r.point.pinned_bytes()), mark)
+                  units.rate(r.median), f"{100 * r.spread:.1f}%", runs, units.size(r.point.pinned_bytes()),
+                  notes[i - 1])
     more = len(o.ranking) - TOP
-    return Group(t, Text(f"… {more} more in the journal\n" if more > 0 else "", style="dim"))
+    lines = [ties_text(o), f"… {more} more in the journal" if more > 0 else ""]
+    return Group(t, Text("\n".join(x for x in lines if x) + "\n", style="dim"))
 
 
 def confirmed_table(o: SweepOutcome) -> RenderableType:

@@ -22,11 +22,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from ..model.sweep import Trial
-from ..model.sweep_result import Ranked
+from ..model.sweep_result import MIN_NOISE, Ranked, tie
 
-# Two configs within 5% are never told apart: run-to-run variation of storage
-# measurements (throttle bursts, writeback, device housekeeping) is of that order.
-MIN_NOISE = 0.05
 # Medians within 0.1 % are one value: below what a trial resolves (fio's runtime
 # is in ms over seconds-long directions, bandwidth steps are of that order).
 RESOLUTION = 0.001
@@ -54,14 +51,6 @@ def summarize_trials(trials: Sequence[Trial], executor: str) -> list[Ranked]:
             optimizer_step_s=statistics.median(opt) if opt else None,
         ))
     return out
-
-
-def tie(a: Ranked, b: Ranked, noise: float = MIN_NOISE) -> bool:
-    """True when a and b differ by less than the noise of either."""
-    if a.median <= 0 or b.median <= 0:
-        return False
-    band = max(noise, a.spread, b.spread)
-    return abs(a.median - b.median) <= band * max(a.median, b.median)
 
 
 def rank(rows: list[Ranked], noise: float = MIN_NOISE) -> list[Ranked]:
