@@ -205,6 +205,24 @@ def test_known_counts_through_each_interface_on_the_fuse_bed(fusebed: Path) -> N
 
 @needs_root
 @needs_fio
+def test_in_flight_depth_is_what_the_job_really_keeps_in_flight(fusebed: Path) -> None:
+    """On the FUSE bed every request takes at least 200 µs, so a job fills
+    its queue: libaio at iodepth 5 keeps 5 in flight. fio's io_uring engine
+    rounds iodepth up to a power of two (its ring size), so iodepth 5 keeps
+    8 in flight and iodepth 4 keeps 4: the probe shows the 8, not the 5."""
+    lay_out(fusebed)
+    got = {}
+    for engine, name, depth in (("libaio", "aio", 5), ("io_uring", "uring", 5), ("io_uring", "uring", 4)):
+        run = traced(fusebed, fio(fusebed / name, engine, "write", 64 * KiB, 60, f"--iodepth={depth}"))
+        assert run.exit_status == 0 and run.app is not None
+        [fs] = [fs for fs in run.app.filesystems if fs.op == "write"]
+        assert sum(fs.depth.values()) == 60
+        got[(engine, depth)] = max(fs.depth)
+    assert got == {("libaio", 5): 5, ("io_uring", 5): 8, ("io_uring", 4): 4}
+
+
+@needs_root
+@needs_fio
 def test_processes_outside_the_command_are_not_counted(fusebed: Path) -> None:
     lay_out(fusebed)
     outsider = subprocess.Popen(["sh", "-c", f"while :; do dd if=/dev/zero of={fusebed}/other bs=4k count=4 "
