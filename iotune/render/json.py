@@ -45,7 +45,6 @@ class JsonRenderer:
         }
 
 
-
 # Where the timeline goes in the indented document: a string no other value can
 # hold (argv and device names cannot contain NUL).
 _TIMELINE_SLOT = "\0iotune timeline\0"
@@ -55,7 +54,7 @@ def _dumps(doc: dict[str, object], run: TraceRun) -> str:
     """The document indented, its timeline one compact point per line.
 
     A day-long run has over a million timeline points; json's indenting
-    encoder is pure Python (11 s for such a run, 150 MB), while the points
+    encoder is pure Python (11 s for such a run, 160 MB), while the points
     written from the timeline's columns take about a second. Same JSON."""
     run_doc = doc["run"]
     assert isinstance(run_doc, dict)
