@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import asdict
+from typing import cast
 
 import numpy as np
 
@@ -56,9 +57,7 @@ def _dumps(doc: dict[str, object], run: TraceRun) -> str:
     A day-long run has over a million timeline points; json's indenting
     encoder is pure Python (11 s for such a run, 160 MB), while the points
     written from the timeline's columns take about a second. Same JSON."""
-    run_doc = doc["run"]
-    assert isinstance(run_doc, dict)
-    run_doc["timeline"] = _TIMELINE_SLOT
+    cast(dict[str, object], doc["run"])["timeline"] = _TIMELINE_SLOT   # document() made it a dict
     text = json.dumps(doc, indent=1, allow_nan=False)
     return text.replace(json.dumps(_TIMELINE_SLOT), timeline_json(run.timeline, depth=2), 1) + "\n"
 
