@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..errors import IotuneError, PrivilegeError
+from .ledger import note
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +52,13 @@ def blkio_cgroup(name_hint: str, limits: Iterable[Throttle | tuple[str, int, int
     if not (BLKIO / "blkio.throttle.read_bps_device").exists():
         raise IotuneError(f"cgroup v1 blkio throttling is not available ({BLKIO}): "
                           f"run uncapped (a cap of 0) or on a kernel with CONFIG_BLK_DEV_THROTTLING")
-    cg = _make(name_hint)
-    try:
+    with contextlib.ExitStack() as stack:
+        cg = _make(name_hint)
+        note(stack, "cgroup", path=cg)        # after: the name was free until mkdir took it
+        stack.callback(remove_cgroup, cg)
         for limit in limits:
             _throttle(cg, Throttle(*limit))
         yield cg
-    finally:
-        remove_cgroup(cg)
 
 
 def _make(name_hint: str) -> Path:

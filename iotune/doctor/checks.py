@@ -11,6 +11,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
+from ..blockdev import ledger
 from ..blockdev.directio import direct_io_problem
 from ..blockdev.proc import not_installed, run
 from ..errors import IotuneError
@@ -148,11 +149,28 @@ def check_deepspeed() -> CheckResult:
     return CheckResult("deepspeed", "ok", "importable")
 
 
+LEFTOVERS = "leftovers"
+
+
+def check_leftovers() -> CheckResult:
+    """What killed iotune runs left: loop devices, mounts, cgroups, files,
+    daemons and processes whose maker is gone (see blockdev/ledger.py)."""
+    if os.geteuid() != 0:
+        return CheckResult(LEFTOVERS, "skip", "needs root (reads other processes' environments)")
+    found = ledger.leftovers()
+    lines = [f"{line} [from `{lo.command}`, pid {lo.owner.split('-')[0]}, gone]" for lo in found for line in lo.lines()]
+    lines += [f"{e.describe()} [named like an older iotune's, its pid gone]" for e in ledger.unrecorded()]
+    if not lines:
+        return CheckResult(LEFTOVERS, "ok", "nothing left behind by a killed iotune run")
+    return CheckResult(LEFTOVERS, "fail", f"{len(lines)} left by iotune runs that were killed: " + "; ".join(lines),
+                       "iotune doctor --fix (removes only what iotune made)", fixable=True)
+
+
 CHECKS: tuple[Callable[[], CheckResult], ...] = (
     check_privileges, check_tracefs, *(partial(check_kernel_feature, f) for f in kernel.KERNEL_FEATURES),
     check_app_tracepoints, check_headers,
     check_bcc_import, check_bcc_compile, check_fio, check_libaio, check_blkio_cgroup,
-    check_loop, check_deepspeed,
+    check_loop, check_deepspeed, check_leftovers,
 )
 
 

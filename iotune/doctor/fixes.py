@@ -8,6 +8,7 @@ import platform
 import site
 from pathlib import Path
 
+from ..blockdev import ledger
 from ..blockdev.proc import run
 from ..errors import PrivilegeError
 from ..model.checks import CheckResult
@@ -46,6 +47,8 @@ def apply_fixes(results: list[CheckResult]) -> list[str]:
         run(["apt-get", "install", "-y", "-q", *packages])
         done.append("apt-get install " + " ".join(packages))
     names = {r.name for r in todo}
+    if "leftovers" in names:
+        done += ledger.reclaim()
     if "tracefs" in names:
         kernel.ensure_tracefs()
         done.append("mounted tracefs")

@@ -28,6 +28,7 @@ iotune.resources, so nothing here imports trace):
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -43,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from ..blockdev.cgroup import join_cgroup_preexec
+from ..blockdev.ledger import note
 from ..blockdev.oplocks import build_locks, extension_roots, release_locks_left_since
 from ..blockdev.proc import kill_group, kill_session, last_line
 from ..dsconfig import read_ds_config
@@ -162,9 +164,13 @@ class CommandExecutor:
         self.what = f"optimizer steps each of `{shlex.join(job.argv)}`"
 
     def run(self, point: SweepPoint, target: Target) -> tuple[Measurement, dict[str, Any]]:
-        work = Path(tempfile.mkdtemp(prefix="iotune-cmd-"))
-        swap = Path(tempfile.mkdtemp(prefix=SWAP_PREFIX, dir=target.directory))
-        try:
+        with contextlib.ExitStack() as stack:
+            work = Path(tempfile.mkdtemp(prefix="iotune-cmd-"))
+            note(stack, "dir", path=work.resolve())
+            stack.callback(shutil.rmtree, work, True)
+            swap = Path(tempfile.mkdtemp(prefix=SWAP_PREFIX, dir=target.directory))
+            note(stack, "dir", path=swap.resolve())
+            stack.callback(shutil.rmtree, swap, True)
             name = self.job.config_path.name if self.job.config_path.suffix == ".json" else "ds_config.json"
             config_path = work / name
             config_path.write_text(json.dumps(trial_config(self.job.config, point, swap), indent=2) + "\n")
@@ -176,9 +182,6 @@ class CommandExecutor:
                 env["OMP_NUM_THREADS"] = str(point.omp_threads)
             job = run_job(argv, env, target.cgroup, self.job.timeout_s, work, events, self.job.steps)
             return self._measure(point, argv, job, events, swap)
-        finally:
-            shutil.rmtree(swap, ignore_errors=True)
-            shutil.rmtree(work, ignore_errors=True)
 
     def _measure(self, point: SweepPoint, argv: list[str], job: JobRun, events: Path,
                  swap: Path) -> tuple[Measurement, dict[str, Any]]:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..blockdev.cgroup import Throttle, blkio_cgroup
 from ..blockdev.devices import BlockDevice
+from ..blockdev.ledger import note
 from ..errors import UsageError
 from ..model.bed import DEEPSPEED_DEFAULT_POINT as DEFAULT
 from ..model.bed import AioPoint, BedSpec
@@ -126,6 +127,7 @@ def running_bed(name: str, directory: Path | None = None) -> Iterator[Bed]:
                        for _ in range(spec.drives))
         cgroup = stack.enter_context(blkio_cgroup(f"bed-{name}", [_throttle(d, spec.member) for d in drives]))
         mnt = Path(tempfile.mkdtemp(prefix=f"iotune-bed-{name}-", dir=directory))
+        note(stack, "dir", path=mnt.resolve())
         stack.callback(_rmdir, mnt)
         layout = LayoutSpec(devices=tuple(d.device.path for d in drives), raid0=True, backend="btrfs",
                             fstype=spec.fstype, mount_options=spec.mount_options)

@@ -48,6 +48,7 @@ from pathlib import Path
 
 from ..blockdev.cgroup import Throttle, blkio_cgroup
 from ..blockdev.devices import BlockDevice
+from ..blockdev.ledger import note, note_process
 from ..errors import IotuneError, UsageError
 from ..model.drive import DriveLimits
 from .parts import MKFS, attach_loop, create_file, format_and_mount, require_root
@@ -189,12 +190,14 @@ def _drive_dir(stack: contextlib.ExitStack, directory: Path | None) -> Path:
     if not parent.is_dir():
         raise UsageError(f"--dir {parent} is not a directory: create it or choose another")
     drive_dir = Path(tempfile.mkdtemp(prefix="iotune-emulated-", dir=parent)).resolve()
+    note(stack, "dir", path=drive_dir)
     stack.callback(_remove_dir, drive_dir)
     return drive_dir
 
 
 def _make_dir(stack: contextlib.ExitStack, path: Path) -> Path:
     path.mkdir()
+    note(stack, "dir", path=path)
     stack.callback(_remove_dir, path)
     return path
 
@@ -217,9 +220,12 @@ def _start_daemon(stack: contextlib.ExitStack, binary: Path, backing: Path, moun
             f"--backing-dir={backing}" if tree else f"--backing={backing}", f"--latency-ns={round(limits.latency_us * 1000)}",
             f"--parallelism={limits.parallelism}", str(mount_dir)]
     with log_path.open("xb") as err:
+        note(stack, "file", path=log_path)
         stack.callback(log_path.unlink, True)
+        note(stack, "mount", target=mount_dir)         # before: the mount point is ours
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
                                 start_new_session=True)
+    note_process(stack, proc.pid, "the emulated drive's FUSE daemon")
     stack.callback(_stop_daemon, proc, mount_dir)
     _wait_mounted(proc, mount_dir, log_path)
     return proc

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..blockdev.devices import SYS_BLOCK, BlockDevice, resolve_device
+from ..blockdev.ledger import note
 from ..blockdev.proc import run
 from ..errors import IotuneError, UsageError
 from ..model.layout import BuildPlan, LayoutSpec
@@ -120,8 +121,10 @@ def build_layout(spec: LayoutSpec, mount_point: Path, destroy_data: tuple[str, .
         mount_point.mkdir(parents=True, exist_ok=True)
         for argv in plan.commands:
             if argv[0] == "mdadm":
+                note(stack, "md", device=argv[2])
                 stack.callback(_stop_md, argv[2])
             if argv[0] == "mount":
+                note(stack, "mount", target=mount_point.resolve())
                 stack.callback(unmount, mount_point)
             run(list(argv))
         yield Volume(mount_point, plan, members)
@@ -138,6 +141,7 @@ def _tune_queue(stack: contextlib.ExitStack, dev: BlockDevice, settings: dict[st
         old = path.read_text().strip()
         if knob == "scheduler" and "[" in old:
             old = old[old.index("[") + 1:old.index("]")]
+        note(stack, "knob", path=path, old=old)       # before: the old value is what to come back to
         try:
             path.write_text(str(value))
         except OSError as e:

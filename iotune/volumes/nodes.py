@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..blockdev.cgroup import join_cgroup_preexec
+from ..blockdev.ledger import note, note_process
 from ..blockdev.proc import not_installed, run
 from ..errors import IotuneError
 from .parts import require_root, workdir
@@ -194,6 +195,7 @@ def _make_shared_path(stack: contextlib.ExitStack, path: Path) -> None:
     if path.exists():
         raise IotuneError(f"{path} exists and is not a directory: choose another shared path for the bed")
     path.mkdir(parents=True)
+    note(stack, "dir", path=path)
     stack.callback(_rmdir_unless_mounted, path)
 
 
@@ -235,11 +237,13 @@ def _start_node(stack: contextlib.ExitStack, where: Path, address: str, port: in
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                             preexec_fn=join_cgroup_preexec(drive.cgroup), start_new_session=True)
     own_ns = os.readlink("/proc/self/ns/mnt")
+    note_process(stack, proc.pid, f"bed node {address}")
     stack.callback(_stop_node, proc)
     _wait_listening(proc, address, port, where / f"sshd-{address}.log")
     ns = os.readlink(f"/proc/{proc.pid}/ns/mnt")
     if ns == own_ns:
         raise IotuneError(f"node {address}: sshd is not in a mount namespace of its own (unshare failed?)")
+    note(stack, "namespace", ns=ns, what=f"bed node {address}")
     stack.callback(_kill_namespace, ns, proc)
     return BedNode(address, drive, cap, proc.pid, ns)
 

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from ..blockdev.devices import BlockDevice, resolve_device
+from ..blockdev.ledger import loop_identity, note
 from ..blockdev.proc import run
 from ..errors import PrivilegeError, UsageError
 
@@ -32,6 +33,7 @@ def workdir(stack: contextlib.ExitStack, directory: Path | None, prefix: str) ->
     """`directory`, which must exist, or a fresh temporary one removed on exit."""
     if directory is None:
         made = Path(tempfile.mkdtemp(prefix=prefix))
+        note(stack, "dir", path=made)
         stack.callback(shutil.rmtree, made, True)
         return made
     if not directory.is_dir():
@@ -42,6 +44,7 @@ def workdir(stack: contextlib.ExitStack, directory: Path | None, prefix: str) ->
 def create_file(stack: contextlib.ExitStack, path: Path, size_bytes: int) -> None:
     """A new sparse file of `size_bytes`, removed on exit."""
     with path.open("xb") as fh:
+        note(stack, "file", path=path.resolve())
         fh.truncate(size_bytes)
     stack.callback(path.unlink, True)
 
@@ -50,6 +53,7 @@ def attach_loop(stack: contextlib.ExitStack, image: Path, sector_size: int = 0) 
     """A loop device with direct I/O over `image` (optionally with a logical
     sector size), detached on exit."""
     sector = ["--sector-size", str(sector_size)] if sector_size else []
+    note(stack, "loop", **loop_identity(image))          # before: the image is ours, so is any loop over it
     loop = run(["losetup", "--direct-io=on", *sector, "-f", "--show", str(image)]).strip()
     stack.callback(detach_loop, loop)
     reset_loop_queue(Path(loop).name)
@@ -94,6 +98,7 @@ def format_and_mount(stack: contextlib.ExitStack, device: BlockDevice, directory
     run([*MKFS[fstype], device.path])
     mnt = directory / f"iotune-mnt-{device.name}"
     mnt.mkdir(exist_ok=True)
+    note(stack, "mount", target=mnt.resolve(), rmdir=1)   # before: the directory is ours
     stack.callback(unmount, mnt)
     run(["mount", "-o", "noatime", device.path, str(mnt)])
     return mnt

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..blockdev.cgroup import join_cgroup_preexec
+from ..blockdev.ledger import note, note_process
 from ..blockdev.proc import not_installed
 from ..errors import IotuneError
 from .nodes import BedNode, NodeBed
@@ -128,6 +129,7 @@ def slurm_bed(bed: NodeBed) -> Iterator[SlurmBed]:
     t0 = time.monotonic()
     with contextlib.ExitStack() as stack:
         where = Path(tempfile.mkdtemp(prefix="iotune-slurmbed-"))
+        note(stack, "dir", path=where)
         stack.callback(shutil.rmtree, where, True)
         where.chmod(0o755)   # munged wants every directory above its socket searchable by all
         for sub in ("munge", "state", "spool", "logs"):
@@ -176,6 +178,7 @@ def _start(stack: contextlib.ExitStack, argv: list[str], log: Path, env: dict[st
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env,
                                 start_new_session=True, preexec_fn=join_cgroup_preexec(cgroup))
+    note_process(stack, proc.pid, Path(argv[0]).name if argv[0] != "nsenter" else "slurmd")
     stack.callback(_stop, proc)
     return proc
 
