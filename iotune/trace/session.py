@@ -19,6 +19,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..blockdev.devices import BlockDevice, describe, lower_devices, name_for_kdev, size_bytes
+from ..blockdev.ledger import note, opened_ledger
 from ..blockdev.targets import queue_limits
 from ..model.run import DeviceStats, HostInfo, TimelinePoint, TraceRun
 from . import child as childproc
@@ -130,13 +131,14 @@ def _events_dir(opts: TraceOptions) -> Iterator[Path | None]:
     if not opts.inject:
         yield None
         return
-    path = Path(tempfile.mkdtemp(prefix="iotune-events-"))
-    try:
+    with contextlib.ExitStack() as stack:
+        path = Path(tempfile.mkdtemp(prefix="iotune-events-"))
+        if opened_ledger() is not None:       # a run iotune owns (the demo's): a hard kill reclaims it too
+            note(stack, "dir", path=path.resolve())
+        stack.callback(shutil.rmtree, path, True)
         if opts.run_as is not None:
             os.chown(path, opts.run_as.uid, opts.run_as.gid)
         yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def _probe_config(opts: TraceOptions) -> ProbeConfig:

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 from ..blockdev.devices import BlockDevice, resolve_device
-from ..blockdev.ledger import loop_identity, note
+from ..blockdev.kinds import loop_identity
+from ..blockdev.ledger import note
 from ..blockdev.proc import run
 from ..errors import PrivilegeError, UsageError
 
