@@ -28,7 +28,7 @@ from iotune.cli import cli
 from iotune.cli.fleet import deepspeed_option
 from iotune.model.fleet import FleetRun, load_fleet
 from iotune.trace.attribution import INJECT_DIR
-from iotune.volumes.nodes import namespace_pids
+from iotune.blockdev.kinds import namespace_pids
 from iotune.volumes.slurmbed import SlurmBed
 from tests.nodebed import nodebed  # noqa: F401
 from tests.slurmbed import needs_slurmbed, slurmbed  # noqa: F401

@@ -23,7 +23,8 @@ from iotune.cli.fleet import deepspeed_hostfile
 from iotune.model.fleet import FleetRun, load_fleet
 from iotune.trace.agent import claim_events, node_identity
 from iotune.trace.fleet import read_hostfile
-from iotune.volumes.nodes import NodeBed, namespace_pids
+from iotune.blockdev.kinds import namespace_pids
+from iotune.volumes.nodes import NodeBed
 from tests.nodebed import needs_nodebed, nodebed  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from iotune.blockdev import ledger
-from iotune.blockdev.kinds import mount_points
+from iotune.blockdev.kinds import mount_points, namespace_pids
 
 from .conftest import ext4_mount, needs_deepspeed, needs_fio, needs_root
 
@@ -257,3 +257,68 @@ def test_a_killed_training_demo_leaves_no_training_process(tmp_path: Path) -> No
         assert not any("iotune.workloads.train" in _cmdline(int(p.name)) for p in Path("/proc").glob("[0-9]*"))
         assert foreign.intact()
 
+
+
+BED_HOLDER = """
+import sys
+from pathlib import Path
+from iotune.volumes.nodes import node_bed
+from iotune.volumes.slurmbed import slurm_bed
+with node_bed([0, 50_000_000], shared_path=Path(sys.argv[1]), size_bytes=64 << 20) as bed:
+    if sys.argv[2] == "slurm":
+        with slurm_bed(bed) as cluster:
+            print("ready", cluster.directory, *(n.sshd_pid for n in bed.nodes), flush=True)
+            sys.stdin.read()
+    else:
+        print("ready", bed.directory, *(n.sshd_pid for n in bed.nodes), flush=True)
+        sys.stdin.read()
+"""
+
+
+@needs_root
+@pytest.mark.parametrize("cluster", ["ssh", "slurm"])
+def test_a_killed_bed_holder_leaves_no_node_behind(tmp_path: Path, cluster: str) -> None:
+    """The multi-node bed (sshd per node, each in its own mount namespace)
+    and the Slurm bed on it (munged, slurmctld, a slurmd per node), held by a
+    process killed with SIGKILL: `iotune doctor --fix` stops every node and
+    daemon and removes their drives, cgroups and directories."""
+    from .nodebed import MISSING
+    from .slurmbed import missing_for_slurmbed
+
+    missing = MISSING or (missing_for_slurmbed() if cluster == "slurm" else None)
+    if missing:
+        pytest.skip(missing)
+    with foreign_drive(tmp_path) as foreign:
+        shared = tmp_path / "shared"
+        (tmp_path / "tmp").mkdir()
+        # munged's socket path must stay under 108 bytes: the Slurm bed's directory stays in /tmp
+        env = {**os.environ, **({"TMPDIR": str(tmp_path / "tmp")} if cluster == "ssh" else {})}
+        child = subprocess.Popen([sys.executable, "-c", BED_HOLDER, str(shared), cluster], text=True,
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        assert child.stdout is not None and child.stderr is not None
+        ready = child.stdout.readline().split()
+        if ready[:1] != ["ready"]:
+            child.kill()
+            pytest.fail(f"the bed did not come up: {child.stderr.read()[-2000:]}")
+        directory, sshd_pids = ready[1], [int(p) for p in ready[2:]]
+        namespaces = [os.readlink(f"/proc/{pid}/ns/mnt") for pid in sshd_pids]
+        daemons = [int(p.name) for p in Path("/proc").glob("[0-9]*") if directory in _cmdline(int(p.name))]
+        assert len(daemons) == (4 if cluster == "slurm" else 2)    # munged, slurmctld, 2 slurmds | 2 sshds
+        daemons += sshd_pids
+        child.kill()
+        child.wait()
+        fixed = subprocess.run([sys.executable, "-m", "iotune", "doctor", "--fix"], capture_output=True, text=True)
+        assert "Traceback" not in fixed.stderr, fixed.stderr
+        for ns, address in zip(namespaces, ("127.0.0.2", "127.0.0.3")):
+            assert f"fixed: removed processes of mount namespace {ns} (bed node {address})" in fixed.stderr
+        assert [pid for pid in daemons if Path(f"/proc/{pid}").exists() and "Z" not in _state(pid)] == []
+        assert [ns for ns in namespaces if namespace_pids(ns)] == []
+        assert left_behind(tmp_path, [child.pid], foreign) == []
+        assert not Path(directory).exists() and not shared.exists()
+        assert foreign.intact()
+
+
+def _state(pid: int) -> str:
+    with contextlib.suppress(OSError, IndexError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    return "X"

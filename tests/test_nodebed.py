@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from iotune.volumes.nodes import NodeBed, namespace_pids, node_bed
+from iotune.blockdev.kinds import namespace_pids
+from iotune.volumes.nodes import NodeBed, node_bed
 from tests.conftest import needs_fio
 from tests.nodebed import CAPS, MB, needs_nodebed, nodebed  # noqa: F401
 

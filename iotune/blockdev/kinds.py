@@ -180,20 +180,32 @@ def namespace_pids(ns: str) -> list[int]:
 
 
 def _foreign_namespace(ns: str) -> bool:
-    """Never empty our own or the machine's namespace, whatever a record says."""
-    with contextlib.suppress(OSError):
-        return ns not in (os.readlink("/proc/self/ns/mnt"), os.readlink("/proc/1/ns/mnt"))
-    return False
+    """Never empty our own or the machine's namespace, whatever a record says
+    (init's may be unreadable, as in a sandbox: then only ours is known)."""
+    ours = set()
+    for who in ("self", "1"):
+        with contextlib.suppress(OSError):
+            ours.add(os.readlink(f"/proc/{who}/ns/mnt"))
+    return bool(ours) and ns not in ours
 
 
-def _empty_namespace(facts: dict[str, str]) -> None:
-    ns = facts["ns"]
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    while _foreign_namespace(ns) and (pids := namespace_pids(ns)) and time.monotonic() < deadline:
+def empty_namespace(ns: str, term_s: float = 0.0, timeout_s: float = STOP_TIMEOUT_S,
+                    between: Callable[[], object] = lambda: None) -> list[int]:
+    """Signal every process in mount namespace `ns` until none is left:
+    SIGTERM for `term_s`, then SIGKILL (the namespace, and its hold on
+    mounts, goes with the last of them). Calls `between` after each round
+    (to reap a child); returns the pids still there after `timeout_s`."""
+    start = time.monotonic()
+    while _foreign_namespace(ns) and (pids := namespace_pids(ns)):
+        late = time.monotonic() - start
+        if late > timeout_s:
+            return pids
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.02)
+                os.kill(pid, signal.SIGKILL if late >= term_s else signal.SIGTERM)
+        time.sleep(0.05)
+        between()
+    return []
 
 
 def _knob_differs(facts: dict[str, str]) -> bool:
@@ -224,7 +236,8 @@ KINDS: dict[str, Kind] = {
     "mount": Kind(lambda f: f["target"] in mount_points(), _unmount, lambda f: f"mount {f['target']}"),
     "cgroup": Kind(lambda f: os.path.isdir(f["path"]), _remove_cgroup, lambda f: f"blkio cgroup {f['path']}"),
     "process": Kind(_process_alive, _stop_process, lambda f: f"process {f['pid']} ({f.get('what', '?')})"),
-    "namespace": Kind(lambda f: _foreign_namespace(f["ns"]) and bool(namespace_pids(f["ns"])), _empty_namespace,
+    "namespace": Kind(lambda f: _foreign_namespace(f["ns"]) and bool(namespace_pids(f["ns"])),
+                      lambda f: empty_namespace(f["ns"]),
                       lambda f: f"processes of mount namespace {f['ns']} ({f.get('what', '?')})"),
     "knob": Kind(_knob_differs, _restore_knob, lambda f: f"{f['path']} set from {f['old']!r}"),
     "md": Kind(lambda f: Path("/sys/block", Path(f["device"]).name).exists(), _stop_md,

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..blockdev.cgroup import join_cgroup_preexec
+from ..blockdev.kinds import empty_namespace
 from ..blockdev.ledger import note, note_process
 from ..blockdev.proc import not_installed, run
 from ..errors import IotuneError
@@ -266,30 +267,13 @@ def _last(log: Path) -> str:
     return lines[-1] if lines else "no message"
 
 
-def namespace_pids(ns: str) -> list[int]:
-    """Every process whose mount namespace is `ns` ("mnt:[...]")."""
-    pids = []
-    for entry in Path("/proc").glob("[0-9]*/ns/mnt"):
-        with contextlib.suppress(OSError):
-            if os.readlink(entry) == ns:
-                pids.append(int(entry.parts[2]))
-    return pids
-
-
 def _kill_namespace(ns: str, proc: subprocess.Popen[bytes], term_s: float = 2.0, timeout_s: float = 10.0) -> None:
     """SIGTERM, then after `term_s` SIGKILL, every process in the node's
     namespace (its sshd and every session it started) until none is left:
     the namespace, and its hold on the drive, goes with the last one."""
-    start = time.monotonic()
-    while pids := namespace_pids(ns):
-        late = time.monotonic() - start
-        if late > timeout_s:
-            raise IotuneError(f"processes {pids} of a bed node would not exit; kill them by hand")
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL if late > term_s else signal.SIGTERM)
-        time.sleep(0.05)
-        proc.poll()   # reap the sshd itself
+    left = empty_namespace(ns, term_s, timeout_s, between=proc.poll)   # poll reaps the sshd itself
+    if left:
+        raise IotuneError(f"processes {left} of a bed node would not exit; kill them by hand")
 
 
 def _stop_node(proc: subprocess.Popen[bytes]) -> None:
