@@ -38,7 +38,7 @@ class Kind:
     """How to tell that a recorded resource is still there, undo it, and name it."""
 
     present: Callable[[dict[str, str]], bool]
-    undo: Callable[[dict[str, str]], None]
+    undo: Callable[[dict[str, str]], object]
     describe: Callable[[dict[str, str]], str]
 
 
