@@ -101,6 +101,23 @@ def run_in_own_group(argv: list[str], timeout_s: float | None, preexec_fn: Calla
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
+def process_memory(pid: int | str = "self") -> dict[str, int]:
+    """A process's memory from /proc/PID/status, in bytes: `locked_bytes`
+    (VmLck: mlock'd pages, where DeepSpeed's swap buffers live), `rss_bytes`
+    (VmRSS) and `peak_rss_bytes` (VmHWM); {} when the process is gone."""
+    names = {"VmLck:": "locked_bytes", "VmRSS:": "rss_bytes", "VmHWM:": "peak_rss_bytes"}
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                key, *rest = line.split()
+                if key in names and rest:
+                    out[names[key]] = int(rest[0]) * 1024          # the kernel reports kB (KiB)
+    except OSError:
+        return {}
+    return out
+
+
 CAP_SYS_ADMIN, CAP_IPC_LOCK, CAP_PERFMON, CAP_BPF = 21, 14, 38, 39
 
 

@@ -19,6 +19,9 @@ class StepRecord(JsonRecord):
     step_s: float
     optimizer_step_s: float
     omp_threads: int = 0            # OpenMP threads the CPU optimizer ran with (0: not reported)
+    locked_bytes: int = 0           # the rank-0 process's VmLck after the step (mlock'd: swap buffers)
+    rss_bytes: int = 0              # its VmRSS after the step
+    peak_rss_bytes: int = 0         # its VmHWM (peak RSS) so far
 
     def line(self) -> str:
         """The protocol line (without the newline)."""

@@ -40,7 +40,7 @@ from iotune.model.steps import STEP_PREFIX
 from iotune.workloads.data import token_blocks
 from iotune.workloads.presets import PRESETS, ModelShape
 from iotune.workloads.strategies import NVME_STRATEGIES, STRATEGIES, WorkloadSpec, ds_config
-from iotune.blockdev.proc import prefer_interpreter_tools
+from iotune.blockdev.proc import prefer_interpreter_tools, process_memory
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -213,7 +213,8 @@ def train(spec: WorkloadSpec, steps: int, seed: int, checkpoint_dir: str | None,
         if rank0:
             emit({"step": step, "loss": sum(losses) / len(losses), "step_s": round(step_s, 6),
                   "optimizer_step_s": round(opt_s, 6), "strategy": spec.strategy, "size": spec.size,
-                  "params": shape.param_count(), "grad_accum": spec.grad_accum, "omp_threads": omp_threads})
+                  "params": shape.param_count(), "grad_accum": spec.grad_accum, "omp_threads": omp_threads,
+                  **process_memory()})
     if checkpoint_dir:
         engine.save_checkpoint(checkpoint_dir)
     del torch
