@@ -293,6 +293,19 @@ def test_trace_refuses_a_python_job_on_a_stale_lock(tmp_path: Path, monkeypatch:
     assert not ran.exists()
 
 
+def test_which_commands_are_python_jobs(tmp_path: Path) -> None:
+    from iotune.trace.lockwatch import runs_python
+
+    script, shell = tmp_path / "train", tmp_path / "run.sh"
+    script.write_text("#!/usr/bin/env python3\nimport deepspeed\n")
+    shell.write_text("#!/bin/sh\ndeepspeed train.py\n")
+    env = {"PATH": "/usr/bin:/bin"}
+    assert [runs_python(argv, env) for argv in (["python3.11", "t.py"], ["/x/bin/deepspeed", "t.py"],
+                                                ["torchrun", "t.py"], [str(script)], [str(shell)], ["fio"],
+                                                [str(tmp_path / "missing")], [])] == \
+        [True, True, True, True, False, False, False, False]
+
+
 @needs_root
 def test_trace_warns_about_a_stale_lock_and_runs_any_other_command(tmp_path: Path) -> None:
     lock = plant_lock(tmp_path / "ext", "async_io", age_s=20 * 60)
