@@ -291,6 +291,9 @@ def test_trace_refuses_a_python_job_on_a_stale_lock(tmp_path: Path, monkeypatch:
                         f" or `iotune doctor --ds-config CONFIG --fix`) and run again; `iotune trace` does not start "
                         f"a Python job that would wait on it\n")
     assert not ran.exists()
+    # a multi-node trace's command (a launcher) runs here too: refused before any host is reached
+    r = CliRunner().invoke(cli, ["trace", "--hosts", "node-a,node-b", "--", "deepspeed", "train.py"])
+    assert r.exit_code == 2 and f"(`rm {lock}`, or `iotune doctor --ds-config CONFIG --fix`)" in r.stderr, r.output
 
 
 def test_which_commands_are_python_jobs(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -208,9 +209,13 @@ def trace_hosts(hosts: tuple[str, ...], transport: Transport, devices: tuple[str
                 out: Path | None, no_save: bool, argv: list[str]) -> None:
     """The multi-node trace: run it, save the fleet, show its report."""
     from ..model.fleet import save_fleet
+    from ..trace.lockwatch import check_before_start
 
     if no_save:
         raise UsageError("a multi-node trace is always saved (its report reads the saved nodes): drop --no-save")
+    warning = check_before_start(argv, dict(os.environ))       # this machine's cache: the launcher runs here
+    if warning:
+        say(warning)
     fleet, status = trace_fleet_cli(hosts, transport, devices, paths, with_lower, interval, no_inject, remote_iotune,
                                     as_root, fmt != "console", argv)
     where = out or default_run_dir(argv[0])
