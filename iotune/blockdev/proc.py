@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ..errors import IotuneError
 
@@ -84,15 +85,38 @@ def _running(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+WATCH_EVERY_S = 0.5
+
+
+def communicate_watching(proc: subprocess.Popen, timeout_s: float | None,  # type: ignore[type-arg]
+                         watch: Callable[[], None] | None) -> tuple[Any, Any]:
+    """proc.communicate(timeout=timeout_s), calling `watch` every
+    WATCH_EVERY_S meanwhile (what it raises propagates; the caller kills)."""
+    if watch is None:
+        return proc.communicate(timeout=timeout_s)
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        left = WATCH_EVERY_S if deadline is None else min(WATCH_EVERY_S, max(0.0, deadline - time.monotonic()))
+        try:
+            return proc.communicate(timeout=left)
+        except subprocess.TimeoutExpired:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(proc.args, timeout_s or 0) from None
+            watch()
+
+
 def run_in_own_group(argv: list[str], timeout_s: float | None, preexec_fn: Callable[[], None] | None = None,
-                     env: dict[str, str] | None = None, text: bool = True) -> subprocess.CompletedProcess:  # type: ignore[type-arg]
+                     env: dict[str, str] | None = None, text: bool = True,
+                     watch: Callable[[], None] | None = None) -> subprocess.CompletedProcess:  # type: ignore[type-arg]
     """Run argv as the leader of a new process group, capturing stdout and
     stderr. On timeout or any interruption (Ctrl-C included) the whole group
-    is killed and reaped before the exception propagates."""
+    is killed and reaped before the exception propagates. `watch` is called
+    every WATCH_EVERY_S while it runs: an exception it raises ends the run
+    the same way (e.g. oplocks.BuildLockHang)."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=text, env=env,
                             start_new_session=True, preexec_fn=preexec_fn)
     try:
-        out, err = proc.communicate(timeout=timeout_s)
+        out, err = communicate_watching(proc, timeout_s, watch)
     except BaseException:
         kill_group(proc)
         kill_session(proc.pid)

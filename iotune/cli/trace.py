@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -114,6 +115,14 @@ def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, du
     hosts' runs are saved together as one multi-node run. Inside a Slurm
     allocation, --slurm traces every node of the job through srun instead
     of ssh.
+
+    DeepSpeed op-build locks (left in the torch extensions cache by a
+    killed build, they make every load of the op wait forever): a Python
+    command is refused (exit 2) when one older than 10 minutes has no
+    process holding or building it, naming the file to remove; while the
+    command runs, a lock nobody holds or builds is named on stderr within
+    seconds (until the first training step; without the hook, after 10 s),
+    and the command goes on when you remove it.
     """
     from ..trace.child import sudo_user
     from ..trace.session import TraceOptions, trace_command, trace_window
@@ -142,7 +151,7 @@ def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, du
                         app=app, block=bool(chosen) or app is None or not app.targets
                         or any(t.has_block_layer for t in app.targets))
     progress = progress_printer()
-    run = trace_command(argv, opts, progress) if argv else trace_window(duration or 0, opts, progress)
+    run = trace_command(argv, opts, progress, notice(progress)) if argv else trace_window(duration or 0, opts, progress)
     if progress:
         sys.stderr.write("\r\x1b[2K")
     if not no_save:
@@ -153,6 +162,16 @@ def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, du
     write_html(judged, html_path)
     if run.exit_status:
         sys.exit(run.exit_status)
+
+
+def notice(progress: Callable[[float, int, int, int, int], None] | None) -> Callable[[str], None]:
+    """A status line during the trace, on its own line when the progress line is shown."""
+    def tell(message: str) -> None:
+        if progress:
+            sys.stderr.write("\r\x1b[2K")
+        say(message)
+
+    return tell
 
 
 # kernel interfaces, not storage: a --path there is a mistake, not an application-layer trace
@@ -190,9 +209,13 @@ def trace_hosts(hosts: tuple[str, ...], transport: Transport, devices: tuple[str
                 out: Path | None, no_save: bool, argv: list[str]) -> None:
     """The multi-node trace: run it, save the fleet, show its report."""
     from ..model.fleet import save_fleet
+    from ..trace.lockwatch import check_before_start
 
     if no_save:
         raise UsageError("a multi-node trace is always saved (its report reads the saved nodes): drop --no-save")
+    warning = check_before_start(argv, dict(os.environ))       # this machine's cache: the launcher runs here
+    if warning:
+        say(warning)
     fleet, status = trace_fleet_cli(hosts, transport, devices, paths, with_lower, interval, no_inject, remote_iotune,
                                     as_root, fmt != "console", argv)
     where = out or default_run_dir(argv[0])

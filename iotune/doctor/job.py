@@ -76,9 +76,9 @@ def check_async_io(locks: list[oplocks.BuildLock], timeout_s: float, env: dict[s
     if stale:
         return CheckResult(name, "fail", f"loading it would wait forever on the stale build lock {stale[0].path}",
                            f"rm {stale[0].path}", fixable=True, target=stale[0].path)
-    building = [lk for lk in locks if lk.op == "async_io" and lk.builders]
+    building = [lk for lk in locks if lk.op == "async_io" and not lk.orphaned]
     if building:
-        pid = building[0].builders[0]
+        pid = (building[0].builders or building[0].holders)[0]
         return CheckResult(name, "warn", f"being built right now by pid {pid} ({jobfacts.command_of(pid)}): a job "
                            "started now waits for it", "rerun `iotune doctor --ds-config` when the build is done")
     probe = jobfacts.probe_async_io(timeout_s, env)
@@ -217,15 +217,25 @@ def _memlock(env: LintEnv, pinned: int, what: str) -> CheckResult:
     return CheckResult(name, "ok", f"swap buffers lock {mib(pinned)} of ulimit -l {mib(env.memlock_bytes)}")
 
 
+LOCK_WHAT = ("torch creates this lock while it compiles DeepSpeed's {op} op on first use and removes it when the "
+             "build ends; ")
+
+
 def check_lock(lock: oplocks.BuildLock) -> CheckResult:
     name = f"op-build lock ({lock.op})"
     age = f"{lock.age_s / 60:.0f} min old"
-    if lock.builders:
-        return CheckResult(name, "warn", f"{lock.path}: being built by pid {lock.builders[0]} ({age})",
+    what = LOCK_WHAT.format(op=lock.op)
+    if not lock.orphaned:
+        pid = (lock.builders or lock.holders)[0]
+        return CheckResult(name, "warn", f"{lock.path}: {age}, held by pid {pid} ({jobfacts.command_of(pid)}): "
+                           f"{what}a job loading {lock.op} waits until it is done",
                            "let the build finish; jobs wait for it")
     if lock.stale:
-        return CheckResult(name, "fail", f"{lock.path}: {age}, no build running: a killed build left it, and "
-                           f"every load of {lock.op} waits on it forever, silently",
+        return CheckResult(name, "fail", f"{lock.path}: {age}, no build running: {what}a killed build left it, "
+                           f"and every load of {lock.op} waits on it forever, silently",
                            f"rm {lock.path}", fixable=True, target=lock.path)
-    return CheckResult(name, "warn", f"{lock.path}: {age}, no build running yet (a build may be starting)",
-                       f"if it is still there in {oplocks.STALE_LOCK_AFTER_S / 60:.0f} min, remove it")
+    return CheckResult(name, "warn", f"{lock.path}: {age}, no process here holds it or builds under it: {what}"
+                       f"a build killed midway leaves it, and every load of {lock.op} then waits on it forever, "
+                       f"silently (or a build on another machine sharing this directory holds it)",
+                       f"rm {lock.path} if no build elsewhere shares this directory (after "
+                       f"{oplocks.STALE_LOCK_AFTER_S / 60:.0f} min, --fix does)")

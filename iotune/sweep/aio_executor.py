@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from ..blockdev.cgroup import join_cgroup_preexec
-from ..blockdev.proc import kill_group, last_line
+from ..blockdev.oplocks import BuildLockHang, hang_guard
+from ..blockdev.proc import communicate_watching, kill_group, last_line
 from ..model.sweep import Measurement, SweepPoint
 from ..resources import package_root
 from .aio_bench import BenchConfig, swap_paths
@@ -56,7 +57,12 @@ class AioExecutor:
             raise TrialFailed(problem, {"argv": argv, "error": problem, "kind": "usage"})
         proc = _start(argv, target.cgroup)
         try:
-            out, err = proc.communicate(timeout=self.timeout_s)
+            out, err = communicate_watching(proc, self.timeout_s, hang_guard(None, "The aio trial"))
+        except BuildLockHang as e:
+            kill_group(proc)
+            proc.wait()
+            _remove_leftovers(target, proc.pid)
+            raise TrialFailed(str(e), {"argv": argv, "build_lock": e.lock.path}, stops_sweep=True) from None
         except subprocess.TimeoutExpired:
             kill_group(proc)
             out, err = proc.communicate()

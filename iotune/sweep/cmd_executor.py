@@ -21,6 +21,11 @@ iotune.resources, so nothing here imports trace):
   keeps that exit. A wall-clock limit kills the process group.
 - metric: the median step and optimizer-step time over the steps after
   the first (per step the slowest rank).
+- build locks: until every rank completed a step, a DeepSpeed op-build
+  lock that nobody holds or builds under (blockdev.oplocks.LockWatch) ends
+  the trial within seconds, failed with the lock named, and stops the
+  sweep: the job would wait on it until the time limit, and so would every
+  later trial.
 - omp_threads: sets OMP_NUM_THREADS; a job that overrides it in its ranks
   (e.g. the launcher's --bind_cores_to_rank) fails the trial instead of being
   measured at a thread count it did not run.
@@ -45,7 +50,7 @@ from typing import Any
 
 from ..blockdev.cgroup import join_cgroup_preexec
 from ..blockdev.ledger import note
-from ..blockdev.oplocks import build_locks, extension_roots, release_locks_left_since
+from ..blockdev.oplocks import LockWatch, build_locks, extension_roots, hang_note, release_locks_left_since
 from ..blockdev.proc import kill_group, kill_session, last_line
 from ..dsconfig import read_ds_config
 from ..errors import UsageError
@@ -151,9 +156,11 @@ def trial_config(config: dict[str, Any], point: SweepPoint, swap_dir: Path) -> d
 class JobRun:
     returncode: int
     seconds: float
-    ended_by: str          # "" (exited by itself) | "time limit" | "grace"
+    ended_by: str          # "" (exited by itself) | "time limit" | "grace" | "build lock"
     stdout: str            # the last TAIL_CHARS characters
     stderr: str
+    build_lock: str = ""   # ended_by "build lock": what it waited on, and the fix
+    lock_path: str = ""
 
 
 class CommandExecutor:
@@ -204,6 +211,8 @@ def _check(job: UserJob, point: SweepPoint, run: JobRun, steps: list[StepTiming]
            swap: Path, raw: dict[str, Any]) -> None:
     """TrialFailed naming what went wrong, or nothing when the trial counts."""
     stderr = last_line(run.stderr, "no output on stderr")
+    if run.ended_by == "build lock":
+        raise TrialFailed(run.build_lock, {**raw, "build_lock": run.lock_path}, stops_sweep=True)
     if run.ended_by == "time limit" and len(steps) < job.steps:
         raise TrialFailed(f"your command did not complete {job.steps} optimizer steps within {job.timeout_s:g} s "
                           f"(--steps-timeout); {len(steps)} seen; last stderr line: {stderr}"
@@ -255,7 +264,8 @@ def run_job(argv: list[str], env: dict[str, str], cgroup: str | None, timeout_s:
             events: Path, steps: int) -> JobRun:
     """Run the job as its own process group, output to files in `logs`.
     Killed (the whole group) at the time limit, or STOP_GRACE_S after every
-    rank completed `steps` steps; any interruption kills it too."""
+    rank completed `steps` steps, or as soon as it waits, before its first
+    step, on a build lock nobody holds; any interruption kills it too."""
     out_path, err_path = logs / "stdout.log", logs / "stderr.log"
     t0 = time.monotonic()
     with out_path.open("wb") as out, err_path.open("wb") as err:
@@ -265,6 +275,7 @@ def run_job(argv: list[str], env: dict[str, str], cgroup: str | None, timeout_s:
         except OSError as e:
             raise TrialFailed(f"cannot run {argv[0]}: {e.strerror}") from None
     ended_by, done_at = "", None
+    locks, hang = LockWatch(env), None
     try:
         while True:
             try:
@@ -273,8 +284,15 @@ def run_job(argv: list[str], env: dict[str, str], cgroup: str | None, timeout_s:
             except subprocess.TimeoutExpired:
                 pass
             now = time.monotonic()
-            if done_at is None and completed_steps(events) >= steps:
+            done = completed_steps(events)
+            if done_at is None and done >= steps:
                 done_at = now
+            hang = next(iter(locks.poll()), None) if done == 0 else None
+            if hang is not None:
+                ended_by = "build lock"
+                kill_group(proc)
+                proc.wait()
+                break
             if now - t0 > timeout_s or (done_at is not None and now - done_at > STOP_GRACE_S):
                 ended_by = "time limit" if done_at is None else "grace"
                 kill_group(proc)
@@ -284,7 +302,10 @@ def run_job(argv: list[str], env: dict[str, str], cgroup: str | None, timeout_s:
         kill_group(proc)      # ranks a launcher left behind, and on any interruption
         kill_session(proc.pid)     # and what left the group (ninja's compilers of an op build)
         proc.wait()
-    return JobRun(proc.returncode, round(time.monotonic() - t0, 3), ended_by, _tail(out_path), _tail(err_path))
+    return JobRun(proc.returncode, round(time.monotonic() - t0, 3), ended_by, _tail(out_path), _tail(err_path),
+                  hang_note(hang, f"The trial's job ({argv[0]}) had not completed a training step after "
+                                  f"{time.monotonic() - t0:.0f} s: it waits on this lock, as would every later "
+                                  f"trial.") if hang else "", hang.path if hang else "")
 
 
 def _tail(path: Path) -> str:

@@ -11,11 +11,19 @@ from ..model.sweep import Measurement, SweepPoint
 
 
 class TrialFailed(IotuneError):
-    """One trial could not be measured; the sweep records it and goes on."""
+    """One trial could not be measured; the sweep records it and goes on,
+    unless `stops_sweep` (every later trial would fail the same way, e.g. on
+    a DeepSpeed op-build lock nobody holds)."""
 
-    def __init__(self, message: str, raw: dict[str, Any] | None = None) -> None:
+    def __init__(self, message: str, raw: dict[str, Any] | None = None, stops_sweep: bool = False) -> None:
         super().__init__(message)
         self.raw = raw or {}
+        self.stops_sweep = stops_sweep
+
+
+class SweepStopped(IotuneError):
+    """A trial failed in a way every later trial would too: the sweep stops
+    after journaling it; the message names the fix."""
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,8 @@ class Journal:
 
     def done(self, executor: str, key: str, repeat: int) -> Trial | None:
         for t in self.trials:
-            if t.executor == executor and t.point.key() == key and t.repeat == repeat:
+            if t.executor == executor and t.point.key() == key and t.repeat == repeat \
+                    and not t.raw.get("build_lock"):      # stopped by a lock, not measured: run it again
                 return t
         return None
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from ..model.sweep import Proposal, SweepPoint, Trial
 from ..model.sweep_result import Progress
-from .executor import Executor, Target, TrialFailed
+from .executor import Executor, SweepStopped, Target, TrialFailed
 from .journal import Journal
 
 
@@ -24,6 +24,7 @@ class Measurer:
         self.planned = planned
         self.done = 0
         self._seen: set[tuple[str, int]] = set()      # consulted in this run
+        self._stop = ""                                # why the sweep cannot go on (TrialFailed.stops_sweep)
 
     def measure_all(self, proposal: Proposal) -> list[Trial]:
         return [self.measure(p, proposal.repeat) for p in proposal.points]
@@ -42,6 +43,9 @@ class Measurer:
         self.done += 1
         if self.on_trial:
             self.on_trial(Progress(self.done, max(self.planned, self.done), found, reused))
+        if self._stop:
+            raise SweepStopped(f"sweep stopped: {self._stop}; every finished trial is in the journal "
+                               f"{self.journal.path}: run the same command again to resume")
         return found
 
     def _run(self, point: SweepPoint, repeat: int) -> Trial:
@@ -52,4 +56,6 @@ class Measurer:
             m, raw = self.executor.run(point, self.target)
             return Trial(name, point, repeat, "ok", m, "", started, time.perf_counter() - t0, raw)
         except TrialFailed as e:
+            if e.stops_sweep:
+                self._stop = str(e)
             return Trial(name, point, repeat, "failed", None, str(e), started, time.perf_counter() - t0, e.raw)

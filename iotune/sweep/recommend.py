@@ -21,7 +21,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from ..blockdev.oplocks import release_locks_left_since
+from ..blockdev.oplocks import BuildLockHang, hang_guard, release_locks_left_since
 from ..blockdev.proc import run_in_own_group
 from ..dsconfig import read_ds_config
 from ..model.aio import AioSettings
@@ -129,15 +129,18 @@ def validate_with_deepspeed(fragment: dict[str, Any], timeout_s: float = 900,
     machine; on the time limit the build is stopped with it, not orphaned)."""
     proc: subprocess.CompletedProcess[str] | None = None
     started = time.time()
+    watch = hang_guard(None, "The DeepSpeed check of the recommended aio block")
     try:
         if warm is not None and warm.running:
             try:
-                proc = warm.run([json.dumps(fragment)], timeout_s, module="iotune.sweep.ds_check")
+                proc = warm.run([json.dumps(fragment)], timeout_s, module="iotune.sweep.ds_check", watch=watch)
             except WarmStartUnavailable:
                 proc = None
         if proc is None:
             proc = run_in_own_group([sys.executable, "-m", "iotune.sweep.ds_check", json.dumps(fragment)],
-                                    timeout_s)
+                                    timeout_s, watch=watch)
+    except BuildLockHang as e:
+        return str(e)
     except subprocess.TimeoutExpired:
         released = release_locks_left_since(started)
         return (f"the DeepSpeed check did not finish in {timeout_s:.0f} s (loading or building the async_io op "

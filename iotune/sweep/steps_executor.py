@@ -8,7 +8,12 @@ Runs start warm (iotune.workloads.zygote): forks of a process that has
 imported torch, transformers and DeepSpeed and loaded DeepSpeed's ops, ~5 s a
 run instead of ~20 s here; each fork is still a process of its own, in the
 target's cgroup. If the warm-start server cannot start, runs are exec'd as
-before and the executor says so once."""
+before and the executor says so once.
+
+A run that waits on a DeepSpeed op-build lock nobody holds or builds under
+(blockdev.oplocks.LockWatch, checked every WATCH_EVERY_S) is stopped within
+seconds and fails with the lock named; that failure stops the sweep, since
+every later run would wait on it too."""
 
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ..blockdev.cgroup import join_cgroup_preexec
-from ..blockdev.oplocks import release_locks_left_since
+from ..blockdev.oplocks import BuildLockHang, hang_guard, release_locks_left_since
 from ..blockdev.proc import last_line, run_in_own_group
 from ..model.steps import parse_steps
 from ..model.sweep import Measurement, SweepPoint
@@ -54,15 +59,17 @@ class StepsExecutor:
             self.warm.close()
 
     def _start(self, point: SweepPoint, target: Target, env: dict[str, str]) -> subprocess.CompletedProcess:  # type: ignore[type-arg]
+        watch = hang_guard(env, "The training run")
         if self.warm is not None:
             try:
-                return self.warm.run(self.train_args(point, target), self.timeout_s, target.cgroup, env)
+                return self.warm.run(self.train_args(point, target), self.timeout_s, target.cgroup, env,
+                                     watch=watch)
             except WarmStartUnavailable as e:
                 self.warm.close()
                 self.warm = None
                 self.notes.append(f"{e}; training runs start cold from here on")
         return run_in_own_group(self.argv(point, target), self.timeout_s,
-                                join_cgroup_preexec(target.cgroup), env=env)
+                                join_cgroup_preexec(target.cgroup), env=env, watch=watch)
 
     def run(self, point: SweepPoint, target: Target) -> tuple[Measurement, dict[str, Any]]:
         env = dict(os.environ)
@@ -71,6 +78,8 @@ class StepsExecutor:
         started = time.time()
         try:
             proc = self._start(point, target, env)
+        except BuildLockHang as e:
+            raise TrialFailed(str(e), {"build_lock": e.lock.path}, stops_sweep=True) from None
         except subprocess.TimeoutExpired:
             released = release_locks_left_since(started)
             raise TrialFailed(f"training did not finish within {self.timeout_s:.0f} s"
@@ -88,3 +97,4 @@ class StepsExecutor:
         steady = records[1:] if len(records) > 1 else records
         return Measurement(step_s=statistics.median(r.step_s for r in steady),
                            optimizer_step_s=statistics.median(r.optimizer_step_s for r in steady)), raw
+

@@ -20,10 +20,12 @@ from pathlib import Path
 from .. import __version__
 from ..blockdev.devices import BlockDevice, describe, lower_devices, name_for_kdev, size_bytes
 from ..blockdev.ledger import note, opened_ledger
+from ..blockdev.oplocks import BuildLock
 from ..blockdev.targets import queue_limits
 from ..model.run import DeviceStats, HostInfo, TimelinePoint, TraceRun
 from . import child as childproc
 from .attribution import inject_env, read_events
+from .lockwatch import JobLockWatch, check_before_start, seen_stale
 from .appprobe import AppProbe
 from .applayer import AppOptions, app_config, app_layer
 from .probe import BlockProbe, ProbeConfig
@@ -46,20 +48,35 @@ class TraceOptions:
     block: bool = True                      # trace the block layer (False: no block device to trace)
 
 
-def trace_command(argv: list[str], opts: TraceOptions, progress: Progress | None = None) -> TraceRun:
+def trace_command(argv: list[str], opts: TraceOptions, progress: Progress | None = None,
+                  notify: Callable[[str], None] | None = None) -> TraceRun:
     """Trace `argv` from start to end; returns the run (never raises for a
-    failing or interrupted command: that is recorded in the run)."""
+    failing or interrupted command: that is recorded in the run).
+
+    With `notify` (a status line for the user), a Python command is refused
+    (UsageError) on a stale DeepSpeed op-build lock, and a lock the running
+    job would wait on forever is named (trace.lockwatch)."""
     started = _utcnow()
     config = _probe_config(opts)
+    job_env = _job_env(opts)
+    said: tuple[BuildLock, ...] = ()
+    if notify is not None:
+        warning = check_before_start(argv, job_env)
+        if warning:
+            notify(warning)
+            said = seen_stale(job_env)
     with _probes(config, opts, True) as (probe, app), childproc.Interrupts() as intr, _events_dir(opts) as events:
         env = inject_env(dict(os.environ), events) if events else None
         proc = _start(argv, opts, env, app)
         intr.child = proc
+        locks = JobLockWatch(job_env, events, notify, said) if notify is not None else None
         t0 = time.monotonic()
         while proc.poll() is None:
             _wait(proc, 0.2)
             intr.tick()
             _tick(probe, app, t0, progress)
+            if locks is not None:
+                locks.tick()
         _linger(opts.linger_s, intr)
         duration = time.monotonic() - t0
         status = childproc.exit_status(proc.returncode)
@@ -67,6 +84,14 @@ def trace_command(argv: list[str], opts: TraceOptions, progress: Progress | None
         run = _assemble(probe, app, opts, started, duration, tuple(argv), status, outcome)
         return replace(run, clock_origin_ns=config.t0_ns,
                        attribution=read_events(events) if events else None)
+
+
+def _job_env(opts: TraceOptions) -> dict[str, str]:
+    """The environment the command gets, as far as where torch builds ops goes."""
+    env = dict(os.environ)
+    if opts.run_as is not None:
+        env["HOME"] = opts.run_as.home
+    return env
 
 
 def _start(argv: list[str], opts: TraceOptions, env: dict[str, str] | None,

@@ -32,11 +32,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
 from ..blockdev.cgroup import join_cgroup_preexec
-from ..blockdev.proc import kill_session, prefer_interpreter_tools
+from ..blockdev.proc import WATCH_EVERY_S, kill_session, prefer_interpreter_tools
 
 MAX_MESSAGE = 1 << 20
 READY_TIMEOUT_S = 600.0          # the first start may build DeepSpeed's ops
@@ -239,12 +240,13 @@ class WarmStarter:
         return self.conn is not None
 
     def run(self, argv: list[str], timeout_s: float | None, cgroup: str | os.PathLike[str] | None = None,
-            env: dict[str, str] | None = None, module: str = TRAIN_MODULE) -> subprocess.CompletedProcess[str]:
+            env: dict[str, str] | None = None, module: str = TRAIN_MODULE,
+            watch: Callable[[], None] | None = None) -> subprocess.CompletedProcess[str]:
         """Like run_in_own_group([python, -m, MODULE, *argv]) for a MODULE in
         RUNNABLE (the workload by default): stdout and stderr captured; on
         the time limit or any interruption the run's whole session is killed
         and reaped before the exception propagates (subprocess.TimeoutExpired
-        on the limit)."""
+        on the limit, or what `watch`, called every WATCH_EVERY_S, raised)."""
         if module not in RUNNABLE:
             raise ValueError(f"the warm-start server runs only {', '.join(RUNNABLE)}, not {module}")
         self.start()
@@ -268,7 +270,7 @@ class WarmStarter:
         pid: int | None = None
         try:
             pid = int(self._receive(30.0)["pid"])
-            out, err = _read_until_eof(out_r, err_r, timeout_s)
+            out, err = _read_until_eof(out_r, err_r, timeout_s, watch)
             code = int(self._receive(60.0)["returncode"])
         except BaseException:
             if pid is not None:
@@ -300,9 +302,11 @@ class WarmStarter:
             self._log = None
 
 
-def _read_until_eof(out_fd: int, err_fd: int, timeout_s: float | None) -> tuple[str, str]:
+def _read_until_eof(out_fd: int, err_fd: int, timeout_s: float | None,
+                    watch: Callable[[], None] | None = None) -> tuple[str, str]:
     """Both pipes to EOF (the run and everything it started closed them), or
-    subprocess.TimeoutExpired after timeout_s."""
+    subprocess.TimeoutExpired after timeout_s; `watch` is called every
+    WATCH_EVERY_S meanwhile (what it raises propagates)."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     chunks: dict[int, list[bytes]] = {out_fd: [], err_fd: []}
     sel = selectors.DefaultSelector()
@@ -313,6 +317,9 @@ def _read_until_eof(out_fd: int, err_fd: int, timeout_s: float | None) -> tuple[
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise subprocess.TimeoutExpired("iotune.workloads.train", timeout_s or 0)
+            if watch is not None:
+                watch()
+                left = WATCH_EVERY_S if left is None else min(left, WATCH_EVERY_S)
             for key, _ in sel.select(left):
                 data = os.read(key.fd, 65536)
                 if data:
