@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -205,6 +205,15 @@ def pids_holding(paths: list[str]) -> dict[str, list[int]]:
     the processes this one may inspect: all of them as root)."""
     want = set(paths)
     found: dict[str, list[int]] = {}
+    for pid, target in open_files():
+        if target in want and pid not in found.get(target, ()):
+            found.setdefault(target, []).append(pid)
+    return found
+
+
+def open_files() -> Iterator[tuple[int, str]]:
+    """(pid, path) for every file descriptor of every process this one may
+    inspect (/proc/PID/fd)."""
     for pid in all_pids():
         try:
             fds = os.listdir(f"/proc/{pid}/fd")
@@ -212,12 +221,9 @@ def pids_holding(paths: list[str]) -> dict[str, list[int]]:
             continue
         for fd in fds:
             try:
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                yield pid, os.readlink(f"/proc/{pid}/fd/{fd}")
             except OSError:
                 continue
-            if target in want and pid not in found.get(target, ()):
-                found.setdefault(target, []).append(pid)
-    return found
 
 
 def pids_in(directory: Path) -> list[int]:

@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..blockdev.oplocks import all_pids
+from ..blockdev.oplocks import open_files
 from ..blockdev.proc import prefer_interpreter_tools
 
 AIO_PROBE = """
@@ -99,20 +99,9 @@ def open_under(directory: str, exclude: tuple[int, ...] = ()) -> dict[int, list[
     want = os.path.realpath(directory).rstrip("/") + "/"
     me = os.getpid()
     out: dict[int, list[str]] = {}
-    for pid in all_pids():
-        if pid == me or pid in exclude:
-            continue
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if target.startswith(want):
-                out.setdefault(pid, []).append(target)
+    for pid, target in open_files():
+        if pid != me and pid not in exclude and target.startswith(want):
+            out.setdefault(pid, []).append(target)
     return out
 
 
