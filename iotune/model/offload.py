@@ -245,16 +245,19 @@ class Violation:
         return f"{self.knob}: {self.bound} ({self.numbers}); DeepSpeed fails at {self.fails_at}: {self.deepspeed_says}"
 
 
-def buffers_needed(knobs: OffloadKnobs) -> int:
-    """Optimizer swap buffers a swapped sub-group needs: Adam's states + its gradient, per live swap."""
-    live = 1 + int(knobs.pipeline_read) + int(knobs.pipeline_write)
+def buffers_needed(knobs: OffloadKnobs, swapped_groups: int = 2) -> int:
+    """Optimizer swap buffers the swapper needs: Adam's states + the
+    gradient for each sub-group in flight; pipelining keeps a second (read
+    or write) or third (both) in flight, which needs two sub-groups to swap."""
+    live = 1 + (int(knobs.pipeline_read) + int(knobs.pipeline_write) if swapped_groups > 1 else 0)
     return (ADAM_STATES + 1) * live
 
 
 def violations(knobs: OffloadKnobs, shape: JobShape) -> list[Violation]:
     out = []
-    if knobs.nvme_optimizer and swap_split(knobs, shape).swapped_groups:
-        need, have = buffers_needed(knobs), knobs.optimizer_buffer_count
+    swapped = swap_split(knobs, shape).swapped_groups
+    if knobs.nvme_optimizer and swapped:
+        need, have = buffers_needed(knobs, swapped), knobs.optimizer_buffer_count
         if have < need:
             mode = ("pipeline_read and pipeline_write" if knobs.pipeline_read and knobs.pipeline_write else
                     "pipeline_read" if knobs.pipeline_read else "pipeline_write" if knobs.pipeline_write else
@@ -277,6 +280,9 @@ def violations(knobs: OffloadKnobs, shape: JobShape) -> list[Violation]:
 
 
 def _buffer_failure(knobs: OffloadKnobs, have: int) -> tuple[str, str]:
+    """When and how DeepSpeed 0.19.8 fails with too few optimizer buffers (seen in real runs)."""
+    if knobs.pipelined and have >= 2 * (ADAM_STATES + 1):        # both flags, 8 to 11
+        return "step 2", "PipelinedOptimizerSwapper ran out of swap buffers, try increasing 'buffer_count'"
     if knobs.pipelined:
         return "step 1", "assert new_alloc_buffers is not None (pipelined_optimizer_swapper)"
     if have == 0:

@@ -1,0 +1,134 @@
+"""The offload model (iotune/model/offload.py) against DeepSpeed 0.19.8 itself.
+
+Every assertion the model encodes is reproduced by a real run of the
+built-in workload that fails where and how the model says, and the model
+refuses that config before anything runs; on configs that work, the model
+finds nothing to refuse and predicts the locked memory the run reports
+(VmLck of the training process after each step)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from iotune.model.offload import JobShape, OffloadKnobs, host_memory, sub_groups, swap_split, violations
+from iotune.model.steps import parse_steps
+from iotune.workloads.presets import PRESETS, tensor_numels
+
+from .conftest import needs_deepspeed
+
+
+def _config(size: str, strategy: str, swap: Path, patch: dict[str, Any]) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, "-m", "iotune.workloads.train", "--strategy", strategy, "--size", size,
+                          "--nvme-path", str(swap), "--print-config"], capture_output=True, text=True, check=True)
+    cfg: dict[str, Any] = json.loads(out.stdout)
+    for key, value in patch.items():
+        where = cfg
+        *path, last = key.split(".")
+        for part in path:
+            where = where.setdefault(part, {})
+        where[last] = value
+    return copy.deepcopy(cfg)
+
+
+def _run(tmp_path: Path, size: str, cfg: dict[str, Any], steps: int = 3) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "ds_config.json"
+    path.write_text(json.dumps(cfg))
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(29500 + os.getpid() % 2000)}
+    return subprocess.run([sys.executable, "-W", "ignore", "-m", "iotune.workloads.train", "--ds-config", str(path),
+                           "--size", size, "--steps", str(steps)], capture_output=True, text=True, env=env,
+                          timeout=600)
+
+
+SG = "zero_optimization.sub_group_size"
+OPT = "zero_optimization.offload_optimizer"
+PARAM = "zero_optimization.offload_param"
+
+WORKS = {
+    "one sub-group": ("tiny", "nvme-opt", {}),
+    "4 sub-groups, both pipelines, 12 buffers": ("tiny", "nvme-opt", {SG: 1_000_000, f"{OPT}.pipeline_read": True,
+                                                                      f"{OPT}.pipeline_write": True,
+                                                                      f"{OPT}.buffer_count": 12}),
+    "parameters on NVMe too (bf16)": ("small", "nvme-all", {}),
+}
+
+
+@needs_deepspeed
+@pytest.mark.parametrize("case", list(WORKS))
+def test_locked_memory_is_predicted_before_the_run(tmp_path: Path, case: str) -> None:
+    size, strategy, patch = WORKS[case]
+    cfg = _config(size, strategy, tmp_path, patch)
+    knobs, shape = OffloadKnobs.from_ds_config(cfg), JobShape(tuple(tensor_numels(PRESETS[size])))
+    assert violations(knobs, shape) == []
+    predicted = host_memory(knobs, shape).locked_bytes
+    r = _run(tmp_path, size, cfg)
+    steps = parse_steps(r.stdout)
+    assert r.returncode == 0 and len(steps) == 3, r.stderr[-2000:]
+    measured = max(s.locked_bytes for s in steps)
+    assert abs(measured - predicted) <= 0.01 * predicted, (case, predicted, measured)
+
+
+FAILS = {
+    # name: (size, strategy, patch, when, what DeepSpeed raises, steps completed before it)
+    "3 optimizer buffers": ("tiny", "nvme-opt", {f"{OPT}.buffer_count": 3}, "step 2",
+                            "assert pinned_buffers is not None", 1),
+    "2 optimizer buffers": ("tiny", "nvme-opt", {f"{OPT}.buffer_count": 2}, "step 1",
+                            "ValueError: range() arg 3 must not be zero", 0),
+    "pipeline_read with 4 buffers": ("tiny", "nvme-opt", {SG: 1_000_000, f"{OPT}.pipeline_read": True}, "step 1",
+                                     "assert new_alloc_buffers is not None", 0),
+    "both pipelines with 8 buffers": ("tiny", "nvme-opt", {SG: 1_000_000, f"{OPT}.pipeline_read": True,
+                                                           f"{OPT}.pipeline_write": True, f"{OPT}.buffer_count": 8},
+                                      "step 2", "PipelinedOptimizerSwapper ran out of swap buffers", 1),
+    "parameter buffer_size under a partition": ("small", "nvme-all", {f"{PARAM}.buffer_size": 600_000}, "start-up",
+                                                "More elements 704512 than buffer size 600000", 0),
+}
+
+
+@needs_deepspeed
+@pytest.mark.parametrize("case", list(FAILS))
+def test_each_bound_is_deepspeeds_own_failure(tmp_path: Path, case: str) -> None:
+    size, strategy, patch, when, says, completed = FAILS[case]
+    cfg = _config(size, strategy, tmp_path, patch)
+    [v] = violations(OffloadKnobs.from_ds_config(cfg), JobShape(tuple(tensor_numels(PRESETS[size]))))
+    assert v.fails_at == when and says in v.deepspeed_says, v
+    r = _run(tmp_path, size, cfg)
+    assert r.returncode != 0 and says in r.stderr, r.stderr[-2000:]
+    assert len(parse_steps(r.stdout)) == completed
+    assert ("in initialize" in r.stderr) == (when == "start-up")
+
+
+# -- the rules by hand ----------------------------------------------------------
+
+def test_sub_groups_close_at_or_past_the_size_and_the_last_takes_the_rest() -> None:
+    shape = JobShape((100, 300, 50, 600, 10))
+    assert sub_groups(OffloadKnobs(sub_group_size=350), shape) == [400, 650, 10]
+    assert sub_groups(OffloadKnobs(sub_group_size=10_000), shape) == [1060]
+    assert sub_groups(OffloadKnobs(sub_group_size=100), JobShape((100, 300, 50, 600, 10), ranks=4)) == [100, 163, 3]
+
+
+def test_only_tensors_of_max_1mib_block_are_swapped() -> None:
+    shape = JobShape((262_144, 262_143, 2 << 20))          # exactly 1 MiB of fp32, 4 B less, 8 MiB
+    split = swap_split(OffloadKnobs(optimizer_device="nvme", sub_group_size=262_143), shape)
+    assert (split.swapped_groups, split.ram_groups, split.ram_group_elements) == (2, 1, 262_143)
+    assert (split.swapped_gradients, split.ram_gradients, split.ram_gradient_elements) == (2, 1, 262_143)
+    big_block = swap_split(OffloadKnobs(optimizer_device="nvme", sub_group_size=262_143, block_size=8 << 20), shape)
+    assert (big_block.swapped_gradients, big_block.ram_gradients) == (1, 2)
+    assert big_block.ram_bytes() == 12 * (262_144 + 262_143) + 4 * (262_144 + 262_143)
+
+
+def test_knobs_that_cannot_apply_apply_nothing() -> None:
+    cfg = {"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "buffer_count": 1}}}
+    knobs = OffloadKnobs.from_ds_config(cfg)
+    assert not knobs.nvme_optimizer and host_memory(knobs, JobShape((1 << 24,))).items == ()
+    assert violations(knobs, JobShape((1 << 24,))) == []
+    auto = OffloadKnobs.from_ds_config({"zero_optimization": {"stage": 3, "sub_group_size": "auto",
+                                                              "offload_optimizer": {"device": "nvme"}}})
+    assert auto.sub_group_size == OffloadKnobs().sub_group_size and auto.nvme_optimizer
