@@ -132,3 +132,24 @@ def test_knobs_that_cannot_apply_apply_nothing() -> None:
     auto = OffloadKnobs.from_ds_config({"zero_optimization": {"stage": 3, "sub_group_size": "auto",
                                                               "offload_optimizer": {"device": "nvme"}}})
     assert auto.sub_group_size == OffloadKnobs().sub_group_size and auto.nvme_optimizer
+
+
+def test_lint_names_deepspeeds_buffer_bounds_with_the_fix() -> None:
+    from iotune.analysis.lint import lint
+    from iotune.model.lint import LintEnv
+
+    cfg = {"zero_optimization": {"stage": 3, "sub_group_size": 1_000_000, "offload_optimizer": {
+        "device": "nvme", "nvme_path": "/nvme", "buffer_count": 3}}}
+    tiny = LintEnv(params=PRESETS["tiny"].param_count(), largest_param_numel=262_144)
+    [f] = [f for f in lint(cfg, tiny) if f.rule == "optimizer-buffers-few"]
+    assert (f.severity, f.where, f.fix) == ("error", "zero_optimization.offload_optimizer.buffer_count",
+                                            "set offload_optimizer.buffer_count to 4")
+    assert f.message == ("zero_optimization.offload_optimizer.buffer_count: at least 4 with no pipelining (Adam's 3 "
+                         "states + the gradient) (buffer_count 3); DeepSpeed fails at step 2: assert pinned_buffers "
+                         "is not None (swap_in_optimizer_state: step 1 has no moments yet)")
+    cfg["zero_optimization"]["offload_optimizer"].update(buffer_count=4, pipeline_read=True)
+    [f] = [f for f in lint(cfg, LintEnv()) if f.rule == "optimizer-buffers-few"]
+    assert f.severity == "warning" and f.message.endswith("(model size unknown: assumes two or more sub-groups; "
+                                                          "give --params)")
+    cfg["zero_optimization"]["sub_group_size"] = 1_000_000_000          # one sub-group: pipelining has nothing to overlap
+    assert [f for f in lint(cfg, tiny) if f.rule == "optimizer-buffers-few"] == []

@@ -123,6 +123,14 @@ class JobShape:
     def params_per_rank(self) -> int:
         return sum(self.partitions())
 
+    @classmethod
+    def approximate(cls, params: int, largest: int | None, ranks: int = 1) -> JobShape:
+        """A shape from totals only: `params` cut into tensors of the largest
+        size (the worst case for how far a sub-group overshoots)."""
+        largest = max(1, largest or params)
+        whole, rest = divmod(max(params - largest, 0), largest)
+        return cls((largest,) * (1 + whole) + ((rest,) if rest else ()), ranks)
+
 
 def sub_groups(knobs: OffloadKnobs, shape: JobShape) -> list[int]:
     """Elements per optimizer sub-group on one rank, as stage3 cuts them."""
@@ -238,8 +246,9 @@ class Violation:
     knob: str                   # DeepSpeed's dotted key
     bound: str                  # the rule, in words
     numbers: str                # this candidate's values against it
-    fails_at: str               # "start-up" | "step 2" | "never (silently ...)"
+    fails_at: str               # "start-up" | "step 1" | "step 2"
     deepspeed_says: str         # what DeepSpeed raises
+    fix: str
 
     def describe(self) -> str:
         return f"{self.knob}: {self.bound} ({self.numbers}); DeepSpeed fails at {self.fails_at}: {self.deepspeed_says}"
@@ -266,7 +275,9 @@ def violations(knobs: OffloadKnobs, shape: JobShape) -> list[Violation]:
             out.append(Violation("zero_optimization.offload_optimizer.buffer_count",
                                  f"at least {need} with {mode} (Adam's {ADAM_STATES} states + the gradient"
                                  f"{', for 2 sub-groups at once' if need == 8 else ', for 3 at once' if need == 12 else ''})",
-                                 f"buffer_count {have}", when, says))
+                                 f"buffer_count {have}", when, says,
+                                 f"set offload_optimizer.buffer_count to {need}"
+                                 + (" (or turn pipelining off: 4)" if knobs.pipelined else "")))
     if knobs.nvme_params:
         model_bytes = DTYPE_BYTES.get(knobs.dtype, 4)
         swappable = [p for p in shape.partitions() if p * model_bytes >= knobs.min_swap_bytes]
@@ -275,7 +286,8 @@ def violations(knobs: OffloadKnobs, shape: JobShape) -> list[Violation]:
                                  "at least the largest swapped parameter partition",
                                  f"buffer_size {knobs.param_buffer_size:,} < {max(swappable):,} elements",
                                  "start-up", f"More elements {max(swappable)} than buffer size "
-                                             f"{knobs.param_buffer_size}"))
+                                             f"{knobs.param_buffer_size}",
+                                 f"set offload_param.buffer_size to at least {max(swappable)}"))
     return out
 
 

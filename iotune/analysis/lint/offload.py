@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...model.lint import LintEnv, LintFinding
+from ...model.offload import JobShape, OffloadKnobs, violations
 from .view import AUTO, PREFETCH_DEFAULT, Known, as_int, device, enabled, finding, model_dtype, offload, stage, zero
 
 CPU_EVIDENCE = "reproduced with DeepSpeed 0.19.8 on the CPU accelerator only"
@@ -169,13 +170,21 @@ def _partial_offload(cfg: dict[str, Any], env: LintEnv) -> list[LintFinding]:
 
 
 def _buffer_rules(cfg: dict[str, Any], env: LintEnv) -> list[LintFinding]:
-    p = offload(cfg, "offload_param")
-    if device(cfg, "offload_param") != "nvme" or env.largest_param_numel is None:
-        return []
-    size = as_int(p.get("buffer_size", 100_000_000))
-    if size is not None and size < env.largest_param_numel:
-        return [finding("param-buffer-small", "error", "zero_optimization.offload_param.buffer_size",
-                        f"buffer_size {size:,} elements is smaller than the largest parameter "
-                        f"({env.largest_param_numel:,} elements)",
-                        f"set buffer_size to at least {env.largest_param_numel}")]
-    return []
+    """The bounds DeepSpeed asserts at start-up or at step 2 (iotune.model.offload):
+    exact with the model's size, and for the optimizer's buffers also without it
+    (then assuming at least two sub-groups, which pipelining needs)."""
+    knobs = OffloadKnobs.from_ds_config(cfg)
+    known = env.params is not None
+    shape = JobShape.approximate(env.params, env.largest_param_numel, env.gpus) if env.params else \
+        JobShape((knobs.sub_group_size, knobs.sub_group_size))
+    out = []
+    for v in violations(knobs, shape):
+        param = v.knob.endswith("buffer_size")
+        if param and env.largest_param_numel is None:
+            continue
+        rule = "param-buffer-small" if param else "optimizer-buffers-few"
+        note = "" if known or param else " (model size unknown: assumes two or more sub-groups; give --params)"
+        out.append(finding(rule, "error" if known or not knobs.pipelined else "warning", v.knob,
+                           f"{v.describe()}{note}", v.fix))
+    return out
+
