@@ -18,11 +18,12 @@ from typing import Any
 
 import pytest
 
-from iotune.model.offload import JobShape, OffloadKnobs, host_memory, sub_groups, swap_split, violations
+from iotune.model.offload import (JobShape, OffloadKnobs, host_memory, step_swap_bytes, sub_groups, swap_split,
+                                  violations)
 from iotune.model.steps import parse_steps
 from iotune.workloads.presets import PRESETS, tensor_numels
 
-from .conftest import needs_deepspeed
+from .conftest import ext4_mount, needs_deepspeed, needs_root
 
 
 def _config(size: str, strategy: str, swap: Path, patch: dict[str, Any]) -> dict[str, Any]:
@@ -153,3 +154,44 @@ def test_lint_names_deepspeeds_buffer_bounds_with_the_fix() -> None:
                                                           "give --params)")
     cfg["zero_optimization"]["sub_group_size"] = 1_000_000_000          # one sub-group: pipelining has nothing to overlap
     assert [f for f in lint(cfg, tiny) if f.rule == "optimizer-buffers-few"] == []
+
+
+@needs_root
+@needs_deepspeed
+def test_a_larger_block_keeps_gradients_in_ram_byte_for_byte(tmp_path: Path) -> None:
+    """The same job with aio block 1 MiB and 8 MiB, traced: the model says
+    which tensors each swaps and how many bytes per step, and the trace's
+    swap level agrees exactly. The tiny model's embedding and output layer
+    (262,144 elements: 1 MiB of fp32 gradient each) are swapped at 1 MiB and
+    kept in RAM at 8 MiB; the optimizer state (one sub-group of 14.8 MB) is
+    swapped at both, so the larger block moves 2 x 2 MiB less per step and
+    holds 2 MiB more RAM."""
+    from iotune.analysis.attribution import swap_by_category
+    from iotune.model.runfile import load_run
+
+    shape = JobShape(tuple(tensor_numels(PRESETS["tiny"])))
+    seen = {}
+    with ext4_mount(tmp_path, 256 << 20) as mnt:
+        device = Path(next(line.split()[0] for line in Path("/proc/self/mounts").read_text().splitlines()
+                           if line.split()[1] == str(mnt))).name
+        for block in (1 << 20, 8 << 20):
+            (mnt / f"swap-{block}").mkdir()
+            cfg = _config("tiny", "nvme-opt", mnt / f"swap-{block}", {"aio.block_size": block})
+            (tmp_path / f"ds-{block}.json").write_text(json.dumps(cfg))
+            out = tmp_path / f"run-{block}"
+            r = subprocess.run([sys.executable, "-m", "iotune", "trace", "--json", "-o", str(out), "-d", device, "--",
+                                sys.executable, "-W", "ignore", "-m", "iotune.workloads.train", "--ds-config",
+                                str(tmp_path / f"ds-{block}.json"), "--size", "tiny", "--steps", "4"],
+                               capture_output=True, text=True, timeout=900,
+                               env={**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
+                                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(29700 + block % 97)})
+            assert r.returncode == 0, r.stderr[-2000:]
+            seen[block] = ({c.category: (c.read_bytes_per_step, c.write_bytes_per_step)
+                            for c in swap_by_category(load_run(out))}, OffloadKnobs.from_ds_config(cfg))
+    for block, (traced, knobs) in seen.items():
+        predicted = {c: (b, b) for c, b in step_swap_bytes(knobs, shape).items() if b}
+        assert traced == predicted, (block, traced, predicted)
+    small, large = (swap_split(seen[b][1], shape) for b in (1 << 20, 8 << 20))
+    assert (small.swapped_gradients, large.swapped_gradients) == (2, 0)
+    assert large.ram_bytes() - small.ram_bytes() == 2 * 4 * 262_144
+    assert seen[1 << 20][0]["gradients"] == (2 << 20, 2 << 20)

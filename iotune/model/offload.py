@@ -36,6 +36,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from .attribution import EXP_AVG, EXP_AVG_SQ, FP32_MASTER, GRADIENTS
+
 MIN_AIO_BYTES = 1 << 20            # swap_tensor/constants.py: nothing smaller is swapped
 AIO_ALIGNED_BYTES = 1024           # per intra_op_parallelism thread
 PAGE_BYTES = 4096
@@ -184,6 +186,19 @@ def swap_split(knobs: OffloadKnobs, shape: JobShape) -> SwapSplit:
     grads = shape.partitions()
     small = [n for n in grads if 4 * n < knobs.min_swap_bytes]
     return SwapSplit(len(groups) - len(kept), len(kept), sum(kept), len(grads) - len(small), len(small), sum(small))
+
+
+def step_swap_bytes(knobs: OffloadKnobs, shape: JobShape) -> dict[str, int]:
+    """Bytes one rank swaps each way per steady optimizer step (step 2 on),
+    by swap category (iotune.model.attribution's names): each optimizer
+    state of every swapped sub-group, and every gradient partition of at
+    least the threshold, read once and written once, each aligned to
+    1024 B x intra_op_parallelism. Parameters on NVMe are not predicted."""
+    if not knobs.nvme_optimizer:
+        return {}
+    state = sum(4 * aligned(g, 4, knobs) for g in sub_groups(knobs, shape) if 4 * g >= knobs.min_swap_bytes)
+    grads = sum(4 * aligned(n, 4, knobs) for n in shape.partitions() if 4 * n >= knobs.min_swap_bytes)
+    return {FP32_MASTER: state, EXP_AVG: state, EXP_AVG_SQ: state, GRADIENTS: grads}
 
 
 # -- host memory ----------------------------------------------------------------
