@@ -139,8 +139,9 @@ def test_lint_names_deepspeeds_buffer_bounds_with_the_fix() -> None:
     from iotune.analysis.lint import lint
     from iotune.model.lint import LintEnv
 
-    cfg = {"zero_optimization": {"stage": 3, "sub_group_size": 1_000_000, "offload_optimizer": {
-        "device": "nvme", "nvme_path": "/nvme", "buffer_count": 3}}}
+    opt: dict[str, Any] = {"device": "nvme", "nvme_path": "/nvme", "buffer_count": 3}
+    zero: dict[str, Any] = {"stage": 3, "sub_group_size": 1_000_000, "offload_optimizer": opt}
+    cfg = {"zero_optimization": zero}
     tiny = LintEnv(params=PRESETS["tiny"].param_count(), largest_param_numel=262_144)
     [f] = [f for f in lint(cfg, tiny) if f.rule == "optimizer-buffers-few"]
     assert (f.severity, f.where, f.fix) == ("error", "zero_optimization.offload_optimizer.buffer_count",
@@ -148,11 +149,11 @@ def test_lint_names_deepspeeds_buffer_bounds_with_the_fix() -> None:
     assert f.message == ("zero_optimization.offload_optimizer.buffer_count: at least 4 with no pipelining (Adam's 3 "
                          "states + the gradient) (buffer_count 3); DeepSpeed fails at step 2: assert pinned_buffers "
                          "is not None (swap_in_optimizer_state: step 1 has no moments yet)")
-    cfg["zero_optimization"]["offload_optimizer"].update(buffer_count=4, pipeline_read=True)
+    opt.update(buffer_count=4, pipeline_read=True)
     [f] = [f for f in lint(cfg, LintEnv()) if f.rule == "optimizer-buffers-few"]
     assert f.severity == "warning" and f.message.endswith("(model size unknown: assumes two or more sub-groups; "
                                                           "give --params)")
-    cfg["zero_optimization"]["sub_group_size"] = 1_000_000_000          # one sub-group: pipelining has nothing to overlap
+    zero["sub_group_size"] = 1_000_000_000          # one sub-group: pipelining has nothing to overlap
     assert [f for f in lint(cfg, tiny) if f.rule == "optimizer-buffers-few"] == []
 
 
