@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from iotune.model.offload import (JobShape, OffloadKnobs, host_memory, step_swap_bytes, sub_groups, swap_split,
-                                  violations)
+from iotune.model.offload import (JobShape, OffloadKnobs, gain_split, host_memory, step_swap_bytes, sub_groups,
+                                  swap_split, violations)
 from iotune.model.steps import parse_steps
 from iotune.workloads.presets import PRESETS, tensor_numels
 
@@ -196,3 +196,31 @@ def test_a_larger_block_keeps_gradients_in_ram_byte_for_byte(tmp_path: Path) -> 
     assert (small.swapped_gradients, large.swapped_gradients) == (2, 0)
     assert large.ram_bytes() - small.ram_bytes() == 2 * 4 * 262_144
     assert seen[1 << 20][0]["gradients"] == (2 << 20, 2 << 20)
+
+
+def test_a_gain_is_split_into_less_io_and_faster_io() -> None:
+    shape = JobShape(tuple(tensor_numels(PRESETS["tiny"])))
+    default, big = OffloadKnobs(optimizer_device="nvme"), OffloadKnobs(optimizer_device="nvme", block_size=8 << 20)
+    per_way = 3 * 4 * PRESETS["tiny"].param_count()                  # 3 optimizer states, fp32
+    split = gain_split(default, big, shape, 1.5)
+    assert split.saved_bytes_per_step == 2 * (2 << 20)               # 2 gradients of 1 MiB, read and written
+    assert split.less_io == pytest.approx((per_way + (2 << 20)) / per_way)
+    assert split.faster_io == pytest.approx(1.5 / split.less_io)
+    assert (split.gradients_kept, split.groups_kept, split.ram_added_bytes) == (2, 0, 2 << 20)
+    assert split.sentence() == (f"1.50× faster: {split.faster_io:.2f}× from faster I/O, {split.less_io:.2f}× from "
+                                "4.2 MB/step less I/O; 2 gradient tensors under 8 MiB stay in RAM, +2.1 MB of RAM")
+    same = gain_split(default, OffloadKnobs(optimizer_device="nvme", block_size=512 << 10), shape, 1.2)
+    assert same.sentence() == "1.20× faster, all of it from faster I/O (the same bytes per step)"
+
+
+def test_the_sweep_report_says_what_the_gain_is_made_of() -> None:
+    from iotune.model.sweep import SweepPoint
+    from iotune.model.sweep_result import StepGain
+    from iotune.sweep.steps_executor import StepsExecutor
+
+    default, big = SweepPoint(block_size=1 << 20), SweepPoint(block_size=8 << 20)
+    split = StepsExecutor(warm=False).gain_split(default, big, 2.0)
+    assert split is not None and split.gradients_kept == 2
+    gain = StepGain(big, (2.0, 2.0, 2.0), 2.0, 2.0, 2.0, 3, 0.05, "faster", 0.5, 1.0, split)
+    assert gain.to_json()["split"]["sentence"] == split.sentence()
+    assert StepsExecutor(size="nope", warm=False).gain_split(default, big, 2.0) is None

@@ -201,6 +201,49 @@ def step_swap_bytes(knobs: OffloadKnobs, shape: JobShape) -> dict[str, int]:
     return {FP32_MASTER: state, EXP_AVG: state, EXP_AVG_SQ: state, GRADIENTS: grads}
 
 
+@dataclass(frozen=True)
+class GainSplit:
+    """A measured step-time gain of `candidate` over `reference` (one job,
+    two offload configs), split by cause. `less_io` is the ratio of the bytes
+    the two swap per step, from the model (exact against traced runs); the
+    rest of the speedup, `faster_io`, is the I/O itself going faster. The
+    split treats the step as its I/O: the smaller the I/O's share of the
+    step, the more of `faster_io` is really something else."""
+
+    speedup: float                   # reference / candidate optimizer-step time
+    less_io: float                   # reference / candidate bytes per step (1: the same bytes)
+    faster_io: float                 # speedup / less_io
+    saved_bytes_per_step: int        # reads + writes no longer made
+    gradients_kept: int              # gradient tensors kept in RAM that the reference swapped
+    groups_kept: int                 # optimizer sub-groups likewise
+    ram_added_bytes: int             # what keeping them costs in RAM
+    threshold_bytes: int             # the candidate's max(1 MiB, block_size)
+
+    def sentence(self) -> str:
+        head = f"{self.speedup:.2f}× faster"
+        if self.saved_bytes_per_step == 0:
+            return f"{head}, all of it from faster I/O (the same bytes per step)"
+        kept = [f"{n} {what} under {_mib(self.threshold_bytes)} stay{'s' if n == 1 else ''} in RAM"
+                for n, what in ((self.gradients_kept, "gradient tensor" + "s" * (self.gradients_kept != 1)),
+                                (self.groups_kept, "optimizer sub-group" + "s" * (self.groups_kept != 1))) if n]
+        return (f"{head}: {self.faster_io:.2f}× from faster I/O, {self.less_io:.2f}× from "
+                f"{self.saved_bytes_per_step / 1e6:.1f} MB/step less I/O; {' and '.join(kept)}, "
+                f"+{self.ram_added_bytes / 1e6:.1f} MB of RAM")
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):g} MiB"
+
+
+def gain_split(reference: OffloadKnobs, candidate: OffloadKnobs, shape: JobShape, speedup: float) -> GainSplit:
+    ref_bytes, cand_bytes = (2 * sum(step_swap_bytes(k, shape).values()) for k in (reference, candidate))
+    less = ref_bytes / cand_bytes if cand_bytes else 1.0
+    a, b = swap_split(reference, shape), swap_split(candidate, shape)
+    return GainSplit(speedup, less, speedup / less, max(ref_bytes - cand_bytes, 0),
+                     max(b.ram_gradients - a.ram_gradients, 0), max(b.ram_groups - a.ram_groups, 0),
+                     max(b.ram_bytes() - a.ram_bytes(), 0), candidate.min_swap_bytes)
+
+
 # -- host memory ----------------------------------------------------------------
 
 @dataclass(frozen=True)

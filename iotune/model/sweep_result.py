@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .offload import GainSplit
 from .sweep import SweepPoint, Trial
 
 
@@ -57,6 +58,7 @@ class StepGain:
     verdict: str
     candidate_optimizer_step_s: float    # medians over the pairs
     default_optimizer_step_s: float
+    split: GainSplit | None = None       # the gain by cause (less I/O, faster I/O), where the job's tensors are known
 
     @property
     def recommended(self) -> bool:
@@ -76,7 +78,8 @@ class StepGain:
         return f"{NOTHING_TO_GAIN} ({measured})"
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "candidate": self.candidate.to_json(), "sentence": self.sentence()}
+        split = {**asdict(self.split), "sentence": self.split.sentence()} if self.split else None
+        return {**asdict(self), "candidate": self.candidate.to_json(), "sentence": self.sentence(), "split": split}
 
 
 @dataclass(frozen=True)

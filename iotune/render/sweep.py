@@ -157,6 +157,8 @@ def summary_text(o: SweepOutcome) -> Text:
         t.append("\n")
     if o.step_gain is not None:
         t.append(f"  training steps: {o.step_gain.sentence()}\n", style="bold")
+        if o.step_gain.split is not None and o.step_gain.recommended:
+            t.append(f"  by cause: {o.step_gain.split.sentence()}\n")
     elif o.confirmed:
         t.append("  training steps: no usable (candidate, defaults) pair, so DeepSpeed's defaults are kept "
                  "(see the failed steps trials in the journal)\n", style="bold red")

@@ -94,6 +94,8 @@ def confirm_on_steps(ranking: list[Ranked], default: SweepPoint, run: RunSetting
     for cand, c_rep, d_rep in plan:
         pairs[cand.key()].append((measurer.measure(cand, c_rep), measurer.measure(default, d_rep)))
     gain = best_gain([step_gain(c, pairs[c.key()], run.noise_floor) for c in candidates])
+    if gain is not None and isinstance(steps, StepsExecutor):
+        gain = replace(gain, split=steps.gain_split(default, gain.candidate, gain.median))
     keys = {default.key(), *pairs}
     rows = summarize_trials([t for t in journal.trials if t.point.key() in keys], steps.name)
     rows.sort(key=lambda r: (r.optimizer_step_s or math.inf, r.point.key()))

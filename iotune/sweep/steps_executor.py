@@ -28,8 +28,10 @@ from typing import Any
 from ..blockdev.cgroup import join_cgroup_preexec
 from ..blockdev.oplocks import BuildLockHang, hang_guard, release_locks_left_since
 from ..blockdev.proc import last_line, run_in_own_group
+from ..model.offload import GainSplit, JobShape, OffloadKnobs, gain_split
 from ..model.steps import parse_steps
 from ..model.sweep import Measurement, SweepPoint
+from ..workloads.presets import PRESETS, tensor_numels
 from ..workloads.zygote import WarmStarter, WarmStartUnavailable
 from .executor import Target, TrialFailed
 
@@ -52,6 +54,16 @@ class StepsExecutor:
 
     def argv(self, point: SweepPoint, target: Target) -> list[str]:
         return [sys.executable, "-W", "ignore", "-m", "iotune.workloads.train", *self.train_args(point, target)]
+
+    def gain_split(self, reference: SweepPoint, candidate: SweepPoint, speedup: float) -> GainSplit | None:
+        """The candidate's gain by cause: the built-in workload's tensors are
+        known, so are the bytes each point swaps (iotune.model.offload)."""
+        if self.strategy != "nvme-opt" or self.size not in PRESETS:
+            return None
+        shape = JobShape(tuple(tensor_numels(PRESETS[self.size])))
+        knobs = [OffloadKnobs(optimizer_device="nvme", block_size=p.block_size,
+                              intra_op_parallelism=p.intra_op_parallelism) for p in (reference, candidate)]
+        return gain_split(knobs[0], knobs[1], shape, speedup)
 
     def close(self) -> None:
         """Stop the warm-start server (idempotent; the executor can run again after)."""
