@@ -287,6 +287,11 @@ def host_memory(knobs: OffloadKnobs, shape: JobShape) -> HostMemory:
     elif knobs.optimizer_device == "cpu":
         items.append(MemoryItem("optimizer state in RAM", 16 * shape.params_per_rank, False,
                                 f"{shape.params_per_rank:,} parameters x (12 B Adam state + 4 B gradient)"))
+    if knobs.stage == 3 and knobs.param_device in ("cpu", "nvme"):
+        held = shape.params_per_rank if knobs.param_device == "cpu" else min(knobs.max_in_cpu, shape.params_per_rank)
+        items.append(MemoryItem("parameters held in RAM", held * model_bytes, False,
+                                f"{held:,} parameters x {model_bytes} B"
+                                + (" (max_in_cpu of them)" if knobs.param_device == "nvme" else "")))
     if knobs.nvme_params:
         per = aligned(knobs.param_buffer_size, model_bytes, knobs)
         items.append(MemoryItem("parameter swap buffers", pages(knobs.param_buffer_count * per * model_bytes), True,
