@@ -44,8 +44,14 @@ def workdir(stack: contextlib.ExitStack, directory: Path | None, prefix: str) ->
 
 def create_file(stack: contextlib.ExitStack, path: Path, size_bytes: int) -> None:
     """A new sparse file of `size_bytes`, removed on exit."""
-    with path.open("xb") as fh:
-        note(stack, "file", path=path.resolve())
+    entry = note(stack, "file", path=path.resolve())   # before: a kill between open and note would leak it
+    try:
+        fh = path.open("xb")
+    except FileExistsError:
+        if entry is not None:
+            entry.drop()              # someone else's (or an earlier run's with our pid): never ours to remove
+        raise
+    with fh:
         fh.truncate(size_bytes)
     stack.callback(path.unlink, True)
 
