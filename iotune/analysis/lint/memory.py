@@ -15,23 +15,26 @@ CPU offload tensors; swap buffers always come from new_cpu_locked_tensor):
   of the largest sub-group's full (unpartitioned) size in the model dtype;
   counted only when the model size is known;
 
-aligned(n) rounds up to 1024 B x intra_op_parallelism. Defaults: param
-buffer_count 5, buffer_size 1e8; optimizer buffer_count 4; sub_group_size 1e9.
-With aio.use_gds the parameter buffers live on the GPU and are not counted.
+aligned(n) rounds up to 1024 B x intra_op_parallelism, and each allocation
+locks whole pages. Defaults: param buffer_count 5, buffer_size 1e8;
+optimizer buffer_count 4; sub_group_size 1e9. With aio.use_gds the
+parameter buffers live on the GPU and are not counted.
+
+The numbers are iotune.model.offload's (one model for lint, doctor, plan and
+the sweep, checked against DeepSpeed runs); this module adds what a config
+alone leaves open (an unknown model size, "auto") as assumptions.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ...model.lint import LintEnv, LintFinding
-from .view import (OPTIMIZER_DEFAULTS, PARAM_DEFAULTS, SUB_GROUP_SIZE_DEFAULT, aio_block, as_int, device,
+from ...model.offload import JobShape, OffloadKnobs, aligned, pages, sub_groups
+from .view import (OPTIMIZER_DEFAULTS, PARAM_DEFAULTS, SUB_GROUP_SIZE_DEFAULT, aio_block, device,
                    element_bytes, finding, model_dtype, offload, setting, stage, zero)
-
-AIO_ALIGNED_BYTES = 1024
-
 
 @dataclass(frozen=True)
 class Locked:
@@ -42,10 +45,12 @@ class Locked:
     elements: int
     element_bytes: int
     assumption: str = ""           # empty: counted from known values
+    separate: bool = True          # count allocations of elements each (else one of count x elements)
 
     @property
     def bytes(self) -> int:
-        return self.count * self.elements * self.element_bytes
+        one = self.elements * self.element_bytes
+        return self.count * pages(one) if self.separate else pages(self.count * one)
 
     def describe(self) -> str:
         text = (f"{self.label} {self.count} x {self.elements:,} x {self.element_bytes} B = "
@@ -58,9 +63,7 @@ def mib(n: float) -> str:
 
 
 def _aligned(elements: int, elem_bytes: int, cfg: dict[str, Any]) -> int:
-    intra = as_int(aio_block(cfg).get("intra_op_parallelism", 1)) or 1
-    step = max(1, AIO_ALIGNED_BYTES * intra // elem_bytes)
-    return math.ceil(elements / step) * step
+    return aligned(elements, elem_bytes, OffloadKnobs.from_ds_config(cfg))
 
 
 def _swaps_at_stage3(cfg: dict[str, Any], which: str) -> bool:
@@ -82,7 +85,7 @@ def param_buffers(cfg: dict[str, Any]) -> Locked | None:
     if not dtype.known:
         notes.append(f"{dtype.why}; assumed 2 B elements")
     label = f"parameters ({dtype.value or 'fp16/bf16'})"
-    return Locked(label, count.value, _aligned(size.value, elem, cfg), elem, "; ".join(notes))
+    return Locked(label, count.value, _aligned(size.value, elem, cfg), elem, "; ".join(notes), separate=False)
 
 
 def optimizer_buffers(cfg: dict[str, Any], env: LintEnv) -> Locked | None:
@@ -95,8 +98,12 @@ def optimizer_buffers(cfg: dict[str, Any], env: LintEnv) -> Locked | None:
     notes = [k.why for k in (count, sub) if not k.known]
     if env.params:
         partition = math.ceil(env.params / max(env.gpus, 1))
-        overshoot = (env.largest_param_numel or 0) // max(env.gpus, 1)
-        largest = min(partition, sub.value + overshoot)
+        if env.largest_param_numel:          # a group closes past sub_group_size: by up to one tensor
+            shape = JobShape.approximate(env.params, env.largest_param_numel, max(env.gpus, 1))
+            knobs = replace(OffloadKnobs.from_ds_config(cfg), sub_group_size=sub.value)
+            largest = min(max(sub_groups(knobs, shape)), partition)      # never more than the rank holds
+        else:
+            largest = min(sub.value, partition)
     else:
         largest = sub.value
         notes.append(f"model size unknown: counted a full sub-group of {sub.value:,} (give --params or --model)")
