@@ -21,11 +21,13 @@ from iotune.model.attribution import Attribution, PhaseSpan
 from iotune.model.hook_events import completed_steps, step_timings
 from iotune.model.journal import read_journal
 from iotune.model.steps import parse_steps
+from iotune.model.offload import JobShape, OffloadKnobs, host_memory
 from iotune.model.sweep import SweepPoint
 from iotune.model.sweep_result import Ranked, SweepOutcome
 from iotune.render.sweep import render_sweep
 from iotune.sweep.cmd_executor import trial_config
 from iotune.sweep.threads import best_threads
+from iotune.workloads.presets import PRESETS, tensor_numels
 from iotune.workloads.strategies import WorkloadSpec, ds_config
 
 from .conftest import ext4_mount, needs_deepspeed, needs_fio, needs_root_for
@@ -203,8 +205,13 @@ def test_user_command_loop_on_the_builtin_script_with_threads(ext4_dir: Path, tm
                                                replace(chosen, omp_threads=2).key()]
     assert not [t for t in journal.trials if t.executor == "steps"]        # no built-in-workload trials
     cmd = {t.point.omp_threads: t for t in trials}
+    # the swap buffers the hook saw locked are the offload model's, to the byte (one sub-group: the aio block
+    # does not change them)
+    locked = host_memory(OffloadKnobs.from_ds_config(json.loads(cfg.read_text())),
+                         JobShape(tuple(tensor_numels(PRESETS["tiny"])))).locked_bytes
     for threads, t in [(t.point.omp_threads, t) for t in trials]:
         assert t.status == "ok", t.error
+        assert t.raw["memory"]["locked_bytes"] == locked < t.raw["memory"]["rss_bytes"], t.raw["memory"]
         assert (t.raw["returncode"], t.raw["ended_by"], len(t.raw["steps"])) == (0, "", 3)   # stopped after 3
         assert t.raw["swap_bytes"]["write"] > 0 and t.raw["swap_bytes"]["read"] > 0
         if threads:

@@ -112,6 +112,28 @@ def read_processes(events_dir: Path) -> list[HookProcess]:
 
 
 @dataclass(frozen=True)
+class MemorySample:
+    """A rank's memory after one of its optimizer steps (bytes)."""
+
+    rank: int
+    step: int
+    locked_bytes: int            # VmLck: mlock'd, where DeepSpeed's swap buffers live
+    rss_bytes: int
+
+
+def read_memory(events_dir: Path) -> list[MemorySample]:
+    """Every rank's memory samples, in file order (one per completed step)."""
+    out = []
+    rank = 0
+    for _, ev in _event_lines(events_dir):
+        if ev.get("k") == "proc":
+            rank = int(ev.get("rank", 0))
+        elif ev.get("k") == "mem":
+            out.append(MemorySample(rank, int(ev.get("s", 0)), int(ev.get("lck", 0)), int(ev.get("rss", 0))))
+    return out
+
+
+@dataclass(frozen=True)
 class StepTiming:
     """One completed training step, the slowest rank's times.
 

@@ -56,10 +56,12 @@ from ..dsconfig import read_ds_config
 from ..errors import UsageError
 from ..model.hook_events import (
     HookProcess,
+    MemorySample,
     StepTiming,
     completed_steps,
     hook_env,
     read_events,
+    read_memory,
     read_processes,
     step_timings,
 )
@@ -199,6 +201,7 @@ class CommandExecutor:
             "command": argv, "returncode": job.returncode, "ended_by": job.ended_by, "seconds": job.seconds,
             "steps": [asdict(s) for s in steps], "ranks": list(att.ranks) if att else [],
             "swap_bytes": _swap_bytes(att), "omp_threads_seen": sorted({str(p.omp_threads) for p in procs}),
+            "memory": _peak_memory(read_memory(events)),
             "stdout_tail": job.stdout, "stderr_tail": job.stderr,
         }
         _check(self.job, point, job, steps, procs, swap, raw)
@@ -251,6 +254,12 @@ def _lock_hint(since: float) -> str:
     return done + (f"; DeepSpeed op build lock(s) exist: {', '.join(lk.path for lk in locks)}: a job waits on "
                    f"them silently, and one killed mid-build leaves its lock behind; if no DeepSpeed op is being "
                    f"built, remove them")
+
+
+def _peak_memory(samples: list[MemorySample]) -> dict[str, int]:
+    """The largest locked memory and RSS any rank reported after a step (bytes; 0: none reported)."""
+    return {"locked_bytes": max((m.locked_bytes for m in samples), default=0),
+            "rss_bytes": max((m.rss_bytes for m in samples), default=0)}
 
 
 def _swap_bytes(att: Any) -> dict[str, int]:

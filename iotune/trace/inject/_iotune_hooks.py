@@ -113,6 +113,7 @@ def _wrap_phase(cls, method, name):
             if not outer:
                 _flush()
         if phase == "optimizer" and not outer:
+            _emit_memory(step)
             _count_step()
         return result
 
@@ -120,6 +121,22 @@ def _wrap_phase(cls, method, name):
     wrapper.__name__ = getattr(orig, "__name__", method)
     wrapper.__doc__ = getattr(orig, "__doc__", None)
     setattr(cls, method, wrapper)
+
+
+def _emit_memory(step):
+    """After a completed optimizer step: this process's locked memory (VmLck:
+    DeepSpeed's swap buffers) and RSS, in bytes."""
+    mem = {}
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                key, _, rest = line.partition(":")
+                if key in ("VmLck", "VmRSS"):
+                    mem[key] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return
+    _emit({"k": "mem", "s": step, "lck": mem.get("VmLck", 0), "rss": mem.get("VmRSS", 0),
+           "t": time.monotonic_ns()})
 
 
 def _max_steps():
