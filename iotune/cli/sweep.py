@@ -102,6 +102,20 @@ from .options import (RATE, SIZE, bool_word, chosen_format, csv_list, emit, form
 @click.option("--slurm", is_flag=True,
               help="Multi-node, inside a Slurm allocation (sbatch, salloc): the same sweep on every node of the "
                    "job at once, through `srun --overlap` steps.")
+@click.option("--offload", is_flag=True,
+              help="Tune the whole offload instead of the aio block: where optimizer state and parameters live, "
+                   "sub_group_size, pipelining and the buffers each needs, parameter buffers, on real steps of the "
+                   "built-in workload (--model), within the host's memory; candidates that would break one of "
+                   "DeepSpeed's bounds or not fit are refused with the numbers, never run.")
+@click.option("--model", "offload_model", default="small", show_default=True, metavar="PRESET",
+              help="With --offload: the built-in model the steps train (tiny, small, medium).")
+@click.option("--fix", "fixes", multiple=True, metavar="KEY=VALUE",
+              help="With --offload: pin a knob, in DeepSpeed's dotted names, e.g. "
+                   "zero_optimization.offload_optimizer.device=nvme (repeat per knob).")
+@click.option("--max-host-memory", type=SIZE, default=None, metavar="SIZE",
+              help="With --offload: host memory one rank may use for offload (default: half of MemAvailable).")
+@click.option("--max-trials", type=click.IntRange(1, 100), default=None, metavar="N",
+              help="With --offload: candidates run on real steps, cheapest by the cost model first  [default: 12]")
 @format_option
 @html_option
 @library_errors
@@ -114,7 +128,8 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
           layout_drives: int | None, drive_cap: float, fmt: str, as_json: bool, bed: str | None = None,
           filesystems: Any = None, html_path: Path | None = None, hosts: str | None = None,
           hostfile: Path | None = None, remote_iotune: str | None = None, netfs: bool = False,
-          dry_run: bool = False, slurm: bool = False) -> None:
+          dry_run: bool = False, slurm: bool = False, offload: bool = False, offload_model: str = "small",
+          fixes: tuple[str, ...] = (), max_host_memory: int | None = None, max_trials: int | None = None) -> None:
     """Tune DeepSpeed's aio settings (block size, queue depth, threads, submit
     modes) for a drive, and hand over a config DeepSpeed accepts as pasted.
 
@@ -154,6 +169,18 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
                                  run_sweep_command)
 
     fmt = chosen_format(fmt, as_json)
+    if offload:
+        from .offload import refuse_offload_with, run_offload
+        refuse_offload_with(steps_cmd=steps_cmd, layouts=layout_drives, netfs=netfs, hosts=hosts, hostfile=hostfile,
+                            slurm=slurm, export=export_to, export_jobs=export_jobs, html=html_path,
+                            omp_threads=omp_threads, grid=grid)
+        if bed is not None and target_dir is not None:
+            raise click.UsageError("--bed excludes --path: give one of them")
+        run_offload(target_dir, bed, offload_model, ds_config, fixes, max_host_memory, max_trials or 12, steps, out,
+                    fresh, apply_to, in_place, fmt)
+        return
+    from .offload import refuse_without_offload
+    refuse_without_offload(fix=fixes, max_host_memory=max_host_memory, max_trials=max_trials)
     fleet = fleet_nodes(hosts, hostfile, slurm, [], command="sweep")
     if remote_iotune and not fleet:
         raise UsageError("--remote-iotune is for a multi-node sweep: add --hosts, --hostfile or --slurm")

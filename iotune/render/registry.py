@@ -20,6 +20,7 @@ from .html import HTML_RENDERERS
 from .html_fleet import FleetHtml
 from .json import JsonRenderer
 from .lint import LintReportConsole, LintReportJson
+from .offload import OffloadConsole, OffloadJson
 from .plan import plan_json, render_check, render_endurance, render_plan
 from .sweep import layouts_json, render_layouts, render_sweep, sweep_json
 
@@ -139,6 +140,7 @@ RENDERERS.update({(cls.record_type, cls.format): cls for cls in HTML_RENDERERS})
 RENDERERS.update({(cls.record_type, cls.format): cls for cls in (TraceReportConsole, TraceReportJson)})
 RENDERERS.update({(cls.record_type, cls.format): cls for cls in (FleetConsole, FleetJson, FleetHtml)})
 RENDERERS.update({(cls.record_type, cls.format): cls for cls in (FleetSweepConsole, FleetSweepJson)})
+RENDERERS.update({(cls.record_type, cls.format): cls for cls in (OffloadConsole, OffloadJson)})
 
 
 def formats_of(record_type: type) -> list[str]:

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..model.offload import JobShape, OffloadKnobs, host_memory, sub_groups, violations
+from ..model.offload_result import Dimension, Refused
 
 # DeepSpeed's dotted key -> the knob it sets, its type and the values searched
 # (an empty tuple: only fixable, not searched).
@@ -38,13 +39,6 @@ KEYS: dict[str, tuple[str, type, tuple[Any, ...]]] = {
     "aio.intra_op_parallelism": ("intra_op_parallelism", int, ()),
 }
 PIPELINE = ("zero_optimization.offload_optimizer.pipeline_read", "zero_optimization.offload_optimizer.pipeline_write")
-
-
-@dataclass(frozen=True)
-class Dimension:
-    key: str                    # DeepSpeed's dotted key
-    values: tuple[Any, ...]
-    why_not: str = ""           # set: left out, and why
 
 
 def parse_fixes(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
@@ -132,12 +126,6 @@ def _why_not(key: str, base: OffloadKnobs, shape: JobShape, fixes: dict[str, Any
 
 
 @dataclass(frozen=True)
-class Refused:
-    knobs: OffloadKnobs
-    reasons: tuple[str, ...]
-
-
-@dataclass(frozen=True)
 class Budget:
     """What the host allows one rank: RAM for offload, and ulimit -l (None: no limit)."""
 
@@ -172,6 +160,8 @@ def _meaningful(knobs: OffloadKnobs, shape: JobShape, fixes: dict[str, Any]) -> 
     """One candidate per distinct behaviour: no pipelining without NVMe or
     with one sub-group, and the buffers a pipelining mode needs (unless the
     user fixed them)."""
+    if knobs.optimizer_device != "nvme" and "zero_optimization.sub_group_size" not in fixes:
+        knobs = replace(knobs, sub_group_size=OffloadKnobs().sub_group_size)   # the swap unit: nothing swapped
     if knobs.optimizer_device != "nvme" or len(sub_groups(knobs, shape)) < 2:
         knobs = replace(knobs, pipeline_read=False, pipeline_write=False)
     if knobs.param_device != "nvme":

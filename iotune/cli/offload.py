@@ -1,0 +1,105 @@
+"""`iotune sweep --offload`: the whole-offload search on real steps of the
+built-in workload (see iotune/sweep/offload_search.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from .options import emit, say
+
+MEMINFO = Path("/proc/meminfo")
+
+
+def refuse_offload_with(**given: object) -> None:
+    """Options of the aio sweep that the whole-offload search does not take."""
+    named = [f"--{k.replace('_', '-')}" for k, v in given.items() if v not in (None, False, (), [])]
+    if named:
+        raise UsageError(f"--offload runs the whole-offload search on the built-in workload; "
+                         f"{', '.join(named)} belong{'s' if len(named) == 1 else ''} to the aio sweep: drop "
+                         f"{'it' if len(named) == 1 else 'them'}, or drop --offload")
+
+
+def refuse_without_offload(**given: object) -> None:
+    named = [f"--{k.replace('_', '-')}" for k, v in given.items() if v not in (None, False, (), [])]
+    if named:
+        raise UsageError(f"{', '.join(named)} go{'es' if len(named) == 1 else ''} with --offload "
+                         f"(the whole-offload search): add --offload")
+
+
+def host_budget(max_host_memory: int | None) -> Any:
+    """What one rank may use: --max-host-memory, else half of MemAvailable;
+    ulimit -l unless this process may lock without limit (root, CAP_IPC_LOCK)."""
+    from ..blockdev.proc import CAP_IPC_LOCK, has_cap
+    from ..sweep.offload_space import Budget
+
+    host = max_host_memory
+    if host is None:
+        for line in MEMINFO.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                host = int(line.split()[1]) * 1024 // 2
+    soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    memlock = None if has_cap(CAP_IPC_LOCK) or soft == resource.RLIM_INFINITY else soft
+    return Budget(host, memlock)
+
+
+@contextlib.contextmanager
+def _target(target_dir: Path | None, bed: str | None) -> Iterator[tuple[Path, str | None, str]]:
+    """(directory, cgroup, name) of the drive: --path, or a test bed brought up for the search."""
+    if target_dir is not None:
+        from ..sweep.pipeline import check_target
+        check_target(target_dir)
+        yield target_dir, None, target_dir.name or "path"
+        return
+    from ..volumes.beds import DEFAULT_BED, running_bed
+    with running_bed(bed or DEFAULT_BED) as b:
+        say(f"offload: test bed {b.spec.name} ({b.spec.describe()}) at {b.path}")
+        yield b.path, b.cgroup, b.spec.name
+
+
+def run_offload(target_dir: Path | None, bed: str | None, model: str, ds_config: Path | None, fixes: tuple[str, ...],
+                max_host_memory: int | None, max_trials: int, steps: int | None, out: Path | None, fresh: bool,
+                apply_to: Path | None, in_place: bool, fmt: str) -> None:
+    from ..dsconfig import read_ds_config
+    from ..sweep.offload_search import Journal, search_offload
+    from ..sweep.offload_space import parse_fixes
+    from ..workloads.presets import get_preset
+    from ..workloads.strategies import WorkloadSpec, ds_config as builtin_config
+
+    get_preset(model)                                  # an unknown preset is refused before anything is built
+    parsed = parse_fixes(list(fixes))
+    base = read_ds_config(ds_config) if ds_config else builtin_config(WorkloadSpec(strategy="nvme-opt", size=model,
+                                                                                   nvme_path="/"))
+    if not isinstance(base.get("zero_optimization"), dict) or base["zero_optimization"].get("stage") != 3:
+        say("offload: the config is not ZeRO stage 3: the offload knobs iotune searches exist there only")
+    budget = host_budget(max_host_memory)
+    with _target(target_dir, bed) as (where, cgroup, name):
+        journal_dir = out or Path("iotune-sweeps") / f"offload-{model}-{name}"
+        if fresh and (journal_dir / "offload.jsonl").exists():
+            (journal_dir / "offload.jsonl").unlink()
+        outcome = search_offload(base, model, where, cgroup, Journal.open(journal_dir / "offload.jsonl"), parsed,
+                                 budget, max_trials=max_trials, steps=steps or 4, say=say)
+    if apply_to is not None and outcome.recommended:
+        from ..sweep.recommend import apply_to_file
+        written, _ = apply_to_file(apply_to, _nested(outcome.recommended), in_place)
+        say(f"wrote {written}")
+    emit(outcome, fmt)
+    if outcome.best is None:
+        sys.exit(1)
+
+
+def _nested(changes: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in changes.items():
+        where = out
+        *path, last = key.split(".")
+        for part in path:
+            where = where.setdefault(part, {})
+        where[last] = value
+    return out
+

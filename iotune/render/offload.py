@@ -1,0 +1,56 @@
+"""`iotune sweep --offload`: the whole-offload search, as text and JSON."""
+
+from __future__ import annotations
+
+import json
+
+from ..model.offload_result import OffloadOutcome, OffloadTrial, short_changes
+from .base import Renderer
+
+
+def _row(t: OffloadTrial) -> str:
+    if t.status != "ok":
+        return f"  {short_changes(t.changes):<60} failed: {t.error}"
+    return (f"  {short_changes(t.changes):<60} {t.samples_per_s:8.2f} {t.optimizer_step_s:9.3f} "
+            f"{t.locked_bytes / 1e6:9.1f} {t.predicted_locked_bytes / 1e6:9.1f} {t.rss_bytes / 1e6:8.0f}")
+
+
+def render_offload(o: OffloadOutcome) -> str:
+    lines = [f"Whole-offload search on the built-in {o.model} model (journal {o.journal})"]
+    lines += [f"  searched: {d.key} in {', '.join(map(str, d.values))}" for d in o.searched]
+    lines += [f"  left out: {d.key}: {d.why_not}" for d in o.skipped]
+    if o.refused:
+        lines.append(f"  refused before running ({len(o.refused)}):")
+        lines += [f"    {r.reasons[0]}" for r in o.refused[:5]]
+        if len(o.refused) > 5:
+            lines.append(f"    ... and {len(o.refused) - 5} more (--json lists them all)")
+    lines += ["", f"  {'candidate':<60} {'samples/s':>8} {'opt step s':>9} {'locked MB':>9} "
+                  f"{'predicted':>9} {'RSS MB':>8}"]
+    lines += [_row(t) for t in o.trials if t.role == "search"]
+    if o.ratios:
+        lines.append(f"\n  pairs with your config: {', '.join(f'{r:.2f}' for r in o.ratios)} (candidate / yours, "
+                     f"samples per second): {o.verdict}")
+    if o.recommended:
+        lines.append("\nRecommended changes (in the config below):")
+        lines += [f"  {k} = {json.dumps(v)}: {o.reasons.get(k, '')}" for k, v in o.recommended.items()]
+    elif not o.searched:
+        lines.append("\nNothing to search: every dimension is left out (above); keeping your config")
+    else:
+        lines.append("\nKeeping your config: " + ("no candidate could run" if o.best is None else
+                                                 "it is already the fastest that fits" if not o.best.changes else
+                                                 f"the fastest candidate was {o.verdict} against it on real steps"))
+    return "\n".join(lines) + "\n"
+
+
+class OffloadConsole(Renderer):
+    record_type, format, file_extension = OffloadOutcome, "console", "txt"
+
+    def render(self, record: OffloadOutcome) -> str:
+        return render_offload(record)
+
+
+class OffloadJson(Renderer):
+    record_type, format, file_extension = OffloadOutcome, "json", "json"
+
+    def render(self, record: OffloadOutcome) -> str:
+        return json.dumps(record.to_json(), indent=1) + "\n"

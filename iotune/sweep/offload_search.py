@@ -1,0 +1,227 @@
+"""The whole-offload search on real steps (`iotune sweep --offload`): the
+built-in workload runs each candidate of iotune.sweep.offload_space that
+fits, in the order a cost model puts them (fewer bytes per step on the
+drive first, then less locked memory), at most `max_trials` of them; the
+fastest by samples per second is then run in alternating pairs with the
+job's own config, and recommended only if it is faster beyond the noise.
+
+Every trial records the locked memory and RSS the job reported after each
+step beside the model's prediction, and is appended to a journal the moment
+it ends (a re-run with the same journal skips what is in it)."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..blockdev.cgroup import join_cgroup_preexec
+from ..blockdev.ledger import note
+from ..blockdev.proc import last_line, run_in_own_group
+from ..errors import UsageError
+from ..model.offload import JobShape, OffloadKnobs, host_memory, step_swap_bytes, sub_groups
+from ..model.steps import parse_steps
+from ..workloads.presets import PRESETS
+from ..model.offload_result import OffloadOutcome, OffloadTrial, short_changes
+from .offload_space import KEYS, Budget, candidates, dimensions
+
+NOISE_FLOOR = 0.05
+
+
+def knob_changes(base: OffloadKnobs, knobs: OffloadKnobs) -> dict[str, Any]:
+    """DeepSpeed keys whose value `knobs` changes from `base` (buffer_count included)."""
+    return {k: getattr(knobs, attr) for k, (attr, _, _) in KEYS.items() if getattr(knobs, attr) != getattr(base, attr)}
+
+
+def apply_changes(cfg: dict[str, Any], changes: dict[str, Any], nvme_path: str) -> dict[str, Any]:
+    """A copy of `cfg` with `changes` written at their dotted keys; offload
+    blocks moved to NVMe get `nvme_path`, and a block with device none is dropped."""
+    out = copy.deepcopy(cfg)
+    for key, value in changes.items():
+        where = out
+        *path, last = key.split(".")
+        for part in path:
+            where = where.setdefault(part, {})
+        where[last] = value
+    zero = out.setdefault("zero_optimization", {})
+    for block in ("offload_optimizer", "offload_param"):
+        b = zero.get(block)
+        if isinstance(b, dict) and b.get("device") == "nvme":
+            b["nvme_path"] = nvme_path
+        if isinstance(b, dict) and b.get("device") in (None, "none"):
+            zero.pop(block)
+    if isinstance(zero.get("offload_param"), dict):
+        zero.setdefault("stage3_prefetch_bucket_size", 0)      # DeepSpeed 0.19.8: prefetch breaks NVMe params
+    return out
+
+
+def run_trial(cfg: dict[str, Any], size: str, steps: int, work: Path, cgroup: str | None,
+              timeout_s: float) -> tuple[str, float, float, int, int, str]:
+    """(status, samples/s, optimizer step s, locked, rss, error) of the built-in workload under `cfg`."""
+    path = work / "ds_config.json"
+    path.write_text(json.dumps(cfg, indent=1))
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(29500 + os.getpid() % 5000)}
+    argv = [sys.executable, "-W", "ignore", "-m", "iotune.workloads.train", "--ds-config", str(path), "--size", size,
+            "--steps", str(steps)]
+    try:
+        proc = run_in_own_group(argv, timeout_s, join_cgroup_preexec(cgroup), env=env)
+    except subprocess.TimeoutExpired:
+        return "failed", 0.0, 0.0, 0, 0, f"did not finish {steps} steps within {timeout_s:g} s"
+    records = parse_steps(proc.stdout)
+    if proc.returncode != 0 or len(records) < steps:
+        return "failed", 0.0, 0.0, 0, 0, f"exit {proc.returncode} after {len(records)} step(s): " \
+                                         f"{last_line(proc.stderr, 'no message')}"
+    steady = records[1:] or records
+    samples = int(cfg.get("train_micro_batch_size_per_gpu", 1)) * int(cfg.get("gradient_accumulation_steps", 1))
+    return ("ok", samples / statistics.median(r.step_s for r in steady),
+            statistics.median(r.optimizer_step_s for r in steady), max(r.locked_bytes for r in records),
+            max(r.rss_bytes for r in records), "")
+
+
+@dataclass
+class Journal:
+    path: Path
+    done: dict[tuple[str, str, int], OffloadTrial] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, path: Path) -> Journal:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"cannot create the journal directory {path.parent} ({e.strerror}): "
+                             f"choose another with -o") from None
+        j = cls(path)
+        if path.exists():
+            for n, line in enumerate(path.read_text().splitlines()):
+                try:
+                    t = OffloadTrial(**json.loads(line))
+                except (ValueError, TypeError):
+                    continue                          # a torn last line: that trial runs again
+                j.done[(t.key, t.role, n)] = t
+        return j
+
+    def find(self, key: str, role: str, nth: int) -> OffloadTrial | None:
+        same = [t for (k, r, _), t in sorted(self.done.items(), key=lambda kv: kv[0][2]) if k == key and r == role]
+        return same[nth] if nth < len(same) else None
+
+    def append(self, trial: OffloadTrial) -> None:
+        with self.path.open("a") as fh:
+            fh.write(json.dumps(trial.to_json()) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+
+def cost_order(fit: list[OffloadKnobs], shape: JobShape) -> list[OffloadKnobs]:
+    """Fewest bytes per step on the drive first (the optimizer in RAM moves
+    none), then more pipelining (it overlaps what is moved: reads and writes
+    before one of them), then less locked memory."""
+    return sorted(fit, key=lambda k: (sum(step_swap_bytes(k, shape).values()),
+                                      -(int(k.pipeline_read) + int(k.pipeline_write)),
+                                      host_memory(k, shape).locked_bytes, repr(k)))
+
+
+def search_offload(base_cfg: dict[str, Any], size: str, target: Path, cgroup: str | None, journal: Journal,
+                   fixes: dict[str, Any], budget: Budget, max_trials: int = 12, steps: int = 4, pairs: int = 2,
+                   timeout_s: float = 900.0, say: Callable[[str], None] = lambda s: None) -> OffloadOutcome:
+    shape = JobShape(tuple(_numels(size)))
+    base = OffloadKnobs.from_ds_config(base_cfg)
+    searched, skipped = dimensions(base, shape, fixes)
+    fit, refused = candidates(base, shape, searched, fixes, budget)
+    order = cost_order(fit, shape)[:max_trials] if searched else []
+    if not searched:
+        say("offload: nothing to search: every dimension is left out (the reasons are in the report)")
+    say(f"offload: {len(fit)} candidate(s) fit, {len(refused)} refused; running {len(order)} on real steps "
+        f"({steps} steps each, the built-in {size} model)")
+
+    def trial(knobs: OffloadKnobs, role: str, nth: int) -> OffloadTrial:
+        changes = knob_changes(base, knobs)
+        key = json.dumps(changes, sort_keys=True)
+        seen = journal.find(key, role, nth)
+        if seen is not None:
+            return seen
+        t0 = time.monotonic()
+        with contextlib.ExitStack() as stack:          # the trial's directory, recorded: a hard kill leaves nothing
+            work = Path(tempfile.mkdtemp(prefix=".iotune-offload-", dir=target))
+            note(stack, "dir", path=work.resolve())
+            stack.callback(shutil.rmtree, work, True)
+            (work / "swap").mkdir()
+            status, sps, opt_s, locked, rss, error = run_trial(apply_changes(base_cfg, changes, str(work / "swap")),
+                                                               size, steps, work, cgroup, timeout_s)
+        t = OffloadTrial(key, changes, status, error, sps, opt_s, locked, host_memory(knobs, shape).locked_bytes,
+                         rss, round(time.monotonic() - t0, 3), role)
+        journal.append(t)
+        say(f"offload: {short_changes(changes)}: " + (f"{sps:.2f} samples/s, optimizer step {opt_s:.3f} s, locked "
+                                                  f"{locked / 1e6:.1f} MB (predicted {t.predicted_locked_bytes / 1e6:.1f})"
+                                                  if status == "ok" else f"failed: {error}"))
+        return t
+
+    trials = [trial(k, "search", 0) for k in order]
+    ok = [t for t in trials if t.status == "ok"]
+    best = max(ok, key=lambda t: (t.samples_per_s, t.key), default=None)
+    ratios: list[float] = []
+    verdict = "none"
+    if best is not None and best.changes:
+        knobs = next(k for k in order if json.dumps(knob_changes(base, k), sort_keys=True) == best.key)
+        for n in range(pairs):
+            c, b = trial(knobs, "pair-candidate", n), trial(base, "pair-base", n)
+            trials += [c, b]
+            if c.status == b.status == "ok":
+                ratios.append(c.samples_per_s / b.samples_per_s)
+        verdict = _verdict(ratios)
+    chosen = best.changes if best is not None and verdict == "faster" else {}
+    return OffloadOutcome(size, knob_changes(OffloadKnobs(), base), tuple(searched), tuple(skipped), tuple(refused),
+                          tuple(trials), best, tuple(ratios), verdict, str(journal.path),
+                          apply_changes(base_cfg, chosen, _nvme_path(base_cfg) or str(target)),
+                          {k: _reason(k, v, base, shape) for k, v in chosen.items()})
+
+
+def _numels(size: str) -> list[int]:
+    from ..workloads.presets import tensor_numels
+
+    if size not in PRESETS:
+        raise UsageError(f"unknown --model '{size}': choose one of {', '.join(PRESETS)}")
+    return tensor_numels(PRESETS[size])
+
+
+def _verdict(ratios: list[float]) -> str:
+    if not ratios:
+        return "none"
+    med, noise = statistics.median(ratios), max(NOISE_FLOOR, max(ratios) - min(ratios))
+    return "faster" if med > 1 + noise else "slower" if med < 1 - noise else "within noise"
+
+
+def _reason(key: str, value: Any, base: OffloadKnobs, shape: JobShape) -> str:
+    attr = KEYS[key][0]
+    if attr == "optimizer_device" and value == "cpu":
+        return "the optimizer state fits in RAM: nothing of it crosses the drive"
+    if attr == "sub_group_size":
+        groups = len(sub_groups(OffloadKnobs(sub_group_size=int(value)), shape))
+        return f"{groups} sub-group(s) per rank: the swap unit, and what pipelining can overlap"
+    if attr in ("pipeline_read", "pipeline_write"):
+        return "overlaps one sub-group's swap with the next one's Adam step"
+    if attr == "optimizer_buffer_count":
+        return "what the pipelining mode needs (DeepSpeed fails with fewer)"
+    return f"faster on this job's steps than {getattr(base, attr)!r}"
+
+
+def _nvme_path(cfg: dict[str, Any]) -> str | None:
+    zero = cfg.get("zero_optimization") or {}
+    for block in ("offload_optimizer", "offload_param"):
+        b = zero.get(block)
+        if isinstance(b, dict) and b.get("nvme_path"):
+            return str(b["nvme_path"])
+    return None
+
+

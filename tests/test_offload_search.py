@@ -1,0 +1,93 @@
+"""`iotune sweep --offload` on real steps of the built-in workload, on the
+built-in test bed: every candidate that runs is one the offload model lets
+through, none crashes on a DeepSpeed bound, each trial's locked memory is
+the predicted one to the byte, and bad input is refused with the fix."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from iotune.cli import cli
+from iotune.model.offload import JobShape, OffloadKnobs, host_memory
+from iotune.workloads.presets import PRESETS, tensor_numels
+
+from .conftest import needs_deepspeed, needs_root
+from .test_schemas import conforms
+
+NVME = ["--fix", "zero_optimization.offload_optimizer.device=nvme", "--fix", "zero_optimization.offload_param.device=none"]
+
+
+@needs_root
+@needs_deepspeed
+def test_pinned_to_nvme_the_search_runs_pipelined_candidates_with_the_buffers_they_need(tmp_path: Path) -> None:
+    r = CliRunner().invoke(cli, ["sweep", "--offload", "--model", "tiny", *NVME, "--fix",
+                                 "zero_optimization.sub_group_size=1e6", "--max-trials", "2", "-o", str(tmp_path),
+                                 "--json"])
+    assert r.exit_code in (0, 1), r.output
+    doc = json.loads(r.stdout)
+    conforms("sweep-offload-1", doc)
+    assert [d["key"] for d in doc["searched"]] == ["zero_optimization.offload_optimizer.pipeline_read",
+                                                   "zero_optimization.offload_optimizer.pipeline_write"]
+    search = [t for t in doc["trials"] if t["role"] == "search"]
+    assert len(search) == 2 and all(t["status"] == "ok" for t in doc["trials"]), doc["trials"]
+    # the cost model runs pipelining first (same bytes, overlapped): both flags with 12 buffers, then one flag with 8
+    assert [t["changes"].get("zero_optimization.offload_optimizer.buffer_count") for t in search] == [12, 8]
+    for t in doc["trials"]:
+        assert t["locked_bytes"] == t["predicted_locked_bytes"] > 0, t
+    shape = JobShape(tuple(tensor_numels(PRESETS["tiny"])))
+    both = OffloadKnobs(optimizer_device="nvme", sub_group_size=1_000_000, pipeline_read=True, pipeline_write=True,
+                        optimizer_buffer_count=12)
+    assert search[0]["predicted_locked_bytes"] == host_memory(both, shape).locked_bytes
+    assert len(doc["ratios"]) == 2 and doc["verdict"] in ("faster", "within noise", "slower")
+    assert len((tmp_path / "offload.jsonl").read_text().splitlines()) == len(doc["trials"])   # journaled as they ended
+    again = CliRunner().invoke(cli, ["sweep", "--offload", "--model", "tiny", *NVME, "--fix",
+                                     "zero_optimization.sub_group_size=1e6", "--max-trials", "2", "-o", str(tmp_path),
+                                     "--json"])
+    assert json.loads(again.stdout)["trials"] == doc["trials"]                     # resumed: nothing ran again
+    assert "running 2 on real steps" in again.stderr and "samples/s" not in again.stderr
+
+
+@needs_root
+def test_a_budget_nothing_fits_in_refuses_every_candidate_with_the_numbers(tmp_path: Path) -> None:
+    r = CliRunner().invoke(cli, ["sweep", "--offload", "--model", "tiny", "--fix",
+                                 "zero_optimization.offload_optimizer.device=cpu", "--fix",
+                                 "zero_optimization.offload_param.device=none", "--max-host-memory", "1MiB",
+                                 "-o", str(tmp_path)])
+    assert r.exit_code == 1
+    need = 16 * PRESETS["tiny"].param_count()
+    assert (f"needs {need / 2**20:.1f} MiB of host memory (optimizer state in RAM {need / 2**20:.1f} MiB), over the "
+            f"budget of 1.0 MiB") in r.stdout
+    assert "Keeping your config: no candidate could run" in r.stdout
+    json_run = CliRunner().invoke(cli, ["sweep", "--offload", "--model", "tiny", "--fix",
+                                        "zero_optimization.offload_optimizer.device=cpu", "--fix",
+                                        "zero_optimization.offload_param.device=none", "--max-host-memory", "1MiB",
+                                        "-o", str(tmp_path), "--json"])
+    conforms("sweep-offload-1", json.loads(json_run.stdout))
+
+
+def test_a_config_without_zero3_says_which_dimensions_apply(tmp_path: Path) -> None:
+    cfg = tmp_path / "ds.json"
+    cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 4, "zero_optimization": {
+        "stage": 2, "offload_optimizer": {"device": "cpu"}}}))
+    r = CliRunner().invoke(cli, ["sweep", "--offload", "--model", "tiny", "--ds-config", str(cfg), "--path",
+                                 str(tmp_path), "-o", str(tmp_path / "j")])
+    assert r.exit_code == 1, r.output
+    assert ("left out: zero_optimization.offload_optimizer.device: ZeRO stage 2: DeepSpeed turns `device: nvme` "
+            "into CPU offload there; these knobs exist in stage 3 only") in r.stdout
+    assert "Nothing to search: every dimension is left out (above); keeping your config" in r.stdout
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["--offload", "--fix", "zero_optimization.sub_grup_size=1e8"],
+     "did you mean zero_optimization.sub_group_size?"),
+    (["--offload", "--steps-cmd", "python train.py"], "--steps-cmd belongs to the aio sweep: drop it, or drop --offload"),
+    (["--max-host-memory", "1G"], "--max-host-memory goes with --offload (the whole-offload search): add --offload"),
+    (["--offload", "--model", "huge"], "unknown --model 'huge'"),
+])
+def test_bad_input_names_the_fix(argv: list[str], says: str) -> None:
+    r = CliRunner().invoke(cli, ["sweep", *argv])
+    assert r.exit_code == 2 and says in r.output and "Traceback" not in r.output, r.output
