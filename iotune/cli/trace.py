@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..errors import UsageError
+from ..errors import NoSpaceError, UsageError
 if TYPE_CHECKING:
     from ..blockdev.devices import BlockDevice
     from ..trace.applayer import AppOptions
 from ..model.fleet import is_fleet_dir, load_fleet
 from ..model.run import TraceRun
-from ..model.runfile import default_run_dir, give_to_sudo_user, load_run, save_run
+from ..model.runfile import check_can_save, default_run_dir, give_to_sudo_user, load_run, save_run_or_spare
 from .fleet import fleet_nodes, trace_fleet_cli
 from .options import (chosen_format, emit, format_option, html_option, library_errors, out_option, report_options, say,
                       write_html)
@@ -128,6 +128,8 @@ def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, du
         raise UsageError("nothing to trace: give a command after `--` (iotune trace -- CMD ARGS...) "
                          "or a window with --duration S")
     nodes = fleet_nodes(hosts, hostfile, slurm, argv)
+    if not no_save:
+        check_can_save(out or RUNS_ROOT)     # before the command runs: no wasted run
     if nodes and app_layer:
         raise UsageError("--app traces one machine: drop it for a multi-node trace")
     if nodes:
@@ -145,12 +147,16 @@ def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, du
     run = trace_command(argv, opts, progress) if argv else trace_window(duration or 0, opts, progress)
     if progress:
         sys.stderr.write("\r\x1b[2K")
-    if not no_save:
-        save_and_say(run, out or default_run_dir(argv[0] if argv else "window"))
+    unsaved = None if no_save else save_and_say(run, out or default_run_dir(argv[0] if argv else "window"))
     inputs = gather_inputs(run, probe_ceiling, drive_tbw, drive_capacity, say)
     judged = trace_report(run, inputs)
     emit(judged, fmt, width, block_size)
     write_html(judged, html_path)
+    if unsaved is not None:         # after the report: on a full drive that may be all that is left
+        if run.exit_status:
+            say(f"Error: {unsaved}")
+            sys.exit(run.exit_status)
+        raise NoSpaceError(unsaved)
     if run.exit_status:
         sys.exit(run.exit_status)
 
@@ -204,10 +210,34 @@ def trace_hosts(hosts: tuple[str, ...], transport: Transport, devices: tuple[str
         sys.exit(status)
 
 
-def save_and_say(run: TraceRun, where: Path) -> None:
-    save_run(run, where)
-    give_to_sudo_user(where)
-    say(f"saved {where}  (iotune report {where})")
+RUNS_ROOT = Path("iotune-runs")
+
+
+def spare_root() -> Path:
+    """Where a run goes when --out's drive is full: the temporary directory
+    ($TMPDIR, else /tmp), under iotune-runs/. $TMPDIR is taken as it is
+    (tempfile.gettempdir() would silently pass over a full one)."""
+    import os
+    import tempfile
+    tmpdir = os.environ.get("TMPDIR", "")
+    return (Path(tmpdir) if tmpdir and Path(tmpdir).is_dir() else Path(tempfile.gettempdir())) / "iotune-runs"
+
+
+def save_and_say(run: TraceRun, where: Path) -> str | None:
+    """Save the run at `where` (or, on a full drive, under spare_root());
+    None when it is where it was asked to be, else the error to end with."""
+    try:
+        saved, why = save_run_or_spare(run, where, spare_root())
+    except NoSpaceError as e:
+        return str(e)
+    give_to_sudo_user(saved)
+    if not why:
+        say(f"saved {where}  (iotune report {where})")
+        return None
+    move = f"mv {saved}/* {where}/" if where.exists() else f"mv {saved} {where}"
+    return (f"disk full: the run could not be saved to {where} ({why}); it was saved to "
+            f"{saved} instead (iotune report {saved}): free space there and move it back with `{move}`, "
+            f"or leave it where it is")
 
 
 @click.command()

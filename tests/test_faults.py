@@ -1,0 +1,190 @@
+"""The fault table (docs/faults.md), tested for real: a drive that fills up
+while a run or a sweep journal is saved, an --out that cannot be written, a
+FUSE drive whose daemon dies mid-trial. Each test checks what is kept, that
+nothing iotune made is left (loop devices, mounts, processes, files), and
+the exact message."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from iotune.cli import cli
+from iotune.model.runfile import load_run
+
+from .conftest import ext4_mount, needs_fio, needs_root, needs_root_for
+
+IOTUNE = [sys.executable, "-m", "iotune"]
+KiB = 1024
+
+
+def source_of(mnt: Path) -> str:
+    """The block device mounted at `mnt`."""
+    return subprocess.run(["findmnt", "-no", "SOURCE", str(mnt)], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def fill(mnt: Path, leave_bytes: int = 0) -> None:
+    """Fill the filesystem at `mnt` with mnt/filler until writes fail with
+    ENOSPC, then free `leave_bytes` (a slack file written first and removed)."""
+    if leave_bytes:
+        (mnt / "slack").write_bytes(b"s" * leave_bytes)
+    chunk = b"f" * (64 * KiB)
+    with (mnt / "filler").open("wb", buffering=0) as fh:
+        while chunk:
+            try:
+                fh.write(chunk)
+            except OSError as e:
+                assert e.errno == errno.ENOSPC, e
+                chunk = chunk[: len(chunk) // 2]
+    if leave_bytes:
+        (mnt / "slack").unlink()
+    os.sync()           # the freed blocks are reusable once the journal has committed
+
+
+def loops_over(tmp_path: Path) -> list[str]:
+    """Loop devices whose backing file is under tmp_path (none once a test has cleaned up)."""
+    out = subprocess.run(["losetup", "-n", "-O", "NAME,BACK-FILE", "-l"], capture_output=True, text=True,
+                         check=True).stdout
+    return [line.split()[0] for line in out.splitlines() if str(tmp_path) in line]
+
+
+def mounts_under(tmp_path: Path) -> list[str]:
+    return [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()
+            if line.split()[1].startswith(str(tmp_path))]
+
+
+# ---- 1. a drive that fills up while `iotune trace` saves its run ---------------------------------
+
+def trace_dd(out: Path, loop: str, spare_tmp: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """`iotune trace` of 23 direct 8 KiB reads of `loop`, saved to `out`,
+    with the temporary directory (the spare place) at spare_tmp."""
+    return subprocess.run([*IOTUNE, "trace", *extra, "--interval", "60", "-o", str(out), "-d", loop, "--",
+                           "dd", f"if={loop}", "of=/dev/null", "bs=8K", "count=23", "iflag=direct"],
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "TMPDIR": str(spare_tmp)})
+
+
+def reads_of(run_dir: Path, device: str) -> tuple[int, int]:
+    """(requests, bytes) read on `device` in the saved run, from its timeline."""
+    run = load_run(run_dir)
+    points = [p for p in run.timeline if p.device == device and p.op == "read"]
+    return sum(p.requests for p in points), sum(p.bytes for p in points)
+
+
+@needs_root
+def test_a_run_that_does_not_fit_on_the_out_drive_is_saved_in_the_temporary_directory(tmp_path: Path) -> None:
+    spare_tmp = tmp_path / "tmp"
+    spare_tmp.mkdir()
+    with ext4_mount(tmp_path, 8 << 20) as mnt:
+        loop = source_of(mnt)
+        out = mnt / "run"
+        out.mkdir()                     # the run's directory fits; its files do not
+        fill(mnt, leave_bytes=2 * KiB)   # timeline.csv fits, timeline.npz does not
+        r = trace_dd(out, loop, spare_tmp)
+        spare = spare_tmp / "iotune-runs" / "run"
+        assert r.returncode == 1, r.stderr
+        assert r.stderr.splitlines()[-1] == (
+            f"Error: disk full: the run could not be saved to {out} (No space left on device); it was saved to "
+            f"{spare} instead (iotune report {spare}): free space there and move it back with "
+            f"`mv {spare}/* {out}/`, or leave it where it is")
+        # kept: the whole run, where the message says, loadable, with the exact 23 reads
+        assert sorted(os.listdir(spare)) == ["run.json", "timeline.csv", "timeline.npz"]
+        assert reads_of(spare, Path(loop).name) == (23, 23 * 8 * KiB)
+        # no half-written file on the full drive: the temporary files it began are removed
+        assert os.listdir(out) == []
+        assert sorted(os.listdir(mnt)) == ["filler", "lost+found", "run"]
+        # the report still reached stdout
+        assert "loop" in r.stdout
+    assert loops_over(tmp_path) == [] and mounts_under(tmp_path) == []
+
+
+@needs_root
+def test_a_run_that_fits_nowhere_says_so_after_printing_the_report(tmp_path: Path) -> None:
+    with ext4_mount(tmp_path, 8 << 20) as mnt:
+        loop = source_of(mnt)
+        spare_tmp = mnt / "tmp"
+        spare_tmp.mkdir()               # the temporary directory is on the full drive too
+        fill(mnt)
+        out = mnt / "run"
+        r = trace_dd(out, loop, spare_tmp, "--json")
+        spare = spare_tmp / "iotune-runs" / "run"
+        assert r.returncode == 1, r.stderr
+        assert r.stderr.splitlines()[-1] == (
+            f"Error: disk full: the run could not be saved to {out} (No space left on device: nothing of the "
+            f"run was written there) nor to {spare} (No space left on device: nothing of the run was written "
+            f"there); the report printed is all that is left of it: free space on that drive or give --out a "
+            f"drive with room, and run the command again")
+        # kept: the record on stdout, with the exact 23 reads
+        doc = json.loads(r.stdout)
+        [dev] = [d for d in doc["run"]["devices"] if d["name"] == Path(loop).name]
+        assert (dev["directions"]["read"]["requests"], dev["directions"]["read"]["bytes"]) == (23, 23 * 8 * KiB)
+        # nothing half-written, and no directory it made is left
+        assert sorted(os.listdir(mnt)) == ["filler", "lost+found", "tmp"]
+        assert os.listdir(spare_tmp) == []
+    assert loops_over(tmp_path) == [] and mounts_under(tmp_path) == []
+
+
+# ---- 2. an --out that cannot be written: refused before the command runs ------------------------
+
+def invoke_trace(out: Path, marker: Path) -> object:
+    return CliRunner().invoke(cli, ["trace", "-o", str(out), "--", "sh", "-c", f"touch {marker}"])
+
+
+@needs_root_for("a read-only mount")
+def test_an_out_on_a_read_only_filesystem_is_refused_before_the_command_runs(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    with ext4_mount(tmp_path, 8 << 20) as mnt:
+        subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+        r = invoke_trace(mnt / "runs" / "r1", marker)
+        assert r.exit_code == 2
+        assert r.stderr == (f"Error: cannot save the run to {mnt}/runs/r1: {mnt} is on a read-only filesystem; "
+                            f"give --out a directory on a writable drive (or --no-save)\n")
+        assert not marker.exists()                  # the command never ran
+        assert os.listdir(mnt) == ["lost+found"]
+    assert loops_over(tmp_path) == [] and mounts_under(tmp_path) == []
+
+
+def test_an_out_under_a_file_is_refused_before_the_command_runs(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    (tmp_path / "notes").write_text("a file\n")
+    r = invoke_trace(tmp_path / "notes" / "run", marker)
+    assert r.exit_code == 2
+    assert r.stderr == (f"Error: cannot save the run to {tmp_path}/notes/run: {tmp_path}/notes is a file, not a "
+                        f"directory; give --out a path that is not under a file (or --no-save)\n")
+    r = invoke_trace(tmp_path / "notes", marker)          # the file itself: click's own check, as exact
+    assert r.exit_code == 2
+    assert r.stderr.endswith(f"Error: Invalid value for '-o' / '--out': Directory '{tmp_path}/notes' is a file.\n")
+    assert not marker.exists()
+    assert sorted(os.listdir(tmp_path)) == ["notes"]
+    assert (tmp_path / "notes").read_text() == "a file\n"
+
+
+@needs_root_for("running iotune as another user")
+def test_an_out_without_write_permission_is_refused_before_the_command_runs() -> None:
+    """As user nobody (root may write anywhere), in a directory nobody can
+    traverse to but not write in."""
+    locked = Path(tempfile.mkdtemp(prefix="iotune-locked-"))
+    try:
+        locked.chmod(0o755)
+        marker = locked.parent / f"{locked.name}-ran"
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+        r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *IOTUNE, "trace",
+                            "-o", str(locked / "run"), "--", "sh", "-c", f"touch {marker}"],
+                           capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
+        assert r.returncode == 2, r.stderr
+        assert r.stderr == (f"Error: cannot save the run to {locked}/run: no permission to write in {locked}; "
+                            f"give --out a directory you can write to (or --no-save)\n")
+        assert not marker.exists()
+        assert os.listdir(locked) == []
+    finally:
+        locked.rmdir()
