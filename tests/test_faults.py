@@ -188,3 +188,61 @@ def test_an_out_without_write_permission_is_refused_before_the_command_runs() ->
         assert os.listdir(locked) == []
     finally:
         locked.rmdir()
+
+
+# ---- 4. a sweep journal on a drive that fills up -----------------------------------------------
+
+SWEEP_PROFILE = ('[space]\nblock_size = ["64K", "256K"]\nqueue_depth = [1, 4]\nintra_op_parallelism = [1]\n'
+                 'single_submit = [false]\noverlap_events = [true]\n'
+                 '[run]\nrepeats = 1\nfinalists = 1\nconfirm_top = 0\nfile_bytes = "1M"\nfiles = 2\n')
+
+
+def sweep_into(work: Path, out: Path, *args: str) -> object:
+    """A fio grid sweep of work/drive (ext4 on the root disk) journaled in `out`."""
+    return CliRunner().invoke(cli, ["sweep", "--path", str(work / "drive"), "--profile", str(work / "p.toml"),
+                                    "-o", str(out), "--json", "--grid", *args])
+
+
+def journal_lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@needs_fio
+@needs_root_for("a small ext4 loop mount")
+def test_a_full_journal_drive_stops_the_sweep_keeping_whole_lines_and_resume_skips_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # DeepSpeed's check of the recommended fragment loads its async_io op: tested in test_sweep_e2e.py
+    monkeypatch.setattr("iotune.sweep.pipeline.validate_with_deepspeed", lambda fragment, **kw: None)
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))    # no DeepSpeed op is loaded here
+    (tmp_path / "p.toml").write_text(SWEEP_PROFILE)
+    (tmp_path / "drive").mkdir()
+    with ext4_mount(tmp_path, 8 << 20) as mnt:
+        out = mnt / "sweep"
+        journal = out / "journal.jsonl"
+        first = sweep_into(tmp_path, out, "--block-sizes", "64K")         # 2 of the 4 points
+        assert first.exit_code == 0, first.stderr[-2000:]
+        kept = journal.read_bytes()
+        fill(mnt, leave_bytes=2 * KiB)             # room for part of a trial's line, not all of it
+        r = sweep_into(tmp_path, out)
+        assert r.exit_code == 1
+        assert r.stdout == ""
+        assert r.stderr.splitlines()[-1] == (
+            f"Error: disk full: the sweep journal {journal} cannot take its trial that just ended (it runs again "
+            f"on resume) (No space left on device); it keeps the 2 trial(s) completed before, every line whole: "
+            f"free space on that drive (or give -o/--out a directory on another drive, with the journal moved "
+            f"there), then run the same command again to resume")
+        # kept: every complete line, byte for byte, and no torn line after them
+        assert journal.read_bytes() == kept
+        assert [rec["kind"] for rec in journal_lines(journal)] == ["header", "trial", "trial"]
+        assert os.listdir(tmp_path / "drive") == []             # the trial's files are removed
+        (mnt / "filler").unlink()
+        resumed = sweep_into(tmp_path, out)
+        assert resumed.exit_code == 0, resumed.stderr[-2000:]
+        doc = json.loads(resumed.stdout)
+        assert (doc["trials"], doc["trials_run_now"], doc["failed"]) == (4, 2, 0)
+        assert journal.read_bytes().startswith(kept)
+        trials = [rec for rec in journal_lines(journal) if rec["kind"] == "trial"]
+        assert sorted((t["point"]["block_size"], t["point"]["queue_depth"]) for t in trials) == [
+            (64 * KiB, 1), (64 * KiB, 4), (256 * KiB, 1), (256 * KiB, 4)]
+    assert loops_over(tmp_path) == [] and mounts_under(tmp_path) == []
+    assert os.listdir(tmp_path / "drive") == []
