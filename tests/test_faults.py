@@ -9,9 +9,11 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -246,3 +248,91 @@ def test_a_full_journal_drive_stops_the_sweep_keeping_whole_lines_and_resume_ski
             (64 * KiB, 1), (64 * KiB, 4), (256 * KiB, 1), (256 * KiB, 4)]
     assert loops_over(tmp_path) == [] and mounts_under(tmp_path) == []
     assert os.listdir(tmp_path / "drive") == []
+
+
+# ---- 3. a FUSE drive whose daemon dies mid-trial ----------------------------------------------
+
+BED_PROFILE = ('[space]\nblock_size = ["256K", "1M"]\nqueue_depth = [8]\nintra_op_parallelism = [1]\n'
+               'single_submit = [false]\noverlap_events = [true]\n'
+               '[run]\nrepeats = 1\nfinalists = 1\nconfirm_top = 0\nfile_bytes = "8M"\nfiles = 1\n'
+               'runtime_s = 1.0\nramp_s = 0.25\n')
+
+
+def wait_for(what: str, ready: object, proc: subprocess.Popen[str], timeout_s: float = 60.0) -> object:
+    """Poll the observable `ready()` until it is truthy (its value is
+    returned); fail naming `what` if `proc` exits or time runs out first."""
+    deadline = time.monotonic() + timeout_s
+    while not (value := ready()):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"never saw {what}: {proc.communicate()[1][-3000:]}")
+        time.sleep(0.02)
+    return value
+
+
+def fuse_daemon_of(pid: int) -> tuple[int, Path] | None:
+    """(pid, mount directory) of the emulated drive's FUSE daemon started by process `pid`."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)
+            argv = (stat.parent / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if fields[1].split()[1] == str(pid) and Path(argv[0].decode()).name.startswith("latency_drive"):
+            return int(stat.parent.name), Path(argv[-2].decode())
+    return None
+
+
+def requests_served(mount_dir: Path) -> int:
+    counters = dict(line.split() for line in (mount_dir / "stats").read_text().splitlines() if line.strip())
+    return int(counters["reads"]) + int(counters["writes"])
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except OSError:
+        return False
+
+
+@needs_fio
+@needs_root
+def test_a_bed_drive_whose_daemon_dies_mid_trial_stops_the_sweep_naming_it(tmp_path: Path) -> None:
+    spare_tmp = tmp_path / "tmp"                     # the bed's files go in the temporary directory
+    spare_tmp.mkdir()
+    (tmp_path / "p.toml").write_text(BED_PROFILE)
+    journal = tmp_path / "j" / "journal.jsonl"
+    env = {**os.environ, "TMPDIR": str(spare_tmp), "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    p = subprocess.Popen([*IOTUNE, "sweep", "--bed", "builtin", "--grid", "--profile", str(tmp_path / "p.toml"),
+                          "-o", str(tmp_path / "j")], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        daemon, mount_dir = wait_for("the bed's FUSE daemon", lambda: fuse_daemon_of(p.pid), p)
+        wait_for("the first trial in the journal",
+                 lambda: journal.exists() and journal.read_text().count("\n") >= 2, p)
+        served = requests_served(mount_dir)
+        wait_for("the second trial's I/O", lambda: requests_served(mount_dir) > served, p)
+        os.kill(daemon, signal.SIGKILL)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 1, err[-3000:]
+    assert out == ""
+    loop = next(line.split()[4].rstrip(":") for line in err.splitlines()
+                if line.startswith("sweep: built-in emulated drive "))
+    header, first = journal_lines(journal)
+    assert header["kind"] == "header" and first["kind"] == "trial" and first["status"] == "ok"
+    second_bs = ({256 * KiB, 1 << 20} - {first["point"]["block_size"]}).pop()
+    assert err.splitlines()[-1] == (
+        f"Error: the emulated drive {loop} of test bed builtin is gone: its FUSE daemon (pid {daemon}) has exited, "
+        f"so every request to the drive fails. The trial bs={second_bs} qd=8 t=1 rep 0 failed on it and is not "
+        f"recorded; the journal {journal} keeps the 1 trial(s) completed before it: run the same command again "
+        f"to resume on a fresh drive")
+    assert "Traceback" not in err
+    # reclaimed: the daemon (reaped), the loop device, mounts, the cgroup and the bed's files
+    assert not alive(daemon)
+    assert loops_over(tmp_path) == [] and mounts_under(tmp_path) == []
+    assert list(Path("/sys/fs/cgroup/blkio").glob(f"iotune-{p.pid}-*")) == []
+    assert os.listdir(spare_tmp) == []
