@@ -44,6 +44,15 @@ def host_error(host: str, code: int | None, tail: str, remote_iotune: str) -> st
     return None
 
 
+# what ssh prints when an established connection goes away (sshd killed, the node rebooted, a reset)
+SSH_LOST = ("closed by remote host", "Connection reset", "Broken pipe", "not responding", "Connection closed")
+
+
+def ssh_connection_lost(code: int | None, tail: str) -> bool:
+    """Whether ssh exited because its connection dropped (not the remote command)."""
+    return code == SSH_FAILED and any(s in tail for s in SSH_LOST)
+
+
 class Transport(Protocol):
     """How a command reaches a node: one local process per node."""
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..errors import NoSpaceError, UsageError
+from ..errors import IotuneError, NoSpaceError, UsageError
 if TYPE_CHECKING:
     from ..blockdev.devices import BlockDevice
     from ..trace.applayer import AppOptions
@@ -206,6 +206,14 @@ def trace_hosts(hosts: tuple[str, ...], transport: Transport, devices: tuple[str
     give_to_sudo_user(where)
     say(f"saved {where}  (iotune report {where})")
     report_fleet(where, fmt, width, html_path, False, drive_tbw, drive_capacity)
+    partial = [n for n in fleet.nodes if n.status != "ok"]
+    if partial:                 # the command's own failure keeps its status; else partial failure is 1
+        nodes = ", ".join(f"{n.host} {n.status}" for n in partial)
+        why = (f"{len(partial)} of {len(fleet.nodes)} node(s) not traced to the end ({nodes}: see the report); "
+               f"the other nodes' runs are kept in {where}")
+        if not status:
+            raise IotuneError(why)
+        say(f"Error: {why}")
     if status:
         sys.exit(status)
 
