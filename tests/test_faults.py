@@ -283,6 +283,18 @@ def fuse_daemon_of(pid: int) -> tuple[int, Path] | None:
     return None
 
 
+def fio_child_of(pid: int) -> int | None:
+    """The fio process started by process `pid`, if one runs."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            comm, rest = stat.read_text().rsplit(")", 1)
+        except OSError:
+            continue
+        if comm.endswith("(fio") and rest.split()[1] == str(pid) and rest.split()[0] not in "ZX":
+            return int(stat.parent.name)
+    return None
+
+
 def requests_served(mount_dir: Path) -> int:
     counters = dict(line.split() for line in (mount_dir / "stats").read_text().splitlines() if line.strip())
     return int(counters["reads"]) + int(counters["writes"])
@@ -310,6 +322,7 @@ def test_a_bed_drive_whose_daemon_dies_mid_trial_stops_the_sweep_naming_it(tmp_p
         daemon, mount_dir = wait_for("the bed's FUSE daemon", lambda: fuse_daemon_of(p.pid), p)
         wait_for("the first trial in the journal",
                  lambda: journal.exists() and journal.read_text().count("\n") >= 2, p)
+        wait_for("the second trial's fio", lambda: fio_child_of(p.pid), p)
         served = requests_served(mount_dir)
         wait_for("the second trial's I/O", lambda: requests_served(mount_dir) > served, p)
         os.kill(daemon, signal.SIGKILL)
@@ -336,3 +349,52 @@ def test_a_bed_drive_whose_daemon_dies_mid_trial_stops_the_sweep_naming_it(tmp_p
     assert loops_over(tmp_path) == [] and mounts_under(tmp_path) == []
     assert list(Path("/sys/fs/cgroup/blkio").glob(f"iotune-{p.pid}-*")) == []
     assert os.listdir(spare_tmp) == []
+
+
+def test_a_torn_last_line_left_by_a_crash_does_not_swallow_the_next_trial(tmp_path: Path) -> None:
+    """A crash mid-append (before this fix, or a power cut) leaves a line
+    without its newline; the next append starts a line of its own, so the
+    resumed sweep keeps the new trial (the torn one is skipped, as before)."""
+    from iotune.model.journal import SweepEnv
+    from iotune.model.sweep import SweepPoint, Trial
+    from iotune.sweep.journal import Journal
+
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.start(SweepEnv(executor="fio"))
+    with path.open("a") as fh:
+        fh.write('{"kind":"trial","executor":"fio","poi')           # torn
+    trial = Trial("fio", SweepPoint(block_size=1 << 20, queue_depth=8), 0, "failed", None, "boom", "", 0.5, {})
+    Journal(path).record(trial)
+    lines = path.read_text().splitlines()
+    assert len(lines) == 3 and lines[1] == '{"kind":"trial","executor":"fio","poi'
+    assert Journal(path).trials == [trial]
+
+
+def test_an_executor_error_on_a_drive_known_gone_names_the_drive(tmp_path: Path) -> None:
+    """The executor's own file access on a dead drive (an ext4 gone read-only
+    under fio's result file) raises OSError, not TrialFailed: the drive is
+    still named when its trouble is known, and the error is unchanged when not."""
+    from iotune.model.sweep import SweepPoint
+    from iotune.sweep.executor import DriveGone, Target
+    from iotune.sweep.journal import Journal
+    from iotune.sweep.measure import Measurer
+
+    class ReadOnlyNow:
+        name = "fio"
+
+        def run(self, point: SweepPoint, target: Target) -> tuple:
+            raise OSError(errno.EROFS, "Read-only file system")
+
+    journal = Journal(tmp_path / "journal.jsonl")
+    gone = Target(tmp_path, trouble=lambda: "the emulated drive /dev/loop9 of test bed builtin is gone")
+    with pytest.raises(DriveGone) as e:
+        Measurer(ReadOnlyNow(), gone, journal).measure(SweepPoint(block_size=1 << 20, queue_depth=8))
+    assert str(e.value) == (f"the emulated drive /dev/loop9 of test bed builtin is gone. The trial bs=1048576 qd=8 "
+                            f"t=1 rep 0 failed on it and is not recorded; the journal {tmp_path}/journal.jsonl keeps "
+                            f"the 0 trial(s) completed before it: run the same command again to resume on a fresh "
+                            f"drive")
+    healthy = Target(tmp_path, trouble=lambda: None)
+    with pytest.raises(OSError):
+        Measurer(ReadOnlyNow(), healthy, journal).measure(SweepPoint(block_size=1 << 20, queue_depth=8))
+    assert not (tmp_path / "journal.jsonl").exists()

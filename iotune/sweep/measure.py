@@ -51,6 +51,11 @@ class Measurer:
         try:
             m, raw = self.executor.run(point, self.target)
             return Trial(name, point, repeat, "ok", m, "", started, time.perf_counter() - t0, raw)
+        except OSError:
+            # the executor's own files on a drive that died (EIO, an ext4 gone read-only): the drive is
+            # named when it is known to be gone; otherwise this stays the error it was
+            self._stop_if_the_drive_is_gone(point, repeat)
+            raise
         except TrialFailed as e:
             self._stop_if_the_drive_is_gone(point, repeat)
             return Trial(name, point, repeat, "failed", None, str(e), started, time.perf_counter() - t0, e.raw)
