@@ -122,10 +122,9 @@ def test_a_run_that_fits_nowhere_says_so_after_printing_the_report(tmp_path: Pat
         spare = spare_tmp / "iotune-runs" / "run"
         assert r.returncode == 1, r.stderr
         assert r.stderr.splitlines()[-1] == (
-            f"Error: disk full: the run could not be saved to {out} (No space left on device: nothing of the "
-            f"run was written there) nor to {spare} (No space left on device: nothing of the run was written "
-            f"there); the report printed is all that is left of it: free space on that drive or give --out a "
-            f"drive with room, and run the command again")
+            f"Error: disk full: the run could not be saved to {out} (No space left on device) nor to {spare} (No "
+            f"space left on device); nothing of it was written to either, and the report printed is all that is "
+            f"left of it: free space on that drive or give --out a drive with room, and run the command again")
         # kept: the record on stdout, with the exact 23 reads
         doc = json.loads(r.stdout)
         [dev] = [d for d in doc["run"]["devices"] if d["name"] == Path(loop).name]
@@ -133,6 +132,32 @@ def test_a_run_that_fits_nowhere_says_so_after_printing_the_report(tmp_path: Pat
         # nothing half-written, and no directory it made is left
         assert sorted(os.listdir(mnt)) == ["filler", "lost+found", "tmp"]
         assert os.listdir(spare_tmp) == []
+    assert loops_over(tmp_path) == [] and mounts_under(tmp_path) == []
+
+
+@needs_root
+def test_a_run_whose_out_drive_went_read_only_during_the_trace_is_saved_in_the_temporary_directory(
+        tmp_path: Path) -> None:
+    """The same fallback when the drive is not full but was remounted
+    read-only while the command ran (as ext4 does itself on errors)."""
+    spare_tmp = tmp_path / "tmp"
+    spare_tmp.mkdir()
+    with ext4_mount(tmp_path, 8 << 20) as mnt:
+        loop = source_of(mnt)
+        out = mnt / "run"
+        r = subprocess.run([*IOTUNE, "trace", "--interval", "60", "-o", str(out), "-d", loop, "--", "sh", "-c",
+                            f"dd if={loop} of=/dev/null bs=8K count=23 iflag=direct status=none && "
+                            f"mount -o remount,ro {mnt}"],
+                           capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                           env={**os.environ, "TMPDIR": str(spare_tmp)})
+        spare = spare_tmp / "iotune-runs" / "run"
+        assert r.returncode == 1, r.stderr
+        assert r.stderr.splitlines()[-1] == (
+            f"Error: the run could not be saved to {out} (Read-only file system); it was saved to {spare} instead "
+            f"(iotune report {spare}): once it can be written again, move it back with `mv {spare} {out}`, or "
+            f"leave it where it is")
+        assert reads_of(spare, Path(loop).name) == (23, 23 * 8 * KiB)
+        assert os.listdir(mnt) == ["lost+found"]
     assert loops_over(tmp_path) == [] and mounts_under(tmp_path) == []
 
 

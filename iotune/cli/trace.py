@@ -156,7 +156,7 @@ def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, du
         if run.exit_status:
             say(f"Error: {unsaved}")
             sys.exit(run.exit_status)
-        raise NoSpaceError(unsaved)
+        raise IotuneError(unsaved)
     if run.exit_status:
         sys.exit(run.exit_status)
 
@@ -232,20 +232,17 @@ def spare_root() -> Path:
 
 
 def save_and_say(run: TraceRun, where: Path) -> str | None:
-    """Save the run at `where` (or, on a full drive, under spare_root());
+    """Save the run at `where` (or, when that fails, under spare_root());
     None when it is where it was asked to be, else the error to end with."""
     try:
-        saved, why = save_run_or_spare(run, where, spare_root())
+        saved, elsewhere = save_run_or_spare(run, where, spare_root())
     except NoSpaceError as e:
         return str(e)
     give_to_sudo_user(saved)
-    if not why:
-        say(f"saved {where}  (iotune report {where})")
-        return None
-    move = f"mv {saved}/* {where}/" if where.exists() else f"mv {saved} {where}"
-    return (f"disk full: the run could not be saved to {where} ({why}); it was saved to "
-            f"{saved} instead (iotune report {saved}): free space there and move it back with `{move}`, "
-            f"or leave it where it is")
+    if elsewhere:
+        return elsewhere
+    say(f"saved {where}  (iotune report {where})")
+    return None
 
 
 @click.command()

@@ -41,9 +41,9 @@ def save_run(run: TraceRun, directory: Path) -> Path:
 
     All three files are written under temporary names first and renamed only
     once every one is complete, so a crash or a full drive never leaves a
-    half-written record, nor one run.json beside another run's timeline. On a
-    full drive the temporary files (and the directory, when this call made
-    it) are removed and NoSpaceError says so.
+    half-written record, nor one run.json beside another run's timeline. On
+    an error the temporary files (and the directories this call made) are
+    removed; a full drive raises NoSpaceError (its message: the reason).
     """
     made = _make_dirs(directory)
     tmps = [directory / (name + ".tmp") for name in (TIMELINE_FILE, COLUMNS_FILE, RUN_FILE)]
@@ -60,7 +60,7 @@ def save_run(run: TraceRun, directory: Path) -> Path:
             with contextlib.suppress(OSError):
                 d.rmdir()
         if e.errno in NO_SPACE:
-            raise NoSpaceError(f"{e.strerror}: nothing of the run was written there") from None
+            raise NoSpaceError(e.strerror or os.strerror(e.errno)) from None
         raise
     return directory
 
@@ -78,7 +78,7 @@ def _make_dirs(directory: Path) -> list[Path]:
             with contextlib.suppress(OSError):
                 d.rmdir()
         if e.errno in NO_SPACE:
-            raise NoSpaceError(f"{e.strerror}: nothing of the run was written there") from None
+            raise NoSpaceError(e.strerror or os.strerror(e.errno)) from None
         raise
     return missing
 
@@ -93,21 +93,34 @@ def _write_timeline_csv(run: TraceRun, path: Path) -> None:
 
 
 def save_run_or_spare(run: TraceRun, directory: Path, spare_root: Path) -> tuple[Path, str]:
-    """save_run into `directory`; when its drive is full, into a new directory
-    under `spare_root` named after it instead. Returns where the run went and
-    why it is not in `directory` ("" when it is). NoSpaceError (naming both
-    places, and that nothing was saved) when the spare drive is full too."""
+    """save_run into `directory`; when that fails (its drive is full, or went
+    read-only), into a new directory under `spare_root` named after it.
+    Returns where the run went and, when that is not `directory`, the message
+    saying so ("" when it is). NoSpaceError naming both places when neither
+    takes it."""
     try:
         return save_run(run, directory), ""
-    except NoSpaceError as first:
-        spare = spare_dir(directory, spare_root)
-        try:
-            return save_run(run, spare), str(first).split(":")[0]
-        except NoSpaceError as second:
-            raise NoSpaceError(
-                f"disk full: the run could not be saved to {directory} ({first}) nor to {spare} ({second}); "
-                f"the report printed is all that is left of it: free space on that drive or give --out a "
-                f"drive with room, and run the command again") from None
+    except OSError as e:         # NoSpaceError is not one: it is handled below
+        first = e.strerror or str(e)
+    except NoSpaceError as e:
+        first = str(e)
+    spare = spare_dir(directory, spare_root)
+    try:
+        save_run(run, spare)
+    except (OSError, NoSpaceError) as e:
+        second = str(e) if isinstance(e, NoSpaceError) else e.strerror or str(e)
+        raise NoSpaceError(
+            f"{_full(first)}the run could not be saved to {directory} ({first}) nor to {spare} ({second}); nothing "
+            f"of it was written to either, and the report printed is all that is left of it: free space on that "
+            f"drive or give --out a drive with room, and run the command again") from None
+    move = f"mv {spare}/* {directory}/" if directory.exists() else f"mv {spare} {directory}"
+    fix = "free space there and" if _full(first) else "once it can be written again,"
+    return spare, (f"{_full(first)}the run could not be saved to {directory} ({first}); it was saved to {spare} "
+                   f"instead (iotune report {spare}): {fix} move it back with `{move}`, or leave it where it is")
+
+
+def _full(why: str) -> str:
+    return "disk full: " if why in {os.strerror(n) for n in NO_SPACE} else ""
 
 
 def spare_dir(directory: Path, spare_root: Path) -> Path:
