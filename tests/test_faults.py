@@ -53,11 +53,19 @@ def fill(mnt: Path, leave_bytes: int = 0) -> None:
     os.sync()           # the freed blocks are reusable once the journal has committed
 
 
-def loops_over(tmp_path: Path) -> list[str]:
-    """Loop devices whose backing file is under tmp_path (none once a test has cleaned up)."""
-    out = subprocess.run(["losetup", "-n", "-O", "NAME,BACK-FILE", "-l"], capture_output=True, text=True,
-                         check=True).stdout
-    return [line.split()[0] for line in out.splitlines() if str(tmp_path) in line]
+def loops_over(tmp_path: Path, timeout_s: float = 10.0) -> list[str]:
+    """Loop devices whose backing file is under tmp_path, once none is left
+    or at the deadline. `losetup -d` of a device still open for a moment
+    after its unmount only marks it to detach on its last close, so the
+    detach is awaited, not assumed."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        out = subprocess.run(["losetup", "-n", "-O", "NAME,BACK-FILE", "-l"], capture_output=True, text=True,
+                             check=True).stdout
+        left = [line.split()[0] for line in out.splitlines() if str(tmp_path) in line]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
 
 
 def mounts_under(tmp_path: Path) -> list[str]:
