@@ -111,10 +111,13 @@ def test_a_node_whose_agent_is_killed_mid_run_is_lost_and_the_others_kept(
         while not started.exists():              # the agents are tracing and the command runs
             assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
             time.sleep(0.05)
-        pid = agent_pid(bed, 2)
-        assert pid is not None
+        pid, client = agent_pid(bed, 2), ssh_client_of(proc, bed.hosts[2])
+        assert pid is not None and client is not None
         os.kill(pid, signal.SIGKILL)             # node 4's agent, by its pid
-        time.sleep(0.5)
+        deadline = time.monotonic() + 30
+        while not exited(client):                # its ssh has ended (not a fixed sleep)
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
         go.touch()
         out, err = proc.communicate(timeout=120)
     finally:
