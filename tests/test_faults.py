@@ -204,6 +204,17 @@ def test_an_out_under_a_file_is_refused_before_the_command_runs(tmp_path: Path) 
     assert (tmp_path / "notes").read_text() == "a file\n"
 
 
+def test_demo_refuses_an_unwritable_out_before_it_trains(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ran = []
+    monkeypatch.setattr("iotune.demo.run_demo", lambda *a, **kw: ran.append(a))
+    (tmp_path / "notes").write_text("a file\n")
+    r = CliRunner().invoke(cli, ["demo", "--workload", "fio", "-o", str(tmp_path / "notes" / "run")])
+    assert r.exit_code == 2
+    assert r.stderr == (f"Error: cannot save the run to {tmp_path}/notes/run: {tmp_path}/notes is a file, not a "
+                        f"directory; give --out a path that is not under a file\n")
+    assert ran == [] and sorted(os.listdir(tmp_path)) == ["notes"]
+
+
 @needs_root_for("running iotune as another user")
 def test_an_out_without_write_permission_is_refused_before_the_command_runs() -> None:
     """As user nobody (root may write anywhere), in a directory nobody can

@@ -132,23 +132,25 @@ def spare_dir(directory: Path, spare_root: Path) -> Path:
     return spare
 
 
-def check_can_save(directory: Path) -> None:
+def check_can_save(directory: Path, or_else: str = "--no-save") -> None:
     """UsageError, before anything runs, when a run cannot be saved at
     `directory`: it is a file, it lies under a file, or the nearest existing
-    directory on its path is read-only or not writable by this process."""
+    directory on its path is read-only or not writable by this process.
+    `or_else`: the command's way not to save, named in the fix ("": none)."""
+    other = f" (or {or_else})" if or_else else ""
     if directory.exists() and not directory.is_dir():
         raise UsageError(f"cannot save the run to {directory}: it is a file, not a directory; give --out a new "
-                         f"or existing directory (or --no-save)")
+                         f"or existing directory{other}")
     base = next(d for d in (directory, *directory.absolute().parents) if d.exists())
     if not base.is_dir():
         raise UsageError(f"cannot save the run to {directory}: {base} is a file, not a directory; give --out a "
-                         f"path that is not under a file (or --no-save)")
+                         f"path that is not under a file{other}")
     if os.statvfs(base).f_flag & os.ST_RDONLY:
         raise UsageError(f"cannot save the run to {directory}: {base} is on a read-only filesystem; give --out "
-                         f"a directory on a writable drive (or --no-save)")
+                         f"a directory on a writable drive{other}")
     if not os.access(base, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids):
         raise UsageError(f"cannot save the run to {directory}: no permission to write in {base}; give --out a "
-                         f"directory you can write to (or --no-save)")
+                         f"directory you can write to{other}")
 
 
 def default_run_dir(label: str, root: Path = Path("iotune-runs"), now: dt.datetime | None = None) -> Path:
