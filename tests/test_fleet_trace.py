@@ -329,3 +329,74 @@ def test_a_node_whose_ssh_connection_drops_mid_run_is_lost_and_the_others_kept(
     assert [cmdline(p) for p in namespace_pids(bed.nodes[2].mount_ns) if "[listener]" not in cmdline(p)] == []
     assert exited(agent) and exited(session) and exited(client)
     assert os.listdir(tmp) == []
+
+
+def wait_until(what: str, done: object, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"never saw {what}"
+        time.sleep(0.05)
+
+
+@needs_nodebed
+def test_a_node_whose_ssh_connection_goes_silent_is_given_up_and_the_others_kept(
+        nodebed: NodeBed, remote_iotune: Path, tmp_path: Path) -> None:  # noqa: F811
+    """docs/faults.md: node 4's sshd session is frozen (SIGSTOP), as a network
+    partition looks from here: nothing closes the connection. ssh's
+    ServerAlive probes give it up (the test shortens them to 1 s x 2 through
+    PDSH_SSH_ARGS_APPEND, whose options win over iotune's defaults)."""
+    bed = nodebed
+    host = bed.hosts[2]
+    go, started, tmp = tmp_path / "go", tmp_path / "started", tmp_path / "tmp"
+    tmp.mkdir()
+    script = (f"touch {started} && {writes_on(bed, bed.hosts[0], COUNTS[0])} && "
+              f"{writes_on(bed, bed.hosts[1], COUNTS[1])} && while [ ! -e {go} ]; do sleep 0.05; done")
+    # LogLevel INFO, ssh's default (the bed's config says ERROR): ssh says why it gave up only at INFO
+    ssh_args = (f"{bed.env()['PDSH_SSH_ARGS_APPEND']} -o ServerAliveInterval=1 -o ServerAliveCountMax=2 "
+                f"-o LogLevel=INFO")
+    proc = iotune_trace(bed, remote_iotune, tmp_path / "fleet", script, "--hosts", ",".join(bed.hosts),
+                        env={"TMPDIR": str(tmp), "PDSH_SSH_ARGS_APPEND": ssh_args})
+    session = None
+    try:
+        wait_until("the command running", lambda: started.exists() or proc.poll() is not None, 180)
+        assert proc.poll() is None, proc.communicate()
+        agent, client = agent_pid(bed, 2), ssh_client_of(proc, host)
+        assert agent is not None and client is not None
+        session = next(p for p in ancestors(agent) if cmdline(p) == "sshd: root@notty")
+        os.kill(session, signal.SIGSTOP)         # node 4 goes silent; its connection stays open
+        wait_until("ssh giving the silent node up", lambda: exited(client))
+        go.touch()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        go.touch()
+        if session is not None:
+            os.kill(session, signal.SIGCONT)     # the node "comes back": it finds its connection closed
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lost_error = (f"host {host}: the ssh connection to it was lost before the command ended (Timeout, server {host} "
+                  f"not responding.)")
+    assert proc.returncode == 1, err
+    assert f"{lost_error}; its node will be reported lost\n" in err
+    assert err.splitlines()[-1] == (f"Error: 1 of 3 node(s) not traced to the end ({host} lost: see the report); "
+                                    f"the other nodes' runs are kept in {tmp_path / 'fleet'}")
+    fleet = load_fleet(tmp_path / "fleet")
+    assert [(n.host, n.status, n.error) for n in fleet.nodes] == [
+        (bed.hosts[0], "ok", ""), (bed.hosts[1], "ok", ""), (host, "lost", lost_error)]
+    assert writes_512k(fleet, bed.hosts[0]) == COUNTS[0]
+    assert writes_512k(fleet, bed.hosts[1]) == COUNTS[1]
+    # reclaimed here at once: the ssh client and iotune's temporary files; on the node, its agent and
+    # session end as soon as it runs again (it finds its connection closed: stdin ends, stdout breaks)
+    assert exited(client) and os.listdir(tmp) == []
+    wait_until("the node's agent and session ending", lambda: exited(agent) and exited(session))
+    assert [agent_pid(bed, i) for i in range(3)] == [None, None, None]
+
+
+def test_ssh_gives_up_a_silent_connection_and_the_users_options_win() -> None:
+    from iotune.blockdev.remote import ssh_argv
+
+    argv = ssh_argv("h1", ["iotune", "agent"], ("-o", "ServerAliveInterval=1"))
+    assert argv[:3] == ["ssh", "-o", "ServerAliveInterval=1"]       # ssh keeps the first value given
+    assert argv[3:-3] == ["-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=15",
+                          "-o", "ServerAliveCountMax=4"]
+    assert argv[-3:] == ["h1", "--", "iotune agent"]

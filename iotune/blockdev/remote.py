@@ -17,7 +17,11 @@ from typing import Protocol
 
 from .proc import last_line
 
-SSH_DEFAULTS = ("-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10")
+# ServerAlive: a connection that goes silent (a network partition, a frozen node) is given up after
+# about a minute (ssh then prints "Timeout, server HOST not responding."), not waited on forever.
+# The user's own options come first and win (ssh keeps the first value of an option).
+SSH_DEFAULTS = ("-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=15",
+                "-o", "ServerAliveCountMax=4")
 SSH_FAILED = 255          # ssh's own status when it cannot connect or log in
 NOT_FOUND = 127           # the remote shell's status for a missing program
 
