@@ -400,3 +400,41 @@ def test_ssh_gives_up_a_silent_connection_and_the_users_options_win() -> None:
     assert argv[3:-3] == ["-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=15",
                           "-o", "ServerAliveCountMax=4"]
     assert argv[-3:] == ["h1", "--", "iotune agent"]
+
+
+@needs_nodebed
+def test_a_multi_node_run_that_does_not_fit_on_the_out_drive_is_saved_in_the_temporary_directory(
+        nodebed: NodeBed, remote_iotune: Path, tmp_path: Path) -> None:  # noqa: F811
+    """docs/faults.md: -o on a small ext4 filesystem that is full but for
+    2 KiB: the whole multi-node run goes to $TMPDIR/iotune-runs/, nothing
+    half-saved stays on the full drive."""
+    from tests.conftest import ext4_mount
+    from tests.test_faults import fill, loops_over, mounts_under
+
+    bed = nodebed
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    script = " && ".join(writes_on(bed, h, n) for h, n in zip(bed.hosts, COUNTS))
+    with ext4_mount(tmp_path, 8 << 20) as mnt:
+        out = mnt / "fleet"
+        out.mkdir()
+        fill(mnt, leave_bytes=2 << 10)
+        proc = iotune_trace(bed, remote_iotune, out, script, "--hosts", ",".join(bed.hosts),
+                            env={"TMPDIR": str(tmp)})
+        stdout, err = proc.communicate(timeout=240)
+        spare = tmp / "iotune-runs" / "fleet"
+        assert proc.returncode == 1, err
+        assert err.splitlines()[-1] == (
+            f"Error: disk full: the run could not be saved to {out} (No space left on device); it was saved to "
+            f"{spare} instead (iotune report {spare}): free space there and move it back with `mv {spare}/* "
+            f"{out}/`, or leave it where it is")
+        # kept: every node's run, exactly, where the message says; the report was shown from there
+        fleet = load_fleet(spare)
+        assert [(n.host, n.status) for n in fleet.nodes] == [(h, "ok") for h in bed.hosts]
+        assert [writes_512k(fleet, h) for h in bed.hosts] == list(COUNTS)
+        assert "3 node(s), 3 ok" in stdout
+        # nothing half-saved on the full drive
+        assert os.listdir(out) == []
+        assert sorted(os.listdir(mnt)) == ["filler", "fleet", "lost+found"]
+    assert loops_over(tmp_path) == [] and mounts_under(tmp_path) == []
+    assert sorted(os.listdir(tmp)) == ["iotune-runs"]

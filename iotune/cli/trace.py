@@ -13,9 +13,10 @@ from ..errors import IotuneError, NoSpaceError, UsageError
 if TYPE_CHECKING:
     from ..blockdev.devices import BlockDevice
     from ..trace.applayer import AppOptions
-from ..model.fleet import is_fleet_dir, load_fleet
+from ..model.fleet import FleetRun, is_fleet_dir, load_fleet
 from ..model.run import TraceRun
-from ..model.runfile import check_can_save, default_run_dir, give_to_sudo_user, load_run, save_run_or_spare
+from ..model.runfile import (check_can_save, default_run_dir, give_to_sudo_user, load_run, save_or_spare,
+                              save_run_or_spare)
 from .fleet import fleet_nodes, trace_fleet_cli
 from .options import (chosen_format, emit, format_option, html_option, library_errors, out_option, report_options, say,
                       write_html)
@@ -201,19 +202,28 @@ def trace_hosts(hosts: tuple[str, ...], transport: Transport, devices: tuple[str
         raise UsageError("a multi-node trace is always saved (its report reads the saved nodes): drop --no-save")
     fleet, status = trace_fleet_cli(hosts, transport, devices, paths, with_lower, interval, no_inject, remote_iotune,
                                     as_root, fmt != "console", argv)
-    where = out or default_run_dir(argv[0])
-    save_fleet(fleet, where)
+    asked = out or default_run_dir(argv[0])
+    try:
+        where, elsewhere = save_or_spare(lambda d: save_fleet(fleet, d), asked, spare_root())
+    except NoSpaceError:
+        show_fleet(fleet, fmt, width, html_path, drive_tbw, drive_capacity)    # all that is left of it
+        raise
     give_to_sudo_user(where)
-    say(f"saved {where}  (iotune report {where})")
+    if not elsewhere:
+        say(f"saved {where}  (iotune report {where})")
     report_fleet(where, fmt, width, html_path, False, drive_tbw, drive_capacity)
     partial = [n for n in fleet.nodes if n.status != "ok"]
-    if partial:                 # the command's own failure keeps its status; else partial failure is 1
+    problems = [elsewhere] if elsewhere else []
+    if partial:
         nodes = ", ".join(f"{n.host} {n.status}" for n in partial)
-        why = (f"{len(partial)} of {len(fleet.nodes)} node(s) not traced to the end ({nodes}: see the report); "
-               f"the other nodes' runs are kept in {where}")
-        if not status:
-            raise IotuneError(why)
-        say(f"Error: {why}")
+        problems.append(f"{len(partial)} of {len(fleet.nodes)} node(s) not traced to the end ({nodes}: see the "
+                        f"report); the other nodes' runs are kept in {where}")
+    for problem in problems[:-1]:
+        say(f"Error: {problem}")
+    if problems and not status:     # partial failure is 1; the command's own failure keeps its status
+        raise IotuneError(problems[-1])
+    if problems:
+        say(f"Error: {problems[-1]}")
     if status:
         sys.exit(status)
 
@@ -271,16 +281,21 @@ def report(run_path: Path, fmt: str, as_json: bool, block_size: int | None, widt
 
 def report_fleet(path: Path, fmt: str, width: int | None, html_path: Path | None, probe_ceiling: bool,
                  drive_tbw: int | None, drive_capacity: int | None) -> None:
-    from ..analysis.fleet import fleet_report
-    from ..model.verdict import VerdictInputs
-
     if probe_ceiling:
         raise UsageError("--ceiling probes this machine's devices, not a fleet's nodes: run `iotune report "
                          f"{path}/nodes/HOST --ceiling` on that node")
+    show_fleet(load_fleet(path), fmt, width, html_path, drive_tbw, drive_capacity)
+
+
+def show_fleet(fleet: FleetRun, fmt: str, width: int | None, html_path: Path | None, drive_tbw: int | None,
+               drive_capacity: int | None) -> None:
+    from ..analysis.fleet import fleet_report
+    from ..model.verdict import VerdictInputs
+
     inputs = VerdictInputs(drive_tbw_bytes=float(drive_tbw) if drive_tbw else None,
                            tbw_source="--drive-tbw" if drive_tbw else "",
                            drive_capacity_bytes=float(drive_capacity) if drive_capacity else None)
-    judged = fleet_report(load_fleet(path), inputs)
+    judged = fleet_report(fleet, inputs)
     emit(judged, fmt, width)
     write_html(judged, html_path)
 

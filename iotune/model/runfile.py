@@ -22,6 +22,7 @@ import json
 import os
 import zipfile
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +46,7 @@ def save_run(run: TraceRun, directory: Path) -> Path:
     an error the temporary files (and the directories this call made) are
     removed; a full drive raises NoSpaceError (its message: the reason).
     """
-    made = _make_dirs(directory)
+    made = make_dirs(directory)
     tmps = [directory / (name + ".tmp") for name in (TIMELINE_FILE, COLUMNS_FILE, RUN_FILE)]
     try:
         _write_timeline_csv(run, tmps[0])
@@ -68,7 +69,7 @@ def save_run(run: TraceRun, directory: Path) -> Path:
 NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
-def _make_dirs(directory: Path) -> list[Path]:
+def make_dirs(directory: Path) -> list[Path]:
     """mkdir -p, returning the directories it made (outermost first)."""
     missing = [d for d in (directory, *directory.parents) if not d.exists()][::-1]
     try:
@@ -98,15 +99,22 @@ def save_run_or_spare(run: TraceRun, directory: Path, spare_root: Path) -> tuple
     Returns where the run went and, when that is not `directory`, the message
     saying so ("" when it is). NoSpaceError naming both places when neither
     takes it."""
+    return save_or_spare(lambda d: save_run(run, d), directory, spare_root)
+
+
+def save_or_spare(save: Callable[[Path], object], directory: Path, spare_root: Path) -> tuple[Path, str]:
+    """save_run_or_spare for any `save(directory)` that leaves nothing
+    behind when it fails (save_run, model.fleet.save_fleet)."""
     try:
-        return save_run(run, directory), ""
+        save(directory)
+        return directory, ""
     except OSError as e:         # NoSpaceError is not one: it is handled below
         first = e.strerror or str(e)
     except NoSpaceError as e:
         first = str(e)
     spare = spare_dir(directory, spare_root)
     try:
-        save_run(run, spare)
+        save(spare)
     except (OSError, NoSpaceError) as e:
         second = str(e) if isinstance(e, NoSpaceError) else e.strerror or str(e)
         raise NoSpaceError(
