@@ -153,13 +153,7 @@ def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, du
     judged = trace_report(run, inputs)
     emit(judged, fmt, width, block_size)
     write_html(judged, html_path)
-    if unsaved is not None:         # after the report: on a full drive that may be all that is left
-        if run.exit_status:
-            say(f"Error: {unsaved}")
-            sys.exit(run.exit_status)
-        raise IotuneError(unsaved)
-    if run.exit_status:
-        sys.exit(run.exit_status)
+    end_with([unsaved] if unsaved else [], run.exit_status)    # after the report: it may be all that is left
 
 
 # kernel interfaces, not storage: a --path there is a mistake, not an application-layer trace
@@ -212,15 +206,26 @@ def trace_hosts(hosts: tuple[str, ...], transport: Transport, devices: tuple[str
     if not elsewhere:
         say(f"saved {where}  (iotune report {where})")
     report_fleet(where, fmt, width, html_path, False, drive_tbw, drive_capacity)
+    end_with([p for p in (elsewhere, partial_failure(fleet, where)) if p], status)
+
+
+def partial_failure(fleet: FleetRun, where: Path) -> str:
+    """The error of a multi-node run with nodes lost or failed ("" if none)."""
     partial = [n for n in fleet.nodes if n.status != "ok"]
-    problems = [elsewhere] if elsewhere else []
-    if partial:
-        nodes = ", ".join(f"{n.host} {n.status}" for n in partial)
-        problems.append(f"{len(partial)} of {len(fleet.nodes)} node(s) not traced to the end ({nodes}: see the "
-                        f"report); the other nodes' runs are kept in {where}")
+    if not partial:
+        return ""
+    nodes = ", ".join(f"{n.host} {n.status}" for n in partial)
+    return (f"{len(partial)} of {len(fleet.nodes)} node(s) not traced to the end ({nodes}: see the report); the "
+            f"other nodes' runs are kept in {where}")
+
+
+def end_with(problems: list[str], status: int | None) -> None:
+    """Exit after the report: each problem said on stderr, the last as the
+    error. The command's own failure keeps its exit status; otherwise a
+    problem (the run saved elsewhere, a node lost) makes it 1."""
     for problem in problems[:-1]:
         say(f"Error: {problem}")
-    if problems and not status:     # partial failure is 1; the command's own failure keeps its status
+    if problems and not status:
         raise IotuneError(problems[-1])
     if problems:
         say(f"Error: {problems[-1]}")
