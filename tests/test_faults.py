@@ -353,7 +353,8 @@ def alive(pid: int) -> bool:
 
 @needs_fio
 @needs_root
-def test_a_bed_drive_whose_daemon_dies_mid_trial_stops_the_sweep_naming_it(tmp_path: Path) -> None:
+def test_a_bed_drive_whose_daemon_dies_mid_trial_stops_the_sweep_naming_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     spare_tmp = tmp_path / "tmp"                     # the bed's files go in the temporary directory
     spare_tmp.mkdir()
     (tmp_path / "p.toml").write_text(BED_PROFILE)
@@ -393,6 +394,20 @@ def test_a_bed_drive_whose_daemon_dies_mid_trial_stops_the_sweep_naming_it(tmp_p
     assert loops_over(tmp_path) == [] and mounts_under(tmp_path) == []
     assert list(Path("/sys/fs/cgroup/blkio").glob(f"iotune-{p.pid}-*")) == []
     assert os.listdir(spare_tmp) == []
+    # resumed on a fresh bed: the completed trial is reused, only the failed one runs again
+    # (DeepSpeed's check of the recommended fragment loads its async_io op: tested in test_sweep_e2e.py)
+    monkeypatch.setattr("iotune.sweep.pipeline.validate_with_deepspeed", lambda fragment, **kw: None)
+    for name in ("TMPDIR", "TORCH_EXTENSIONS_DIR"):
+        monkeypatch.setenv(name, env[name])
+    kept = journal.read_text()
+    r = CliRunner().invoke(cli, ["sweep", "--bed", "builtin", "--grid", "--profile", str(tmp_path / "p.toml"),
+                                 "-o", str(tmp_path / "j"), "--json"])
+    assert r.exit_code == 0, r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    assert (doc["trials"], doc["trials_run_now"], doc["failed"]) == (2, 1, 0)
+    assert journal.read_text().startswith(kept)
+    assert sorted(t["point"]["block_size"] for t in journal_lines(journal)[1:]) == [256 * KiB, 1 << 20]
+    assert loops_over(tmp_path) == [] and mounts_under(tmp_path) == [] and os.listdir(spare_tmp) == []
 
 
 def test_a_torn_last_line_left_by_a_crash_does_not_swallow_the_next_trial(tmp_path: Path) -> None:
