@@ -56,7 +56,8 @@ def save_run(run: TraceRun, directory: Path) -> Path:
             os.replace(tmp, directory / tmp.stem)
     except OSError as e:
         for tmp in tmps:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):      # a drive gone read-only keeps them; the error is e's
+                tmp.unlink(missing_ok=True)
         for d in reversed(made):
             with contextlib.suppress(OSError):
                 d.rmdir()
