@@ -273,10 +273,10 @@ def test_a_full_journal_drive_stops_the_sweep_keeping_whole_lines_and_resume_ski
         assert r.exit_code == 1
         assert r.stdout == ""
         assert r.stderr.splitlines()[-1] == (
-            f"Error: disk full: the sweep journal {journal} cannot take its trial that just ended (it runs again "
-            f"on resume) (No space left on device); it keeps the 2 trial(s) completed before, every line whole: "
-            f"free space on that drive (or give -o/--out a directory on another drive, with the journal moved "
-            f"there), then run the same command again to resume")
+            f"Error: disk full: the sweep journal {journal} cannot take the trial that just ended (No space left "
+            f"on device); it keeps the 2 trial(s) completed before it, every line whole, and that trial runs again "
+            f"on resume: free space on that drive (or give -o/--out a directory on another drive, with the journal "
+            f"moved there), then run the same command again to resume")
         # kept: every complete line, byte for byte, and no torn line after them
         assert journal.read_bytes() == kept
         assert [rec["kind"] for rec in journal_lines(journal)] == ["header", "trial", "trial"]

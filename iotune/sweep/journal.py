@@ -4,6 +4,7 @@ repeat) triples. The file format and its reader are model.journal's."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import errno
 import json
@@ -70,7 +71,8 @@ class Journal:
                     view = view[os.write(fd, view):]
                 os.fsync(fd)
             except OSError as e:
-                os.ftruncate(fd, end)
+                with contextlib.suppress(OSError):      # cut back what part of the line got in
+                    os.ftruncate(fd, end)
                 if e.errno in (errno.ENOSPC, errno.EDQUOT):
                     raise NoSpaceError(self._full(rec, e.strerror or "")) from None
                 raise
@@ -78,11 +80,13 @@ class Journal:
             os.close(fd)
 
     def _full(self, rec: dict[str, Any], why: str) -> str:
-        what = "its trial that just ended (it runs again on resume)" if rec.get("kind") == "trial" else "its header"
+        trial = rec.get("kind") == "trial"
+        what = "the trial that just ended" if trial else "its header"
         return (f"disk full: the sweep journal {self.path} cannot take {what} ({why}); it keeps the "
-                f"{len(self.trials)} trial(s) completed before, every line whole: free space on that drive (or "
-                f"give -o/--out a directory on another drive, with the journal moved there), then run the same "
-                f"command again to resume")
+                f"{len(self.trials)} trial(s) completed before it, every line whole"
+                f"{', and that trial runs again on resume' if trial else ''}: free space on that drive (or give "
+                f"-o/--out a directory on another drive, with the journal moved there), then run the same command "
+                f"again to resume")
 
 
 def open_journal(out_dir: Path, fresh: bool) -> Journal:
