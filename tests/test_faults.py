@@ -2,7 +2,9 @@
 while a run or a sweep journal is saved, an --out that cannot be written, a
 FUSE drive whose daemon dies mid-trial. Each test checks what is kept, that
 nothing iotune made is left (loop devices, mounts, processes, files), and
-the exact message."""
+the exact message. The multi-node rows (a node's ssh connection dropping or
+going silent, a fleet on a full drive) are in test_fleet_trace.py, on the
+node bed."""
 
 from __future__ import annotations
 
@@ -14,7 +16,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -99,7 +100,7 @@ def test_a_run_that_does_not_fit_on_the_out_drive_is_saved_in_the_temporary_dire
         loop = source_of(mnt)
         out = mnt / "run"
         out.mkdir()                     # the run's directory fits; its files do not
-        fill(mnt, leave_bytes=2 * KiB)   # timeline.csv fits, timeline.npz does not
+        fill(mnt, leave_bytes=2 * KiB)   # room for part of the run (about 4 KiB), not all of it
         r = trace_dd(out, loop, spare_tmp)
         spare = spare_tmp / "iotune-runs" / "run"
         assert r.returncode == 1, r.stderr
@@ -218,7 +219,9 @@ def test_demo_refuses_an_unwritable_out_before_it_trains(tmp_path: Path, monkeyp
 @needs_root_for("running iotune as another user")
 def test_an_out_without_write_permission_is_refused_before_the_command_runs() -> None:
     """As user nobody (root may write anywhere), in a directory nobody can
-    traverse to but not write in."""
+    traverse to but not write in. As nobody the trace could not load its
+    probes either: what this checks is that the --out check comes first,
+    with its own message and exit status."""
     locked = Path(tempfile.mkdtemp(prefix="iotune-locked-"))
     try:
         locked.chmod(0o755)
