@@ -136,6 +136,9 @@ def test_a_node_whose_agent_is_killed_mid_run_is_lost_and_the_others_kept(
     assert f"host {bed.hosts[2]}: the agent exited" in err and "its node will be reported lost" in err
     assert writes_512k(fleet, bed.hosts[0]) == COUNTS[0]
     assert writes_512k(fleet, bed.hosts[1]) == COUNTS[1]
+    # reclaimed: no agent on any node, and nothing but its sshd listener left on node 4
+    assert [agent_pid(bed, i) for i in range(3)] == [None, None, None]
+    assert [cmdline(p) for p in namespace_pids(bed.nodes[2].mount_ns) if "[listener]" not in cmdline(p)] == []
 
 
 @needs_nodebed
