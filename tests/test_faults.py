@@ -54,7 +54,7 @@ def fill(mnt: Path, leave_bytes: int = 0) -> None:
     os.sync()           # the freed blocks are reusable once the journal has committed
 
 
-def loops_over(tmp_path: Path, timeout_s: float = 10.0) -> list[str]:
+def loops_over(tmp_path: Path, timeout_s: float = 30.0) -> list[str]:
     """Loop devices whose backing file is under tmp_path, once none is left
     or at the deadline. `losetup -d` of a device still open for a moment
     after its unmount only marks it to detach on its last close, so the
@@ -116,7 +116,8 @@ def test_a_run_that_does_not_fit_on_the_out_drive_is_saved_in_the_temporary_dire
         assert sorted(os.listdir(mnt)) == ["filler", "lost+found", "run"]
         # the report still reached stdout
         assert "loop" in r.stdout
-    assert loops_over(tmp_path) == [] and mounts_under(tmp_path) == []
+    assert mounts_under(tmp_path) == []
+    assert loops_over(tmp_path) == []
 
 
 @needs_root
@@ -141,7 +142,8 @@ def test_a_run_that_fits_nowhere_says_so_after_printing_the_report(tmp_path: Pat
         # nothing half-written, and no directory it made is left
         assert sorted(os.listdir(mnt)) == ["filler", "lost+found", "tmp"]
         assert os.listdir(spare_tmp) == []
-    assert loops_over(tmp_path) == [] and mounts_under(tmp_path) == []
+    assert mounts_under(tmp_path) == []
+    assert loops_over(tmp_path) == []
 
 
 @needs_root
@@ -167,7 +169,8 @@ def test_a_run_whose_out_drive_went_read_only_during_the_trace_is_saved_in_the_t
             f"leave it where it is")
         assert reads_of(spare, Path(loop).name) == (23, 23 * 8 * KiB)
         assert os.listdir(mnt) == ["lost+found"]
-    assert loops_over(tmp_path) == [] and mounts_under(tmp_path) == []
+    assert mounts_under(tmp_path) == []
+    assert loops_over(tmp_path) == []
 
 
 # ---- 2. an --out that cannot be written: refused before the command runs ------------------------
@@ -187,7 +190,8 @@ def test_an_out_on_a_read_only_filesystem_is_refused_before_the_command_runs(tmp
                             f"give --out a directory on a writable drive (or --no-save)\n")
         assert not marker.exists()                  # the command never ran
         assert os.listdir(mnt) == ["lost+found"]
-    assert loops_over(tmp_path) == [] and mounts_under(tmp_path) == []
+    assert mounts_under(tmp_path) == []
+    assert loops_over(tmp_path) == []
 
 
 def test_an_out_under_a_file_is_refused_before_the_command_runs(tmp_path: Path) -> None:
@@ -293,7 +297,8 @@ def test_a_full_journal_drive_stops_the_sweep_keeping_whole_lines_and_resume_ski
         trials = [rec for rec in journal_lines(journal) if rec["kind"] == "trial"]
         assert sorted((t["point"]["block_size"], t["point"]["queue_depth"]) for t in trials) == [
             (64 * KiB, 1), (64 * KiB, 4), (256 * KiB, 1), (256 * KiB, 4)]
-    assert loops_over(tmp_path) == [] and mounts_under(tmp_path) == []
+    assert mounts_under(tmp_path) == []
+    assert loops_over(tmp_path) == []
     assert os.listdir(tmp_path / "drive") == []
 
 
@@ -394,7 +399,8 @@ def test_a_bed_drive_whose_daemon_dies_mid_trial_stops_the_sweep_naming_it(
     assert "Traceback" not in err
     # reclaimed: the daemon (reaped), the loop device, mounts, the cgroup and the bed's files
     assert not alive(daemon)
-    assert loops_over(tmp_path) == [] and mounts_under(tmp_path) == []
+    assert mounts_under(tmp_path) == []
+    assert loops_over(tmp_path) == []
     assert list(Path("/sys/fs/cgroup/blkio").glob(f"iotune-{p.pid}-*")) == []
     assert os.listdir(spare_tmp) == []
     # resumed on a fresh bed: the completed trial is reused, only the failed one runs again
@@ -410,7 +416,8 @@ def test_a_bed_drive_whose_daemon_dies_mid_trial_stops_the_sweep_naming_it(
     assert (doc["trials"], doc["trials_run_now"], doc["failed"]) == (2, 1, 0)
     assert journal.read_text().startswith(kept)
     assert sorted(t["point"]["block_size"] for t in journal_lines(journal)[1:]) == [256 * KiB, 1 << 20]
-    assert loops_over(tmp_path) == [] and mounts_under(tmp_path) == [] and os.listdir(spare_tmp) == []
+    assert mounts_under(tmp_path) == [] and os.listdir(spare_tmp) == []
+    assert loops_over(tmp_path) == []
 
 
 def test_a_torn_last_line_left_by_a_crash_does_not_swallow_the_next_trial(tmp_path: Path) -> None:

@@ -439,5 +439,6 @@ def test_a_multi_node_run_that_does_not_fit_on_the_out_drive_is_saved_in_the_tem
         # nothing half-saved on the full drive
         assert os.listdir(out) == []
         assert sorted(os.listdir(mnt)) == ["filler", "fleet", "lost+found"]
-    assert loops_over(tmp_path) == [] and mounts_under(tmp_path) == []
+    assert mounts_under(tmp_path) == []
+    assert loops_over(tmp_path) == []
     assert sorted(os.listdir(tmp)) == ["iotune-runs"]
