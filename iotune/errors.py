@@ -41,3 +41,8 @@ class RecordError(IotuneError):
     """A saved record (run, journal) cannot be read; the message says why."""
 
     exit_code = 2
+
+
+class NoSpaceError(IotuneError):
+    """A drive filled up (ENOSPC, EDQUOT) while iotune was writing a record;
+    the message says what is kept, where, and how to make room."""

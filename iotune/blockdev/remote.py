@@ -17,7 +17,11 @@ from typing import Protocol
 
 from .proc import last_line
 
-SSH_DEFAULTS = ("-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10")
+# ServerAlive: a connection that goes silent (a network partition, a frozen node) is given up after
+# about a minute (ssh then prints "Timeout, server HOST not responding."), not waited on forever.
+# The user's own options come first and win (ssh keeps the first value of an option).
+SSH_DEFAULTS = ("-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=15",
+                "-o", "ServerAliveCountMax=4")
 SSH_FAILED = 255          # ssh's own status when it cannot connect or log in
 NOT_FOUND = 127           # the remote shell's status for a missing program
 
@@ -42,6 +46,15 @@ def host_error(host: str, code: int | None, tail: str, remote_iotune: str) -> st
         return (f"host {host}: iotune not found at {remote_iotune}: install iotune there "
                 f"or pass --remote-iotune PATH")
     return None
+
+
+# what ssh prints when an established connection goes away (sshd killed, the node rebooted, a reset)
+SSH_LOST = ("closed by remote host", "Connection reset", "Broken pipe", "not responding", "Connection closed")
+
+
+def ssh_connection_lost(code: int | None, tail: str) -> bool:
+    """Whether ssh exited because its connection dropped (not the remote command)."""
+    return code == SSH_FAILED and any(s in tail for s in SSH_LOST)
 
 
 class Transport(Protocol):

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import click
 
-from ..model.runfile import default_run_dir, give_to_sudo_user
+from ..errors import IotuneError
+from ..model.runfile import check_can_save, default_run_dir, give_to_sudo_user
 from ..volumes.beds import BEDS
 from .options import (RATE, chosen_format, emit, format_option, library_errors, out_option, report_options, say,
                       write_html)
-from .trace import save_and_say
+from .trace import RUNS_ROOT, save_and_say
 
 
 @click.command()
@@ -46,13 +47,17 @@ def demo(workdir: Path | None, cap: float, out: Path | None, workload: str, step
     from ..model.verdict import DeviceCeiling, VerdictInputs
     from .verdict_inputs import trace_report
 
+    check_can_save(out or RUNS_ROOT, or_else="")     # before the training run, not after it
     run = run_demo(workdir, int(cap), say, workload, steps, bed=bed)
     where = out or default_run_dir("demo")
-    save_and_say(run, where)
+    unsaved = save_and_say(run, where)   # the message when the run went elsewhere (docs/faults.md)
     # the scratch drive's ceiling is its cap, known exactly (a test bed's is not passed on here)
     known = tuple(DeviceCeiling(d.name, cap, "the scratch drive's blkio cap (--cap), each direction", cap, cap)
                   for d in run.devices if not d.is_lower) if cap and bed is None else ()
     judged = trace_report(run, VerdictInputs(ceilings=known))
-    write_html(judged, where / "report.html")
-    give_to_sudo_user(where)
+    if unsaved is None:
+        write_html(judged, where / "report.html")
+        give_to_sudo_user(where)
     emit(judged, chosen_format(fmt, as_json), width, block_size or 512 * 1024)
+    if unsaved is not None:
+        raise IotuneError(unsaved)

@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..errors import UsageError
+from ..errors import IotuneError, NoSpaceError, UsageError
 if TYPE_CHECKING:
     from ..blockdev.devices import BlockDevice
     from ..trace.applayer import AppOptions
-from ..model.fleet import is_fleet_dir, load_fleet
+from ..model.fleet import FleetRun, is_fleet_dir, load_fleet
 from ..model.run import TraceRun
-from ..model.runfile import default_run_dir, give_to_sudo_user, load_run, save_run
+from ..model.runfile import (check_can_save, default_run_dir, give_to_sudo_user, load_run, save_or_spare,
+                              save_run_or_spare)
 from .fleet import fleet_nodes, trace_fleet_cli
 from .options import (chosen_format, emit, format_option, html_option, library_errors, out_option, report_options, say,
                       write_html)
@@ -137,6 +138,8 @@ def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, du
         raise UsageError("nothing to trace: give a command after `--` (iotune trace -- CMD ARGS...) "
                          "or a window with --duration S")
     nodes = fleet_nodes(hosts, hostfile, slurm, argv)
+    if not no_save:
+        check_can_save(out or RUNS_ROOT)     # before the command runs: no wasted run
     if nodes and app_layer:
         raise UsageError("--app traces one machine: drop it for a multi-node trace")
     if nodes:
@@ -154,14 +157,12 @@ def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, du
     run = trace_command(argv, opts, progress, notice(progress)) if argv else trace_window(duration or 0, opts, progress)
     if progress:
         sys.stderr.write("\r\x1b[2K")
-    if not no_save:
-        save_and_say(run, out or default_run_dir(argv[0] if argv else "window"))
+    unsaved = None if no_save else save_and_say(run, out or default_run_dir(argv[0] if argv else "window"))
     inputs = gather_inputs(run, probe_ceiling, drive_tbw, drive_capacity, say)
     judged = trace_report(run, inputs)
     emit(judged, fmt, width, block_size)
     write_html(judged, html_path)
-    if run.exit_status:
-        sys.exit(run.exit_status)
+    end_with([unsaved] if unsaved else [], run.exit_status)    # after the report: it may be all that is left
 
 
 def notice(progress: Callable[[float, int, int, int, int], None] | None) -> Callable[[str], None]:
@@ -218,19 +219,68 @@ def trace_hosts(hosts: tuple[str, ...], transport: Transport, devices: tuple[str
         say(warning)
     fleet, status = trace_fleet_cli(hosts, transport, devices, paths, with_lower, interval, no_inject, remote_iotune,
                                     as_root, fmt != "console", argv)
-    where = out or default_run_dir(argv[0])
-    save_fleet(fleet, where)
+    asked = out or default_run_dir(argv[0])
+    try:
+        where, elsewhere = save_or_spare(lambda d: save_fleet(fleet, d), asked, spare_root())
+    except NoSpaceError:
+        show_fleet(fleet, fmt, width, html_path, drive_tbw, drive_capacity)    # all that is left of it
+        raise
     give_to_sudo_user(where)
-    say(f"saved {where}  (iotune report {where})")
+    if not elsewhere:
+        say(f"saved {where}  (iotune report {where})")
     report_fleet(where, fmt, width, html_path, False, drive_tbw, drive_capacity)
+    end_with([p for p in (elsewhere, partial_failure(fleet, where)) if p], status)
+
+
+def partial_failure(fleet: FleetRun, where: Path) -> str:
+    """The error of a multi-node run with nodes lost or failed ("" if none)."""
+    partial = [n for n in fleet.nodes if n.status != "ok"]
+    if not partial:
+        return ""
+    nodes = ", ".join(f"{n.host} {n.status}" for n in partial)
+    return (f"{len(partial)} of {len(fleet.nodes)} node(s) not traced to the end ({nodes}: see the report); the "
+            f"other nodes' runs are kept in {where}")
+
+
+def end_with(problems: list[str], status: int | None) -> None:
+    """Exit after the report: each problem said on stderr, the last as the
+    error. The command's own failure keeps its exit status; otherwise a
+    problem (the run saved elsewhere, a node lost) makes it 1."""
+    for problem in problems[:-1]:
+        say(f"Error: {problem}")
+    if problems and not status:
+        raise IotuneError(problems[-1])
+    if problems:
+        say(f"Error: {problems[-1]}")
     if status:
         sys.exit(status)
 
 
-def save_and_say(run: TraceRun, where: Path) -> None:
-    save_run(run, where)
-    give_to_sudo_user(where)
+RUNS_ROOT = Path("iotune-runs")
+
+
+def spare_root() -> Path:
+    """Where a run goes when --out's drive is full: the temporary directory
+    ($TMPDIR, else /tmp), under iotune-runs/. $TMPDIR is taken as it is
+    (tempfile.gettempdir() would silently pass over a full one)."""
+    import os
+    import tempfile
+    tmpdir = os.environ.get("TMPDIR", "")
+    return (Path(tmpdir) if tmpdir and Path(tmpdir).is_dir() else Path(tempfile.gettempdir())) / "iotune-runs"
+
+
+def save_and_say(run: TraceRun, where: Path) -> str | None:
+    """Save the run at `where` (or, when that fails, under spare_root());
+    None when it is where it was asked to be, else the error to end with."""
+    try:
+        saved, elsewhere = save_run_or_spare(run, where, spare_root())
+    except NoSpaceError as e:
+        return str(e)
+    give_to_sudo_user(saved)
+    if elsewhere:
+        return elsewhere
     say(f"saved {where}  (iotune report {where})")
+    return None
 
 
 @click.command()
@@ -259,16 +309,21 @@ def report(run_path: Path, fmt: str, as_json: bool, block_size: int | None, widt
 
 def report_fleet(path: Path, fmt: str, width: int | None, html_path: Path | None, probe_ceiling: bool,
                  drive_tbw: int | None, drive_capacity: int | None) -> None:
-    from ..analysis.fleet import fleet_report
-    from ..model.verdict import VerdictInputs
-
     if probe_ceiling:
         raise UsageError("--ceiling probes this machine's devices, not a fleet's nodes: run `iotune report "
                          f"{path}/nodes/HOST --ceiling` on that node")
+    show_fleet(load_fleet(path), fmt, width, html_path, drive_tbw, drive_capacity)
+
+
+def show_fleet(fleet: FleetRun, fmt: str, width: int | None, html_path: Path | None, drive_tbw: int | None,
+               drive_capacity: int | None) -> None:
+    from ..analysis.fleet import fleet_report
+    from ..model.verdict import VerdictInputs
+
     inputs = VerdictInputs(drive_tbw_bytes=float(drive_tbw) if drive_tbw else None,
                            tbw_source="--drive-tbw" if drive_tbw else "",
                            drive_capacity_bytes=float(drive_capacity) if drive_capacity else None)
-    judged = fleet_report(load_fleet(path), inputs)
+    judged = fleet_report(fleet, inputs)
     emit(judged, fmt, width)
     write_html(judged, html_path)
 

@@ -18,6 +18,7 @@ durations across nodes, never absolute times.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -25,10 +26,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import RecordError
+from ..errors import NoSpaceError, RecordError
 from .record import known_fields
 from .run import TraceRun
-from .runfile import load_run, save_run
+from .runfile import COLUMNS_FILE, RUN_FILE, TIMELINE_FILE, load_run, make_dirs, save_run
 
 FLEET_SCHEMA_VERSION = 1
 FLEET_FILE = "fleet.json"
@@ -162,20 +163,43 @@ def save_fleet(fleet: FleetRun, directory: Path) -> Path:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise RecordError(f"a fleet names the same node twice ({', '.join(dupes)}); give each node a distinct host")
-    directory.mkdir(parents=True, exist_ok=True)
-    nodes = []
-    for node, name in zip(fleet.nodes, names):
-        entry = node.to_json(include_run=False)
-        entry["run_dir"] = None
-        if node.run is not None:
-            save_run(node.run, directory / NODES_DIR / name)
-            entry["run_dir"] = f"{NODES_DIR}/{name}"
-        nodes.append(entry)
-    doc = fleet.to_json(include_runs=False) | {"nodes": nodes}
+    made = make_dirs(directory)
+    saved: list[Path] = []
     tmp = directory / (FLEET_FILE + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    os.replace(tmp, directory / FLEET_FILE)
+    try:
+        nodes = []
+        for node, name in zip(fleet.nodes, names):
+            entry = node.to_json(include_run=False)
+            entry["run_dir"] = None
+            if node.run is not None:
+                saved.append(directory / NODES_DIR / name)
+                save_run(node.run, saved[-1])
+                entry["run_dir"] = f"{NODES_DIR}/{name}"
+            nodes.append(entry)
+        doc = fleet.to_json(include_runs=False) | {"nodes": nodes}
+        tmp.write_text(json.dumps(doc, indent=1) + "\n")
+        os.replace(tmp, directory / FLEET_FILE)
+    except (OSError, NoSpaceError):
+        _unsave(saved, tmp, made)       # nothing half-saved is left: a node's run without fleet.json
+        raise
     return directory
+
+
+def _unsave(node_dirs: list[Path], tmp: Path, made: list[Path]) -> None:
+    """Remove what a failed save_fleet wrote: the node runs it saved, its
+    temporary fleet.json, and the directories it made (only when empty)."""
+    with contextlib.suppress(OSError):
+        tmp.unlink(missing_ok=True)
+    for d in node_dirs:
+        for name in (RUN_FILE, TIMELINE_FILE, COLUMNS_FILE):
+            with contextlib.suppress(OSError):
+                (d / name).unlink(missing_ok=True)
+        for empty in (d, d.parent):
+            with contextlib.suppress(OSError):
+                empty.rmdir()
+    for d in reversed(made):
+        with contextlib.suppress(OSError):
+            d.rmdir()
 
 
 def is_fleet_dir(path: Path) -> bool:

@@ -14,17 +14,20 @@ carries its timeline inline.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as dt
+import errno
 import json
 import os
 import zipfile
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import RecordError
+from ..errors import NoSpaceError, RecordError, UsageError
 from .run import TimelinePoint, TraceRun
 from .timeline import Timeline, as_timeline, from_npz_arrays, gc_paused, to_npz_arrays
 
@@ -37,23 +40,126 @@ TIMELINE_COLUMNS = ("t_s", "device", "op", "requests", "bytes")
 def save_run(run: TraceRun, directory: Path) -> Path:
     """Write `run` into `directory` (created if needed); returns the directory.
 
-    Files are written under a temporary name and renamed, so a crash never
-    leaves a half-written record.
+    All three files are written under temporary names first and renamed only
+    once every one is complete, so a crash or a full drive never leaves a
+    half-written record, nor one run.json beside another run's timeline. On
+    an error the temporary files (and the directories this call made) are
+    removed; a full drive raises NoSpaceError (its message: the reason).
     """
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / (TIMELINE_FILE + ".tmp")
-    with tmp.open("w", newline="") as fh:
+    made = make_dirs(directory)
+    tmps = [directory / (name + ".tmp") for name in (TIMELINE_FILE, COLUMNS_FILE, RUN_FILE)]
+    try:
+        _write_timeline_csv(run, tmps[0])
+        _write_columns(as_timeline(run.timeline), tmps[1], _crc(tmps[0]))
+        tmps[2].write_text(json.dumps(run.to_json(include_timeline=False), indent=1) + "\n")
+        for tmp in tmps:
+            os.replace(tmp, directory / tmp.stem)
+    except OSError as e:
+        for tmp in tmps:
+            with contextlib.suppress(OSError):      # a drive gone read-only keeps them; the error is e's
+                tmp.unlink(missing_ok=True)
+        for d in reversed(made):
+            with contextlib.suppress(OSError):
+                d.rmdir()
+        if e.errno in NO_SPACE:
+            raise NoSpaceError(e.strerror or os.strerror(e.errno)) from None
+        raise
+    return directory
+
+
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def make_dirs(directory: Path) -> list[Path]:
+    """mkdir -p, returning the directories it made (outermost first)."""
+    missing = [d for d in (directory, *directory.parents) if not d.exists()][::-1]
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        for d in reversed(missing):
+            with contextlib.suppress(OSError):
+                d.rmdir()
+        if e.errno in NO_SPACE:
+            raise NoSpaceError(e.strerror or os.strerror(e.errno)) from None
+        raise
+    return missing
+
+
+def _write_timeline_csv(run: TraceRun, path: Path) -> None:
+    with path.open("w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(TIMELINE_COLUMNS)
         for p in run.timeline:
             # repr of a float: always a decimal point ("0.0"), so pandas reads a float column
             writer.writerow((repr(float(p.t_s)), p.device, p.op, p.requests, p.bytes))
-    os.replace(tmp, directory / TIMELINE_FILE)
-    _write_columns(as_timeline(run.timeline), directory)
-    tmp = directory / (RUN_FILE + ".tmp")
-    tmp.write_text(json.dumps(run.to_json(include_timeline=False), indent=1) + "\n")
-    os.replace(tmp, directory / RUN_FILE)
-    return directory
+
+
+def save_run_or_spare(run: TraceRun, directory: Path, spare_root: Path) -> tuple[Path, str]:
+    """save_run into `directory`; when that fails (its drive is full, or went
+    read-only), into a new directory under `spare_root` named after it.
+    Returns where the run went and, when that is not `directory`, the message
+    saying so ("" when it is). NoSpaceError naming both places when neither
+    takes it."""
+    return save_or_spare(lambda d: save_run(run, d), directory, spare_root)
+
+
+def save_or_spare(save: Callable[[Path], object], directory: Path, spare_root: Path) -> tuple[Path, str]:
+    """save_run_or_spare for any `save(directory)` that leaves nothing
+    behind when it fails (save_run, model.fleet.save_fleet)."""
+    try:
+        save(directory)
+        return directory, ""
+    except OSError as e:         # NoSpaceError is not one: it is handled below
+        first = e.strerror or str(e)
+    except NoSpaceError as e:
+        first = str(e)
+    spare = spare_dir(directory, spare_root)
+    try:
+        save(spare)
+    except (OSError, NoSpaceError) as e:
+        second = str(e) if isinstance(e, NoSpaceError) else e.strerror or str(e)
+        raise NoSpaceError(
+            f"{_full(first)}the run could not be saved to {directory} ({first}) nor to {spare} ({second}); nothing "
+            f"of it was written to either, and the report printed is all that is left of it: free space on that "
+            f"drive or give --out a drive with room, and run the command again") from None
+    move = f"mv {spare}/* {directory}/" if directory.exists() else f"mv {spare} {directory}"
+    fix = "free space there and" if _full(first) else "once it can be written again,"
+    return spare, (f"{_full(first)}the run could not be saved to {directory} ({first}); it was saved to {spare} "
+                   f"instead (iotune report {spare}): {fix} move it back with `{move}`, or leave it where it is")
+
+
+def _full(why: str) -> str:
+    return "disk full: " if why in {os.strerror(n) for n in NO_SPACE} else ""
+
+
+def spare_dir(directory: Path, spare_root: Path) -> Path:
+    """spare_root/<directory's name>, or with -2, -3, ... when that exists."""
+    name = directory.resolve().name or "run"
+    spare, n = spare_root / name, 2
+    while spare.exists():
+        spare, n = spare_root / f"{name}-{n}", n + 1
+    return spare
+
+
+def check_can_save(directory: Path, or_else: str = "--no-save") -> None:
+    """UsageError, before anything runs, when a run cannot be saved at
+    `directory`: it is a file, it lies under a file, or the nearest existing
+    directory on its path is read-only or not writable by this process.
+    `or_else`: the command's way not to save, named in the fix ("": none)."""
+    other = f" (or {or_else})" if or_else else ""
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"cannot save the run to {directory}: it is a file, not a directory; give --out a new "
+                         f"or existing directory{other}")
+    base = next(d for d in (directory, *directory.absolute().parents) if d.exists())
+    if not base.is_dir():
+        raise UsageError(f"cannot save the run to {directory}: {base} is a file, not a directory; give --out a "
+                         f"path that is not under a file{other}")
+    if os.statvfs(base).f_flag & os.ST_RDONLY:
+        raise UsageError(f"cannot save the run to {directory}: {base} is on a read-only filesystem; give --out "
+                         f"a directory on a writable drive{other}")
+    if not os.access(base, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids):
+        raise UsageError(f"cannot save the run to {directory}: no permission to write in {base}; give --out a "
+                         f"directory you can write to{other}")
 
 
 def default_run_dir(label: str, root: Path = Path("iotune-runs"), now: dt.datetime | None = None) -> Path:
@@ -131,11 +237,9 @@ def _crc(path: Path) -> int:
     return crc
 
 
-def _write_columns(timeline: Timeline, directory: Path) -> None:
-    tmp = directory / (COLUMNS_FILE + ".tmp")
-    with tmp.open("wb") as fh:
-        np.savez(fh, csv_crc32=np.int64(_crc(directory / TIMELINE_FILE)), **to_npz_arrays(timeline))
-    os.replace(tmp, directory / COLUMNS_FILE)
+def _write_columns(timeline: Timeline, path: Path, csv_crc32: int) -> None:
+    with path.open("wb") as fh:
+        np.savez(fh, csv_crc32=np.int64(csv_crc32), **to_npz_arrays(timeline))
 
 
 def _read_columns(directory: Path, timeline_file: Path) -> Timeline | None:

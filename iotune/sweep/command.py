@@ -111,7 +111,7 @@ def sweep_target(args: SweepArgs, prof: Profile, say: Callable[[str], None]) -> 
         yield Target(args.target_dir, prof.run.file_bytes, prof.run.files, None, prof.run.runtime_s,
                      prof.run.ramp_s), None
         return
-    from ..volumes.beds import running_bed
+    from ..volumes.beds import bed_trouble, running_bed
 
     with running_bed(args.bed or BUILTIN_BED) as bed:
         what = "built-in emulated drive" if bed.spec.name == BUILTIN_BED else f"test bed {bed.spec.name}"
@@ -120,8 +120,8 @@ def sweep_target(args: SweepArgs, prof: Profile, say: Callable[[str], None]) -> 
         # time-based trials: blkio throttling lets a burst through at the start of each
         # direction, which ramp time leaves out, so trials measure the steady rate
         runtime, ramp = prof.run.runtime_s or BUILTIN_RUNTIME_S, prof.run.ramp_s or BUILTIN_RAMP_S
-        yield (Target(bed.path, prof.run.file_bytes, prof.run.files, bed.cgroup, runtime, ramp),
-               bed.ceiling_bytes_per_s)
+        yield (Target(bed.path, prof.run.file_bytes, prof.run.files, bed.cgroup, runtime, ramp,
+                      trouble=lambda: bed_trouble(bed)), bed.ceiling_bytes_per_s)
 
 
 def drive_of(args: SweepArgs) -> dict[str, object]:

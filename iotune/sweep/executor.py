@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -26,6 +27,12 @@ class SweepStopped(IotuneError):
     after journaling it; the message names the fix."""
 
 
+class DriveGone(IotuneError):
+    """The drive under test stopped working mid-sweep (an emulated drive's
+    FUSE daemon died): every later trial would fail the same way, so the
+    sweep stops, and the failed trial is not journaled (it runs on resume)."""
+
+
 @dataclass(frozen=True)
 class Target:
     """Where trials do their I/O: a directory on the drive under test, and
@@ -39,6 +46,9 @@ class Target:
     cgroup: str | None = None     # run trials in this cgroup (v1 directory), e.g. a capped drive's
     runtime_s: float = 0.0        # fio: measure each direction for this long (0: move the bytes once)
     ramp_s: float = 0.0           # fio: and leave this much out at the start (throttle bursts, warm-up)
+    # asked after a failed trial: what is wrong with the drive itself (None: nothing known), e.g. a
+    # test bed whose FUSE daemon is gone
+    trouble: Callable[[], str | None] | None = field(default=None, compare=False, repr=False)
 
 
 class Executor(Protocol):

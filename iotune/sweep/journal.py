@@ -4,13 +4,15 @@ repeat) triples. The file format and its reader are model.journal's."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import errno
 import json
 import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import NoSpaceError, UsageError
 from ..model.journal import JOURNAL_VERSION, SweepEnv, read_journal
 from ..model.sweep import Trial
 
@@ -25,9 +27,14 @@ class Journal:
         """Write the header of a new journal (no-op when resuming)."""
         if self.env is not None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.env = env
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise NoSpaceError(self._full({"kind": "header"}, e.strerror or "")) from None
+            raise
         self._append({"kind": "header", "version": JOURNAL_VERSION, "env": env.to_json()})
+        self.env = env
 
     def check_resumable(self, env: SweepEnv) -> None:
         """UsageError if this journal was recorded with other settings than `env`."""
@@ -45,17 +52,42 @@ class Journal:
         return None
 
     def record(self, trial: Trial) -> None:
-        self.trials.append(trial)
         self._append({"kind": "trial", **trial.to_json()})
+        self.trials.append(trial)
 
     def _append(self, rec: dict[str, Any]) -> None:
-        line = json.dumps(rec, separators=(",", ":")) + "\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        """One whole line, or nothing: a write the drive cannot take in full
+        is cut back off, so the journal never keeps a torn line (which the
+        next append would run into, losing both) and resumes from every
+        complete one. A torn last line left by a crash gets a newline first."""
+        line = (json.dumps(rec, separators=(",", ":")) + "\n").encode()
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, line.encode())
-            os.fsync(fd)
+            end = os.lseek(fd, 0, os.SEEK_END)
+            if end and os.pread(fd, 1, end - 1) != b"\n":
+                line = b"\n" + line
+            try:
+                view = memoryview(line)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            except OSError as e:
+                with contextlib.suppress(OSError):      # cut back what part of the line got in
+                    os.ftruncate(fd, end)
+                if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise NoSpaceError(self._full(rec, e.strerror or "")) from None
+                raise
         finally:
             os.close(fd)
+
+    def _full(self, rec: dict[str, Any], why: str) -> str:
+        trial = rec.get("kind") == "trial"
+        what = "the trial that just ended" if trial else "its header"
+        return (f"disk full: the sweep journal {self.path} cannot take {what} ({why}); it keeps the "
+                f"{len(self.trials)} trial(s) completed before it, every line whole"
+                f"{', and that trial runs again on resume' if trial else ''}: free space on that drive (or give "
+                f"-o/--out a directory on another drive, with the journal moved there), then run the same command "
+                f"again to resume")
 
 
 def open_journal(out_dir: Path, fresh: bool) -> Journal:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from ..model.sweep import Proposal, SweepPoint, Trial
 from ..model.sweep_result import Progress
-from .executor import Executor, SweepStopped, Target, TrialFailed
+from .executor import DriveGone, Executor, SweepStopped, Target, TrialFailed
 from .journal import Journal
 
 
@@ -55,7 +55,24 @@ class Measurer:
         try:
             m, raw = self.executor.run(point, self.target)
             return Trial(name, point, repeat, "ok", m, "", started, time.perf_counter() - t0, raw)
+        except OSError:
+            # the executor's own files on a drive that died (EIO, an ext4 gone read-only): the drive is
+            # named when it is known to be gone; otherwise this stays the error it was
+            self._stop_if_the_drive_is_gone(point, repeat)
+            raise
         except TrialFailed as e:
+            self._stop_if_the_drive_is_gone(point, repeat)
             if e.stops_sweep:
                 self._stop = str(e)
             return Trial(name, point, repeat, "failed", None, str(e), started, time.perf_counter() - t0, e.raw)
+
+    def _stop_if_the_drive_is_gone(self, point: SweepPoint, repeat: int) -> None:
+        """DriveGone, naming the drive, when the trial failed because the drive
+        itself is gone: the failure says nothing about `point`."""
+        gone = self.target.trouble() if self.target.trouble else None
+        if gone:
+            p = point
+            raise DriveGone(f"{gone}. The trial bs={p.block_size} qd={p.queue_depth} "
+                            f"t={p.intra_op_parallelism} rep {repeat} failed on it and is not recorded; the journal "
+                            f"{self.journal.path} keeps the {len(self.journal.trials)} trial(s) completed before "
+                            f"it: run the same command again to resume on a fresh drive")

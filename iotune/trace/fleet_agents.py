@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..blockdev.remote import Transport
+from ..blockdev.remote import Transport, ssh_connection_lost
 from ..errors import IotuneError
 from .agent import READY_KEY, SCHEDULER_NODE_KEY, untar_directory
 
@@ -126,7 +126,10 @@ class Agent:
         return self.transport.last_message(text)
 
     def died_message(self) -> str:
-        return f"the agent exited (status {self.proc.returncode}) before the command ended: {self.stderr_tail()}"
+        tail = self.stderr_tail()
+        if self.transport.name == "ssh" and ssh_connection_lost(self.proc.returncode, tail):
+            return f"the ssh connection to it was lost before the command ended ({tail})"
+        return f"the agent exited (status {self.proc.returncode}) before the command ended: {tail}"
 
     def late_error(self) -> str:
         """What went wrong after the agent sent its run ("" if nothing)."""

@@ -136,6 +136,26 @@ def running_bed(name: str, directory: Path | None = None) -> Iterator[Bed]:
         yield Bed(spec.with_overhead(overhead_us), vol.path, tuple(d.device for d in drives), str(cgroup), drives)
 
 
+def bed_trouble(bed: Bed) -> str | None:
+    """What is wrong with a bed that is up, from outside its I/O path (a
+    stat on a dead FUSE mount can hang): a drive whose FUSE daemon is gone
+    fails every request with an I/O error. None when nothing is known."""
+    for d in bed.drives:
+        if not _running(d.daemon_pid):
+            return (f"the emulated drive {d.device.path} of test bed {bed.spec.name} is gone: its FUSE daemon "
+                    f"(pid {d.daemon_pid}) has exited, so every request to the drive fails")
+    return None
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` is alive (not exited; a zombie has exited)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
 def _throttle(drive: EmulatedDrive, limits: DriveLimits) -> Throttle:
     bw, iops = limits.bw_bytes_per_s, limits.iops
     return Throttle(drive.device.number, read_bps=bw, write_bps=bw, read_iops=iops, write_iops=iops)
