@@ -178,7 +178,7 @@ def _seed() -> int:
     return int(os.environ.get("IOTUNE_KILL_SEED") or time.time_ns() % 1_000_000)
 
 
-def _next_command_reclaims(probe: Path, tmpdir: Path) -> None:
+def _next_command_reclaims(probe: Path, tmpdir: Path) -> str:
     """Run a command that makes something (a scratch drive) until it has
     made it, then stop it: its start reclaimed what killed runs left."""
     probe.mkdir()
@@ -194,6 +194,7 @@ def _next_command_reclaims(probe: Path, tmpdir: Path) -> None:
     said += child.stderr.readlines()
     child.wait(timeout=30)
     assert child.returncode == 0, "".join(said)
+    return "".join(said)
 
 
 @needs_root
@@ -252,9 +253,10 @@ def test_a_killed_training_demo_leaves_no_training_process(tmp_path: Path) -> No
         child.kill()
         child.wait()
         assert (_environ_owner(int(train[0].name)) or "").startswith(f"{child.pid}-")   # it carries the demo's mark
-        _next_command_reclaims(d / "probe", d / "tmp")
+        said = _next_command_reclaims(d / "probe", d / "tmp")
+        assert f"reclaimed what killed iotune runs left: killed process {train[0].name} (python" in said, said
         assert left_behind(tmp_path, [child.pid], foreign, (d / "out",)) == []
-        assert not any("iotune.workloads.train" in _cmdline(int(p.name)) for p in Path("/proc").glob("[0-9]*"))
+        assert _state(int(train[0].name)) in ("Z", "X")              # gone (a zombie only waits for its reaper)
         assert foreign.intact()
 
 

@@ -163,7 +163,9 @@ def ledger() -> Ledger | None:
     if key is None:
         return None
     try:
-        reclaim()
+        done = reclaim()
+        if done:       # said once, on stderr: what this command cleaned up before making anything
+            log.warning("reclaimed what killed iotune runs left: %s", "; ".join(done))
         directory = state_dir() / key
         directory.mkdir(parents=True, exist_ok=True)
         (directory / "owner.txt").write_text(" ".join(sys.argv) + "\n")
