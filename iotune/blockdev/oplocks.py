@@ -61,7 +61,10 @@ def extension_roots(env: dict[str, str] | None = None) -> list[Path]:
         return [Path(where["TORCH_EXTENSIONS_DIR"])]
     home = Path(where["HOME"]) if where.get("HOME") else Path.home()    # a job run as another user: its HOME
     cache = Path(where.get("XDG_CACHE_HOME") or home / ".cache") / "torch_extensions"
-    return sorted(p for p in cache.glob("py*") if p.is_dir())
+    try:
+        return sorted(p for p in cache.glob("py*") if p.is_dir())
+    except OSError:                # another user's cache this process may not read: no lock it can see
+        return []
 
 
 def build_locks(roots: list[Path], now: float | None = None) -> list[BuildLock]:
@@ -70,7 +73,11 @@ def build_locks(roots: list[Path], now: float | None = None) -> list[BuildLock]:
     now = time.time() if now is None else now
     found = []
     for root in roots:
-        for lock in sorted(root.glob("*/lock")):
+        try:
+            locks = sorted(root.glob("*/lock"))
+        except OSError:               # a cache this process may not read
+            continue
+        for lock in locks:
             try:
                 st = lock.stat()
             except OSError:
