@@ -10,8 +10,10 @@
 #     whose daemons the tests start themselves; the packages' own services are kept from starting)
 #   - /lib/modules/$(uname -r)/{build,source} -> Debian's headers, only when the
 #     running kernel has no headers of its own (bcc needs them to compile probes)
-#   - a venv in .venv with iotune and its Python dependencies, and Debian's bcc
-#     bindings made importable from it
+#   - a venv in .venv with iotune and its Python dependencies, DeepSpeed built
+#     from source with the ops iotune loads compiled into the package (nothing
+#     JIT-compiles at run time; scripts/build_ops.py verifies it), and Debian's
+#     bcc bindings made importable from it
 set -euo pipefail
 cd "$(dirname "$0")/.."
 log() { printf 'setup: %s\n' "$*" >&2; }
@@ -69,13 +71,46 @@ if [[ ! -x .venv/bin/python ]]; then
   log "creating .venv with $($PY --version 2>&1)"
   "$PY" -m venv .venv
 fi
+
+# DeepSpeed with its C++ ops compiled into the package (DS_BUILD_<OP>=1, as
+# DeepSpeed documents for production): loading them then imports a library
+# from site-packages, whatever PATH a job has. JIT-built ops (the default
+# install) compile on first load with whichever ninja PATH finds; a job
+# started without .venv/bin first on PATH rebuilds async_io for minutes,
+# Debian's and pip's ninja rewrite each other's build log, and a killed
+# rebuild leaves a lock every later job waits on.
+#   async_io (+ pin_memory, which it loads first): NVMe swapping;
+#   cpu_adam: the CPU optimizer; shm_comm: the CPU accelerator's comm op.
+# --no-build-isolation: build against the torch installed here (the ops must
+# match it); --no-cache-dir: pip's wheel cache keys a wheel by the sdist, not
+# by DS_BUILD_*, so it would hand back a wheel built earlier without ops;
+# LDFLAGS: DeepSpeed's CPU op builder gives async_io its -laio for JIT builds
+# only, and a prebuilt async_io without it fails to load (undefined symbol
+# io_submit); DS_ENABLE_NINJA: compile each op's sources in parallel.
+DS_VERSION=$(sed -n 's/.*"deepspeed==\([0-9.]*\)".*/\1/p' pyproject.toml)
+install_deepspeed_with_ops() {
+  local again=()
+  if .venv/bin/python -m pip show -q deepspeed >/dev/null 2>&1; then
+    again=(--force-reinstall --no-deps)       # replace an install without (working) prebuilt ops
+  fi
+  .venv/bin/python -m pip install -q ninja py-cpuinfo setuptools >&2     # what its setup.py needs
+  env DS_BUILD_OPS=0 DS_BUILD_AIO=1 DS_BUILD_PIN_MEMORY=1 DS_BUILD_CPU_ADAM=1 DS_BUILD_SHM_COMM=1 \
+      DS_ENABLE_NINJA=1 LDFLAGS='-Wl,--no-as-needed -laio' \
+      .venv/bin/python -m pip install -q --no-build-isolation --no-cache-dir "${again[@]}" \
+      "deepspeed==$DS_VERSION" >&2
+}
+
 if ! .venv/bin/python -c 'import iotune, click, rich, pandas, pytest, deepspeed, transformers' 2>/dev/null \
    || [[ pyproject.toml -nt .venv/.iotune-installed ]]; then
-  log "installing iotune and its Python dependencies into .venv (torch, DeepSpeed: a few minutes)"
+  log "installing iotune and its Python dependencies into .venv (torch; DeepSpeed with its ops compiled in: minutes)"
   .venv/bin/python -m pip install -q --upgrade pip >&2
   # torch first and pinned, so nothing pulls a multi-GB CUDA build
   .venv/bin/python -m pip install -q 'torch==2.13.0' >&2
-  .venv/bin/python -m pip install -q -e '.[test,train]' >&2
+  if ! .venv/bin/python scripts/build_ops.py --check 2>/dev/null; then
+    log "building DeepSpeed $DS_VERSION with its ops prebuilt (async_io, pin_memory, cpu_adam, shm_comm)"
+    install_deepspeed_with_ops
+  fi
+  .venv/bin/python -m pip install -q -e '.[test,train]' >&2     # keeps the DeepSpeed just built
   touch .venv/.iotune-installed
 fi
 
@@ -86,8 +121,18 @@ if [[ ! -e $site/bcc ]]; then
   ln -sfn /usr/lib/python3/dist-packages/bcc "$site/bcc"
 fi
 .venv/bin/python -c 'import bcc' || { log "bcc is not importable from .venv"; exit 1; }
-# DeepSpeed's C++ ops compile on first use (async_io alone takes minutes on 2
-# cores); build them once here, cached in ~/.cache/torch_extensions.
-log "building DeepSpeed ops (cached after the first time)"
-.venv/bin/python scripts/build_ops.py >&2
+
+# A venv made before ops were prebuilt (or whose DeepSpeed pip replaced) has
+# JIT ops: reinstall DeepSpeed with them. The check reads files only.
+if ! .venv/bin/python scripts/build_ops.py --check; then
+  log "reinstalling DeepSpeed $DS_VERSION with its ops prebuilt (a few minutes, once)"
+  install_deepspeed_with_ops
+  rm -f .venv/.iotune-ops-verified
+fi
+# Load each op through DeepSpeed's own loader once per install: fails if any would compile.
+if [[ ! -e .venv/.iotune-ops-verified || .venv/.iotune-installed -nt .venv/.iotune-ops-verified ]]; then
+  log "verifying that loading DeepSpeed's ops compiles nothing"
+  .venv/bin/python scripts/build_ops.py >&2
+  touch .venv/.iotune-ops-verified
+fi
 log "ready: .venv/bin/iotune"

@@ -56,10 +56,13 @@ def ok(r: Result) -> dict:
 def test_grid_measures_every_combination_once_per_repeat(work: Path) -> None:
     r = sweep(work, "--grid", "--repeats", "2")
     doc = ok(r)
-    # DeepSpeed's check of the pick loads async_io: with nothing built, the sweep says it will build first
+    # DeepSpeed's check of the pick loads async_io: with nothing built, the sweep says it will build first;
+    # ops prebuilt into DeepSpeed (scripts/setup.sh) build nothing, and it says nothing
     unbuilt = ops_to_build()
-    assert unbuilt == [op for op in ("cpu_adam", "async_io") if op in unbuilt] and unbuilt
-    assert f"DeepSpeed's {' and '.join(unbuilt)} op" in r.stderr and "not built for this install yet" in r.stderr
+    if unbuilt:
+        assert f"DeepSpeed's {' and '.join(unbuilt)} op" in r.stderr and "not built for this install yet" in r.stderr
+    else:
+        assert "not built for this install yet" not in r.stderr
     trials = Journal(work / "j" / "journal.jsonl").trials
     assert sorted((t.point.key(), t.repeat) for t in trials) == sorted(itertools.product(GRID, (0, 1)))
     assert doc["trials"] == doc["trials_run_now"] == 8 and doc["failed"] == 0

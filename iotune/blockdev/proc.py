@@ -165,7 +165,9 @@ def prefer_interpreter_tools(env: dict[str, str] | os._Environ[str] = os.environ
     carries its own (pip's ninja 1.13) while Debian may have another (1.11);
     each rewrites the other's build log in ~/.cache/torch_extensions, so
     alternating between them rebuilds async_io and cpu_adam (minutes each).
-    Every process iotune starts that loads DeepSpeed ops calls this first."""
+    Every process iotune starts that loads DeepSpeed ops calls this first.
+    That matters only for a DeepSpeed without prebuilt ops: scripts/setup.sh
+    installs it with them compiled in, and then no ninja runs at all."""
     here = os.path.dirname(os.path.abspath(sys.executable))
     parts = [p for p in env.get("PATH", "").split(os.pathsep) if p and p != here]
     env["PATH"] = os.pathsep.join([here, *parts])

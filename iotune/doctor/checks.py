@@ -17,6 +17,7 @@ from ..blockdev.proc import not_installed, run
 from ..errors import IotuneError
 from ..model.checks import CheckResult
 from ..trace import kernel
+from .opscheck import check_deepspeed_ops
 
 APT_FIX = "apt-get install -y {pkgs}"
 
@@ -143,12 +144,6 @@ def check_direct_io(path: str) -> CheckResult:
     return CheckResult(name, "ok", "aligned O_DIRECT write and read work")
 
 
-def check_deepspeed() -> CheckResult:
-    if importlib.util.find_spec("deepspeed") is None:
-        return CheckResult("deepspeed", "skip", "not installed (needed for training workloads)")
-    return CheckResult("deepspeed", "ok", "importable")
-
-
 LEFTOVERS = "leftovers"
 
 
@@ -170,7 +165,7 @@ CHECKS: tuple[Callable[[], CheckResult], ...] = (
     check_privileges, check_tracefs, *(partial(check_kernel_feature, f) for f in kernel.KERNEL_FEATURES),
     check_app_tracepoints, check_headers,
     check_bcc_import, check_bcc_compile, check_fio, check_libaio, check_blkio_cgroup,
-    check_loop, check_deepspeed, check_leftovers,
+    check_loop, check_deepspeed_ops, check_leftovers,
 )
 
 

@@ -22,12 +22,14 @@ from ..model.checks import CheckResult
 from ..model.lint import LintEnv, PathFacts
 from ..model.plan import PlanInput
 from . import jobfacts
+from ..workloads.fastops import prebuilt_ops
 from .facts import gather
 
 AIO_ALIGNED_BYTES = 1024        # DeepSpeed pads swap I/O to this x intra_op_parallelism
 AIO_FIX = ("apt-get install libaio-dev (RHEL: yum install libaio-devel), then the op builds on first use; libaio "
            "elsewhere: set CFLAGS=-I<prefix>/include LDFLAGS=-L<prefix>/lib; or prebuild it: "
-           "DS_BUILD_AIO=1 pip install --force-reinstall --no-cache-dir deepspeed")
+           "DS_BUILD_AIO=1 DS_BUILD_PIN_MEMORY=1 LDFLAGS='-Wl,--no-as-needed -laio' pip install --force-reinstall "
+           "--no-deps --no-build-isolation --no-cache-dir deepspeed (or iotune's scripts/setup.sh)")
 LINT_OWN = ("nvme-path-", "pinned-")   # lint rules doctor answers with its own checks
 
 
@@ -72,6 +74,19 @@ def check_config(job: Job, env: LintEnv) -> CheckResult:
 
 def check_async_io(locks: list[oplocks.BuildLock], timeout_s: float, env: dict[str, str] | None) -> CheckResult:
     name = "async_io op"
+    if prebuilt_ops(("async_io", "pin_memory")) != ["async_io", "pin_memory"]:   # a JIT load: locks matter
+        lock = _lock_problem(name, locks)
+        if lock is not None:
+            return lock
+    probe = jobfacts.probe_async_io(timeout_s, env)
+    if probe.loaded:
+        how = "prebuilt into DeepSpeed: nothing compiled" if probe.prebuilt else "libaio found, op built"
+        return CheckResult(name, "ok", f"AsyncIOBuilder().load() works ({how})")
+    return _probe_failure(name, probe)
+
+
+def _lock_problem(name: str, locks: list[oplocks.BuildLock]) -> CheckResult | None:
+    """A JIT load of the op would wait on one of these build locks."""
     stale = [lk for lk in locks if lk.op == "async_io" and lk.stale]
     if stale:
         return CheckResult(name, "fail", f"loading it would wait forever on the stale build lock {stale[0].path}",
@@ -81,9 +96,10 @@ def check_async_io(locks: list[oplocks.BuildLock], timeout_s: float, env: dict[s
         pid = (building[0].builders or building[0].holders)[0]
         return CheckResult(name, "warn", f"being built right now by pid {pid} ({jobfacts.command_of(pid)}): a job "
                            "started now waits for it", "rerun `iotune doctor --ds-config` when the build is done")
-    probe = jobfacts.probe_async_io(timeout_s, env)
-    if probe.loaded:
-        return CheckResult(name, "ok", "AsyncIOBuilder().load() works (libaio found, op built)")
+    return None
+
+
+def _probe_failure(name: str, probe: jobfacts.AioProbe) -> CheckResult:
     if probe.timed_out:
         return CheckResult(name, "fail", f"AsyncIOBuilder().load() gave {probe.error}: a build is running or "
                            "waiting on a lock", "wait for the build, or find its lock under the torch extensions "

@@ -20,9 +20,12 @@ AIO_PROBE = """
 import json
 out = {}
 try:
+    from deepspeed.git_version_info import installed_ops
     from deepspeed.ops.op_builder import AsyncIOBuilder
     builder = AsyncIOBuilder()
-    out["compatible"] = bool(builder.is_compatible(verbose=False))
+    out["prebuilt"] = bool(installed_ops.get("async_io"))
+    # a prebuilt op is imported from the package: only a JIT build needs libaio's headers and a compiler
+    out["compatible"] = out["prebuilt"] or bool(builder.is_compatible(verbose=False))
     if out["compatible"]:
         builder.load(verbose=False)
         out["loaded"] = True
@@ -41,6 +44,7 @@ class AioProbe:
     loaded: bool = False
     error: str = ""                    # the exception, or why the probe did not answer
     timed_out: bool = False
+    prebuilt: bool = False             # DeepSpeed was installed with the op compiled in (DS_BUILD_AIO=1)
 
 
 def probe_async_io(timeout_s: float, env: dict[str, str] | None = None) -> AioProbe:
@@ -64,7 +68,8 @@ def probe_async_io(timeout_s: float, env: dict[str, str] | None = None) -> AioPr
         tail = (stderr or stdout).strip().splitlines()
         return AioProbe(error=tail[-1] if tail else f"the probe exited with status {proc.returncode}")
     got = json.loads(lines[-1].removeprefix("IOTUNE-AIO "))
-    return AioProbe(got.get("compatible"), bool(got.get("loaded")), str(got.get("error", "")))
+    return AioProbe(got.get("compatible"), bool(got.get("loaded")), str(got.get("error", "")),
+                    prebuilt=bool(got.get("prebuilt")))
 
 
 def _default_sigint() -> None:

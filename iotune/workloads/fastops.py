@@ -1,38 +1,46 @@
-"""Load DeepSpeed's already-built C++ ops in milliseconds instead of seconds.
+"""Load DeepSpeed's C++ ops in milliseconds instead of seconds.
 
-DeepSpeed JIT-loads each op (cpu_adam, async_io, deepspeed_shm_comm) on every
-start: it compiles a test program to check libaio, probes the compiler, writes
-build.ninja and runs ninja to find the op up to date, then imports the built
-library. On this 2-core machine that is ~8 s of a ~20 s tiny training run, and
-a sweep's confirmation starts a dozen or more such runs.
+With DeepSpeed installed as scripts/setup.sh installs it (DS_BUILD_<OP>=1:
+the ops compiled into the package), DeepSpeed's own OpBuilder.load() just
+imports each op's library from the package: nothing is compiled, no ninja
+runs, nothing is written to torch's extension cache. Those ops are loaded
+here through DeepSpeed's loader, so a process that forks runs (the
+warm-start server, zygote.py) hands them over already imported.
 
-When torch's extension cache already holds an op built from exactly this
-DeepSpeed install (every source build.ninja compiles lies under this
-deepspeed package and is older than the library) and no build holds the
-op's lock, the library is imported directly and handed to DeepSpeed's own
-op cache (OpBuilder._loaded_ops), so DeepSpeed uses the very same binary it
-would have loaded. Anything else (no build yet, a newer or other DeepSpeed,
-a build in progress) is left to DeepSpeed's normal load, which builds or
-waits as it always does."""
+A DeepSpeed without prebuilt ops JIT-loads each op (cpu_adam, async_io,
+deepspeed_shm_comm) on every start: it compiles a test program to check
+libaio, probes the compiler, writes build.ninja and runs ninja to find the
+op up to date, then imports the built library. On this 2-core machine that
+is ~8 s of a ~20 s tiny training run, and a sweep's confirmation starts a
+dozen or more such runs. When torch's extension cache already holds an op
+built from exactly this DeepSpeed install (every source build.ninja
+compiles lies under this deepspeed package and is older than the library)
+and no build holds the op's lock, the library is imported directly and
+handed to DeepSpeed's own op cache (OpBuilder._loaded_ops), so DeepSpeed
+uses the very same binary it would have loaded. Anything else (no build
+yet, a newer or other DeepSpeed, a build in progress) is left to
+DeepSpeed's normal load, which builds or waits as it always does."""
 
 from __future__ import annotations
 
-import ast
+import importlib
 import importlib.util
 import os
-import re
 import sys
 from pathlib import Path
 from types import ModuleType
 
+from ..blockdev import dsops
+from ..blockdev.dsops import reusable_library
 from ..blockdev.oplocks import extension_roots
 
 OPS = ("cpu_adam", "pin_memory", "async_io", "deepspeed_shm_comm")
+# the accelerator's builder class for each op (get_accelerator().create_op_builder(NAME))
+BUILDERS = {"cpu_adam": "CPUAdamBuilder", "pin_memory": "PinMemoryBuilder", "async_io": "AsyncIOBuilder",
+            "deepspeed_shm_comm": "ShareMemCommBuilder"}
 # libraries other ops link against by symbol (async_io uses pin_memory's pin
 # manager): DeepSpeed loads them with RTLD_GLOBAL, and so does this
 SHARED_SYMBOLS = frozenset({"pin_memory"})
-
-_COMPILE = re.compile(r"^build \S+: compile (.+)$", re.MULTILINE)
 
 
 def build_root() -> Path:
@@ -53,24 +61,15 @@ def build_root() -> Path:
     return Path(get_default_build_root()) / f"{py}_{accel}"
 
 
-def reusable_library(op_dir: Path, deepspeed_dir: Path) -> Path | None:
-    """The op's built library when DeepSpeed's normal load would find it up
-    to date, else None (and the normal load decides)."""
-    library = op_dir / f"{op_dir.name}.so"
-    ninja = op_dir / "build.ninja"
-    if (op_dir / "lock").exists() or not library.is_file() or not ninja.is_file():
-        return None
-    try:
-        sources = [Path(s.strip()) for s in _COMPILE.findall(ninja.read_text())]
-        built = library.stat().st_mtime
-        if not sources or built < ninja.stat().st_mtime:
-            return None
-        for source in sources:
-            if not source.resolve().is_relative_to(deepspeed_dir) or source.stat().st_mtime > built:
-                return None
-    except OSError:
-        return None
-    return library
+def prebuilt_ops(ops: tuple[str, ...] = OPS) -> list[str]:
+    """The ops in `ops` that the installed DeepSpeed's load() imports from its
+    own package (prebuilt for this torch and accelerator): files only."""
+    install = dsops.find_install()
+    if install is None:
+        return []
+    torch = dsops.read_torch()
+    accelerator = dsops.expected_accelerator(torch)
+    return [op for op in ops if dsops.prebuilt_problem(install, op, torch, accelerator) is None]
 
 
 def _import_library(name: str, library: Path) -> ModuleType:
@@ -102,20 +101,19 @@ def op_caches() -> list[dict[str, ModuleType]]:
 
 
 def preload_built_ops(ops: tuple[str, ...] = OPS) -> list[str]:
-    """Import each op in `ops` that is built and current; the names loaded.
-    Ops DeepSpeed ships prebuilt (installed_ops) are fast already and left alone."""
+    """Import each op in `ops` that loads without compiling: the ones
+    prebuilt into the DeepSpeed package through DeepSpeed's own loader (an
+    import), the JIT-built ones that are current straight from torch's
+    extension cache. The names loaded."""
     import deepspeed
 
-    try:
-        from deepspeed.git_version_info import installed_ops
-    except ImportError:
-        installed_ops = {}
     deepspeed_dir = Path(deepspeed.__file__).resolve().parent
-    root = build_root()
     caches = op_caches()
-    loaded = []
+    prebuilt = prebuilt_ops(ops)
+    loaded = [op for op in prebuilt if not any(op in c for c in caches) and _load_prebuilt(op)]
+    root = build_root()
     for name in ops:
-        if installed_ops.get(name) or any(name in c for c in caches):
+        if name in prebuilt or any(name in c for c in caches):
             continue
         library = reusable_library(root / name, deepspeed_dir)
         if library is None:
@@ -130,34 +128,32 @@ def preload_built_ops(ops: tuple[str, ...] = OPS) -> list[str]:
     return loaded
 
 
+def _load_prebuilt(name: str) -> bool:
+    """DeepSpeed's own load of an op it ships prebuilt: an import of the
+    package's library (OpBuilder.load finds it in installed_ops)."""
+    from deepspeed.accelerator import get_accelerator
+
+    builder = get_accelerator().create_op_builder(BUILDERS[name])
+    if builder is None:
+        return False
+    try:
+        builder.load(verbose=False)
+    except (ImportError, OSError, RuntimeError):
+        return False                    # the run's own load will say what is wrong
+    return True
+
+
 def ops_to_build(ops: tuple[str, ...] = ("cpu_adam", "async_io")) -> list[str]:
     """The ops in `ops` that the next DeepSpeed load here will compile first:
-    not shipped prebuilt with the installed DeepSpeed, and no current build
-    of this install in torch's extension cache. Reads files only (importing
-    torch or DeepSpeed to ask would cost seconds); [] when DeepSpeed is not
-    installed, since then there is nothing to build."""
-    spec = importlib.util.find_spec("deepspeed")
-    if spec is None or not spec.submodule_search_locations:
+    not prebuilt into the installed DeepSpeed (for this torch and
+    accelerator), and no current build of this install in torch's extension
+    cache. Reads files only (importing torch or DeepSpeed to ask would cost
+    seconds); [] when DeepSpeed is not installed, since then there is
+    nothing to build."""
+    install = dsops.find_install()
+    if install is None:
         return []
-    deepspeed_dir = Path(next(iter(spec.submodule_search_locations))).resolve()
-    prebuilt = _installed_ops(deepspeed_dir / "git_version_info_installed.py")
+    prebuilt = prebuilt_ops(ops)
     roots = extension_roots()
-    return [op for op in ops if not prebuilt.get(op)
-            and not any(reusable_library(root / op, deepspeed_dir) for root in roots)]
-
-
-def _installed_ops(info: Path) -> dict[str, bool]:
-    """`installed_ops` as DeepSpeed's setup.py wrote it (a dict literal); {} if unreadable."""
-    try:
-        tree = ast.parse(info.read_text())
-    except (OSError, SyntaxError, ValueError):
-        return {}
-    for node in tree.body:
-        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "installed_ops"
-                                                 for t in node.targets)):
-            try:
-                value = ast.literal_eval(node.value)
-            except ValueError:
-                return {}
-            return {str(k): bool(v) for k, v in value.items()} if isinstance(value, dict) else {}
-    return {}
+    return [op for op in ops if op not in prebuilt
+            and not any(reusable_library(root / op, install.package) for root in roots)]

@@ -40,7 +40,7 @@ from ..blockdev.cgroup import join_cgroup_preexec
 from ..blockdev.proc import WATCH_EVERY_S, kill_session, prefer_interpreter_tools
 
 MAX_MESSAGE = 1 << 20
-READY_TIMEOUT_S = 600.0          # the first start may build DeepSpeed's ops
+READY_TIMEOUT_S = 600.0          # a DeepSpeed without prebuilt ops may build them on the first start
 # modules a run imports on the way (a module missing in another version is skipped)
 WARM_MODULES = (
     "torch",
@@ -71,11 +71,13 @@ class WarmStartUnavailable(Exception):
 # ---- the server -------------------------------------------------------------
 
 def warm_up() -> list[str]:
-    """Import what a run imports and load DeepSpeed's built ops; the modules
-    that could not be imported (older or newer versions)."""
+    """Import what a run imports and load DeepSpeed's ops (those prebuilt into
+    the package through DeepSpeed's own loader, current JIT builds from
+    torch's cache: fastops); the modules that could not be imported (older or
+    newer versions). Forked runs inherit the loaded ops."""
     import importlib
 
-    prefer_interpreter_tools()
+    prefer_interpreter_tools()      # only a DeepSpeed without prebuilt ops builds, with this venv's ninja
     missing = []
     for name in WARM_MODULES:
         try:
