@@ -71,12 +71,12 @@ def kill_session(sid: int, sig: int = signal.SIGKILL, wait_s: float = 5.0) -> in
         except (OSError, IndexError, ValueError):
             continue
     deadline = time.monotonic() + wait_s
-    while hit and time.monotonic() < deadline and any(_running(pid) for pid in hit):
+    while hit and time.monotonic() < deadline and any(running(pid) for pid in hit):
         time.sleep(0.02)
     return len(hit)
 
 
-def _running(pid: int) -> bool:
+def running(pid: int) -> bool:
     """Alive and not yet a zombie (a zombie has exited; only its parent's wait is missing)."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

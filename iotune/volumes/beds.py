@@ -23,6 +23,7 @@ from pathlib import Path
 from ..blockdev.cgroup import Throttle, blkio_cgroup
 from ..blockdev.devices import BlockDevice
 from ..blockdev.ledger import note
+from ..blockdev.proc import running
 from ..errors import UsageError
 from ..model.bed import DEEPSPEED_DEFAULT_POINT as DEFAULT
 from ..model.bed import AioPoint, BedSpec
@@ -141,19 +142,10 @@ def bed_trouble(bed: Bed) -> str | None:
     stat on a dead FUSE mount can hang): a drive whose FUSE daemon is gone
     fails every request with an I/O error. None when nothing is known."""
     for d in bed.drives:
-        if not _running(d.daemon_pid):
+        if not running(d.daemon_pid):
             return (f"the emulated drive {d.device.path} of test bed {bed.spec.name} is gone: its FUSE daemon "
                     f"(pid {d.daemon_pid}) has exited, so every request to the drive fails")
     return None
-
-
-def _running(pid: int) -> bool:
-    """Whether process `pid` is alive (not exited; a zombie has exited)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
 
 
 def _throttle(drive: EmulatedDrive, limits: DriveLimits) -> Throttle:
