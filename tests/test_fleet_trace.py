@@ -316,17 +316,8 @@ def test_a_node_whose_ssh_connection_drops_mid_run_is_lost_and_the_others_kept(
             proc.wait()
     lost_error = (f"host {host}: the ssh connection to it was lost before the command ended (Connection to {host} "
                   f"closed by remote host.)")
-    assert proc.returncode == 1, err
-    assert f"{lost_error}; its node will be reported lost\n" in err
-    assert err.splitlines()[-1] == (f"Error: 1 of 3 node(s) not traced to the end ({host} lost: see the report); "
-                                    f"the other nodes' runs are kept in {tmp_path / 'fleet'}")
-    # kept: the other nodes' runs, exactly; the lost node with its error, in the record and the report
-    fleet = load_fleet(tmp_path / "fleet")
-    assert [(n.host, n.status, n.error) for n in fleet.nodes] == [
-        (bed.hosts[0], "ok", ""), (bed.hosts[1], "ok", ""), (host, "lost", lost_error)]
+    fleet = _one_node_lost(proc.returncode, err, tmp_path / "fleet", bed, host, lost_error)
     assert fleet.nodes[2].run is None
-    assert writes_512k(fleet, bed.hosts[0]) == COUNTS[0]
-    assert writes_512k(fleet, bed.hosts[1]) == COUNTS[1]
     assert "3 node(s), 2 ok · via ssh" in out
     # reclaimed: no agent, session or ssh client left anywhere; no temporary file of iotune's
     assert [agent_pid(bed, i) for i in range(3)] == [None, None, None]
@@ -380,15 +371,7 @@ def test_a_node_whose_ssh_connection_goes_silent_is_given_up_and_the_others_kept
             proc.wait()
     lost_error = (f"host {host}: the ssh connection to it was lost before the command ended (Timeout, server {host} "
                   f"not responding.)")
-    assert proc.returncode == 1, err
-    assert f"{lost_error}; its node will be reported lost\n" in err
-    assert err.splitlines()[-1] == (f"Error: 1 of 3 node(s) not traced to the end ({host} lost: see the report); "
-                                    f"the other nodes' runs are kept in {tmp_path / 'fleet'}")
-    fleet = load_fleet(tmp_path / "fleet")
-    assert [(n.host, n.status, n.error) for n in fleet.nodes] == [
-        (bed.hosts[0], "ok", ""), (bed.hosts[1], "ok", ""), (host, "lost", lost_error)]
-    assert writes_512k(fleet, bed.hosts[0]) == COUNTS[0]
-    assert writes_512k(fleet, bed.hosts[1]) == COUNTS[1]
+    _one_node_lost(proc.returncode, err, tmp_path / "fleet", bed, host, lost_error)
     # reclaimed here at once: the ssh client and iotune's temporary files; on the node, its agent and
     # session end as soon as it runs again (it finds its connection closed: stdin ends, stdout breaks)
     assert exited(client) and os.listdir(tmp) == []
@@ -443,3 +426,18 @@ def test_a_multi_node_run_that_does_not_fit_on_the_out_drive_is_saved_in_the_tem
     assert mounts_under(tmp_path) == []
     assert loops_over(tmp_path) == []
     assert sorted(os.listdir(tmp)) == ["iotune-runs"]
+
+
+def _one_node_lost(returncode: int, err: str, out: Path, bed: NodeBed, host: str, lost_error: str):
+    """A trace that lost the third node: exit 1 and the messages; kept, the
+    other nodes' runs exactly, and the lost node with its error, in the record."""
+    assert returncode == 1, err
+    assert f"{lost_error}; its node will be reported lost\n" in err
+    assert err.splitlines()[-1] == (f"Error: 1 of 3 node(s) not traced to the end ({host} lost: see the report); "
+                                    f"the other nodes' runs are kept in {out}")
+    fleet = load_fleet(out)
+    assert [(n.host, n.status, n.error) for n in fleet.nodes] == [
+        (bed.hosts[0], "ok", ""), (bed.hosts[1], "ok", ""), (host, "lost", lost_error)]
+    assert writes_512k(fleet, bed.hosts[0]) == COUNTS[0]
+    assert writes_512k(fleet, bed.hosts[1]) == COUNTS[1]
+    return fleet
