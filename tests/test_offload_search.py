@@ -91,3 +91,25 @@ def test_a_config_without_zero3_says_which_dimensions_apply(tmp_path: Path) -> N
 def test_bad_input_names_the_fix(argv: list[str], says: str) -> None:
     r = CliRunner().invoke(cli, ["sweep", *argv])
     assert r.exit_code == 2 and says in r.output and "Traceback" not in r.output, r.output
+
+
+@needs_root
+@needs_deepspeed
+def test_the_what_if_reports_gradient_accumulation_without_applying_it(tmp_path: Path) -> None:
+    """Everything pinned (nothing to search), so the what-if runs the job's
+    own config at 1 and 4 micro-steps per step: the drive bytes per sample
+    fall exactly 4x (the optimizer state moves once per optimizer step), and
+    the optimizer takes a smaller share of the step; nothing is applied."""
+    r = CliRunner().invoke(cli, ["sweep", "--offload", "--model", "tiny", *NVME, "--fix",
+                                 "zero_optimization.sub_group_size=1e9", "--what-if", "grad_accum=1,4", "-o",
+                                 str(tmp_path), "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    conforms("sweep-offload-1", doc)
+    one, four = doc["what_if"]
+    assert (one["key"], one["value"], four["value"]) == ("gradient_accumulation_steps", 1, 4)
+    assert one["status"] == four["status"] == "ok"
+    per_step = 2 * 4 * 3 * PRESETS["tiny"].param_count() + 2 * 2 * (1 << 20)   # 3 states + 2 gradients, each way
+    assert one["nvme_bytes_per_sample"] == per_step / 4 and four["nvme_bytes_per_sample"] == per_step / 16
+    assert four["optimizer_share"] < one["optimizer_share"]
+    assert doc["recommended"] == {} and doc["config"]["gradient_accumulation_steps"] == 1      # not applied

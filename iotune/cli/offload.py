@@ -64,32 +64,34 @@ def _target(target_dir: Path | None, bed: str | None) -> Iterator[tuple[Path, st
 
 def run_offload(target_dir: Path | None, bed: str | None, model: str, ds_config: Path | None, fixes: tuple[str, ...],
                 max_host_memory: int | None, max_trials: int, steps: int | None, out: Path | None, fresh: bool,
-                apply_to: Path | None, in_place: bool, fmt: str) -> None:
+                apply_to: Path | None, in_place: bool, fmt: str, what_if: str | None = None) -> None:
     from ..dsconfig import read_ds_config
-    from ..sweep.offload_search import Journal, search_offload
+    from ..sweep.offload_search import Journal, parse_what_if, search_offload
     from ..sweep.offload_space import parse_fixes
     from ..workloads.presets import get_preset
     from ..workloads.strategies import WorkloadSpec, ds_config as builtin_config
 
     get_preset(model)                                  # an unknown preset is refused before anything is built
     parsed = parse_fixes(list(fixes))
-    base = read_ds_config(ds_config) if ds_config else builtin_config(WorkloadSpec(strategy="nvme-opt", size=model,
-                                                                                   nvme_path="/"))
-    if not isinstance(base.get("zero_optimization"), dict) or base["zero_optimization"].get("stage") != 3:
-        say("offload: the config is not ZeRO stage 3: the offload knobs iotune searches exist there only")
+    whatif = parse_what_if(what_if) if what_if else None
+    given = read_ds_config(ds_config) if ds_config else None
     budget = host_budget(max_host_memory)
     with _target(target_dir, bed) as (where, cgroup, name):
+        base = given or builtin_config(WorkloadSpec(strategy="nvme-opt", size=model, nvme_path=str(where)))
+        if not isinstance(base.get("zero_optimization"), dict) or base["zero_optimization"].get("stage") != 3:
+            say("offload: the config is not ZeRO stage 3: the offload knobs iotune searches exist there only")
         journal_dir = out or Path("iotune-sweeps") / f"offload-{model}-{name}"
         if fresh and (journal_dir / "offload.jsonl").exists():
             (journal_dir / "offload.jsonl").unlink()
         outcome = search_offload(base, model, where, cgroup, Journal.open(journal_dir / "offload.jsonl"), parsed,
-                                 budget, max_trials=max_trials, steps=steps or 4, say=say)
+                                 budget, max_trials=max_trials, steps=steps or 4, say=say, what_if=whatif)
     if apply_to is not None and outcome.recommended:
         from ..sweep.recommend import apply_to_file
         written, _ = apply_to_file(apply_to, _nested(outcome.recommended), in_place)
         say(f"wrote {written}")
     emit(outcome, fmt)
-    if outcome.best is None:
+    what_if_ran = bool(outcome.what_if) and all(w.status == "ok" for w in outcome.what_if)
+    if outcome.best is None and not what_if_ran:
         sys.exit(1)
 
 

@@ -114,6 +114,10 @@ from .options import (RATE, SIZE, bool_word, chosen_format, csv_list, emit, form
                    "zero_optimization.offload_optimizer.device=nvme (repeat per knob).")
 @click.option("--max-host-memory", type=SIZE, default=None, metavar="SIZE",
               help="With --offload: host memory one rank may use for offload (default: half of MemAvailable).")
+@click.option("--what-if", "what_if", default=None, metavar="KEY=V1,V2,...",
+              help="With --offload: run the chosen config at each value of a knob that changes the training itself "
+                   "(grad_accum, micro_batch) and report samples/s, the optimizer's share of the step and drive bytes "
+                   "per sample; never searched, never applied. E.g. grad_accum=1,4,8.")
 @click.option("--max-trials", type=click.IntRange(1, 100), default=None, metavar="N",
               help="With --offload: candidates run on real steps, cheapest by the cost model first  [default: 12]")
 @format_option
@@ -129,7 +133,8 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
           filesystems: Any = None, html_path: Path | None = None, hosts: str | None = None,
           hostfile: Path | None = None, remote_iotune: str | None = None, netfs: bool = False,
           dry_run: bool = False, slurm: bool = False, offload: bool = False, offload_model: str = "small",
-          fixes: tuple[str, ...] = (), max_host_memory: int | None = None, max_trials: int | None = None) -> None:
+          fixes: tuple[str, ...] = (), max_host_memory: int | None = None, max_trials: int | None = None,
+          what_if: str | None = None) -> None:
     """Tune DeepSpeed's aio settings (block size, queue depth, threads, submit
     modes) for a drive, and hand over a config DeepSpeed accepts as pasted.
 
@@ -177,10 +182,10 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
         if bed is not None and target_dir is not None:
             raise click.UsageError("--bed excludes --path: give one of them")
         run_offload(target_dir, bed, offload_model, ds_config, fixes, max_host_memory, max_trials or 12, steps, out,
-                    fresh, apply_to, in_place, fmt)
+                    fresh, apply_to, in_place, fmt, what_if)
         return
     from .offload import refuse_without_offload
-    refuse_without_offload(fix=fixes, max_host_memory=max_host_memory, max_trials=max_trials)
+    refuse_without_offload(fix=fixes, max_host_memory=max_host_memory, max_trials=max_trials, what_if=what_if)
     fleet = fleet_nodes(hosts, hostfile, slurm, [], command="sweep")
     if remote_iotune and not fleet:
         raise UsageError("--remote-iotune is for a multi-node sweep: add --hosts, --hostfile or --slurm")

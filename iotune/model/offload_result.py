@@ -35,11 +35,12 @@ class OffloadTrial:
     error: str = ""
     samples_per_s: float = 0.0        # median over the steps after the first
     optimizer_step_s: float = 0.0
+    step_s: float = 0.0               # median over the steps after the first
     locked_bytes: int = 0             # the job's VmLck after its steps (the largest seen)
     predicted_locked_bytes: int = 0
     rss_bytes: int = 0
     seconds: float = 0.0
-    role: str = "search"              # search | pair-candidate | pair-base
+    role: str = "search"              # search | pair-candidate | pair-base | what-if
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -51,6 +52,21 @@ def short_changes(changes: dict[str, Any]) -> str:
         parts = key.split(".")
         return ".".join(parts[-2:]) if parts[-1] in ("device", "buffer_count") else parts[-1]
     return ", ".join(f"{name(k)}={v}" for k, v in changes.items()) or "the job's own config"
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """One value of a knob that changes the training maths (gradient
+    accumulation, micro-batch), run on the chosen config: reported, never
+    searched or applied."""
+
+    key: str                          # DeepSpeed's key, e.g. gradient_accumulation_steps
+    value: int
+    status: str                       # ok | failed
+    error: str = ""
+    samples_per_s: float = 0.0
+    optimizer_share: float = 0.0      # time in DeepSpeedEngine.step() / step time
+    nvme_bytes_per_sample: float = 0.0    # the offload model's bytes per optimizer step, read + written, per sample
 
 
 @dataclass(frozen=True)
@@ -67,6 +83,7 @@ class OffloadOutcome:
     journal: str
     config: dict[str, Any] = field(default_factory=dict)     # the recommended config (the base if none)
     reasons: dict[str, str] = field(default_factory=dict)    # changed key -> why
+    what_if: tuple[WhatIf, ...] = ()
 
     @property
     def recommended(self) -> dict[str, Any]:
@@ -78,4 +95,4 @@ class OffloadOutcome:
                 "refused": [r.to_json() for r in self.refused], "trials": [t.to_json() for t in self.trials],
                 "best": self.best.to_json() if self.best else None, "ratios": list(self.ratios),
                 "verdict": self.verdict, "recommended": self.recommended, "reasons": self.reasons,
-                "config": self.config, "journal": self.journal}
+                "config": self.config, "journal": self.journal, "what_if": [asdict(w) for w in self.what_if]}

@@ -30,6 +30,14 @@ def render_offload(o: OffloadOutcome) -> str:
     if o.ratios:
         lines.append(f"\n  pairs with your config: {', '.join(f'{r:.2f}' for r in o.ratios)} (candidate / yours, "
                      f"samples per second): {o.verdict}")
+    if o.what_if:
+        lines.append(f"\n  What-if (changes the training itself: reported, never applied), on "
+                     f"{short_changes(o.recommended)}:")
+        lines.append(f"  {o.what_if[0].key:<32} {'samples/s':>9} {'optimizer share':>15} {'drive MB/sample':>15}")
+        for w in o.what_if:
+            lines.append(f"  {w.value:<32} " + (f"{w.samples_per_s:9.2f} {100 * w.optimizer_share:14.0f}% "
+                                                f"{w.nvme_bytes_per_sample / 1e6:15.2f}" if w.status == "ok"
+                                                else f"failed: {w.error}"))
     if o.recommended:
         lines.append("\nRecommended changes (in the config below):")
         lines += [f"  {k} = {json.dumps(v)}: {o.reasons.get(k, '')}" for k, v in o.recommended.items()]

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..blockdev.cgroup import join_cgroup_preexec
 from ..blockdev.ledger import note
@@ -33,7 +33,7 @@ from ..errors import UsageError
 from ..model.offload import JobShape, OffloadKnobs, host_memory, step_swap_bytes, sub_groups
 from ..model.steps import parse_steps
 from ..workloads.presets import PRESETS
-from ..model.offload_result import OffloadOutcome, OffloadTrial, short_changes
+from ..model.offload_result import OffloadOutcome, OffloadTrial, WhatIf, short_changes
 from .offload_space import KEYS, Budget, candidates, dimensions
 
 NOISE_FLOOR = 0.05
@@ -66,9 +66,19 @@ def apply_changes(cfg: dict[str, Any], changes: dict[str, Any], nvme_path: str) 
     return out
 
 
+class RunResult(NamedTuple):
+    status: str                       # ok | failed
+    samples_per_s: float = 0.0
+    optimizer_step_s: float = 0.0
+    step_s: float = 0.0
+    locked_bytes: int = 0
+    rss_bytes: int = 0
+    error: str = ""
+
+
 def run_trial(cfg: dict[str, Any], size: str, steps: int, work: Path, cgroup: str | None,
-              timeout_s: float) -> tuple[str, float, float, int, int, str]:
-    """(status, samples/s, optimizer step s, locked, rss, error) of the built-in workload under `cfg`."""
+              timeout_s: float) -> RunResult:
+    """The built-in workload under `cfg`, `steps` steps (medians over those after the first)."""
     path = work / "ds_config.json"
     path.write_text(json.dumps(cfg, indent=1))
     env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
@@ -78,16 +88,19 @@ def run_trial(cfg: dict[str, Any], size: str, steps: int, work: Path, cgroup: st
     try:
         proc = run_in_own_group(argv, timeout_s, join_cgroup_preexec(cgroup), env=env)
     except subprocess.TimeoutExpired:
-        return "failed", 0.0, 0.0, 0, 0, f"did not finish {steps} steps within {timeout_s:g} s"
+        return RunResult("failed", error=f"did not finish {steps} steps within {timeout_s:g} s")
     records = parse_steps(proc.stdout)
     if proc.returncode != 0 or len(records) < steps:
-        return "failed", 0.0, 0.0, 0, 0, f"exit {proc.returncode} after {len(records)} step(s): " \
-                                         f"{last_line(proc.stderr, 'no message')}"
+        return RunResult("failed", error=f"exit {proc.returncode} after {len(records)} step(s): "
+                                         f"{last_line(proc.stderr, 'no message')}")
     steady = records[1:] or records
-    samples = int(cfg.get("train_micro_batch_size_per_gpu", 1)) * int(cfg.get("gradient_accumulation_steps", 1))
-    return ("ok", samples / statistics.median(r.step_s for r in steady),
-            statistics.median(r.optimizer_step_s for r in steady), max(r.locked_bytes for r in records),
-            max(r.rss_bytes for r in records), "")
+    step_s = statistics.median(r.step_s for r in steady)
+    return RunResult("ok", samples_per_step(cfg) / step_s, statistics.median(r.optimizer_step_s for r in steady),
+                     step_s, max(r.locked_bytes for r in records), max(r.rss_bytes for r in records))
+
+
+def samples_per_step(cfg: dict[str, Any]) -> int:
+    return int(cfg.get("train_micro_batch_size_per_gpu", 1)) * int(cfg.get("gradient_accumulation_steps", 1))
 
 
 @dataclass
@@ -134,7 +147,8 @@ def cost_order(fit: list[OffloadKnobs], shape: JobShape) -> list[OffloadKnobs]:
 
 def search_offload(base_cfg: dict[str, Any], size: str, target: Path, cgroup: str | None, journal: Journal,
                    fixes: dict[str, Any], budget: Budget, max_trials: int = 12, steps: int = 4, pairs: int = 2,
-                   timeout_s: float = 900.0, say: Callable[[str], None] = lambda s: None) -> OffloadOutcome:
+                   timeout_s: float = 900.0, say: Callable[[str], None] = lambda s: None,
+                   what_if: tuple[str, tuple[int, ...]] | None = None) -> OffloadOutcome:
     shape = JobShape(tuple(_numels(size)))
     base = OffloadKnobs.from_ds_config(base_cfg)
     searched, skipped = dimensions(base, shape, fixes)
@@ -145,8 +159,8 @@ def search_offload(base_cfg: dict[str, Any], size: str, target: Path, cgroup: st
     say(f"offload: {len(fit)} candidate(s) fit, {len(refused)} refused; running {len(order)} on real steps "
         f"({steps} steps each, the built-in {size} model)")
 
-    def trial(knobs: OffloadKnobs, role: str, nth: int) -> OffloadTrial:
-        changes = knob_changes(base, knobs)
+    def trial(knobs: OffloadKnobs, role: str, nth: int, extra: dict[str, Any] | None = None) -> OffloadTrial:
+        changes = {**knob_changes(base, knobs), **(extra or {})}
         key = json.dumps(changes, sort_keys=True)
         seen = journal.find(key, role, nth)
         if seen is not None:
@@ -157,14 +171,15 @@ def search_offload(base_cfg: dict[str, Any], size: str, target: Path, cgroup: st
             note(stack, "dir", path=work.resolve())
             stack.callback(shutil.rmtree, work, True)
             (work / "swap").mkdir()
-            status, sps, opt_s, locked, rss, error = run_trial(apply_changes(base_cfg, changes, str(work / "swap")),
-                                                               size, steps, work, cgroup, timeout_s)
-        t = OffloadTrial(key, changes, status, error, sps, opt_s, locked, host_memory(knobs, shape).locked_bytes,
-                         rss, round(time.monotonic() - t0, 3), role)
+            r = run_trial(apply_changes(base_cfg, changes, str(work / "swap")), size, steps, work, cgroup, timeout_s)
+        t = OffloadTrial(key, changes, r.status, r.error, r.samples_per_s, r.optimizer_step_s, r.step_s,
+                         r.locked_bytes, host_memory(knobs, shape).locked_bytes, r.rss_bytes,
+                         round(time.monotonic() - t0, 3), role)
         journal.append(t)
-        say(f"offload: {short_changes(changes)}: " + (f"{sps:.2f} samples/s, optimizer step {opt_s:.3f} s, locked "
-                                                  f"{locked / 1e6:.1f} MB (predicted {t.predicted_locked_bytes / 1e6:.1f})"
-                                                  if status == "ok" else f"failed: {error}"))
+        say(f"offload: {short_changes(changes)}: " + (
+            f"{r.samples_per_s:.2f} samples/s, optimizer step {r.optimizer_step_s:.3f} s, locked "
+            f"{r.locked_bytes / 1e6:.1f} MB (predicted {t.predicted_locked_bytes / 1e6:.1f})"
+            if r.status == "ok" else f"failed: {r.error}"))
         return t
 
     trials = [trial(k, "search", 0) for k in order]
@@ -181,10 +196,49 @@ def search_offload(base_cfg: dict[str, Any], size: str, target: Path, cgroup: st
                 ratios.append(c.samples_per_s / b.samples_per_s)
         verdict = _verdict(ratios)
     chosen = best.changes if best is not None and verdict == "faster" else {}
+    rows: list[WhatIf] = []
+    if what_if is not None:
+        key, values = what_if
+        knobs = next((k for k in order if knob_changes(base, k) == chosen), base) if chosen else base
+        say(f"offload: what-if {key} = {', '.join(map(str, values))} on {short_changes(chosen)} "
+            f"(changes the training itself: reported, never applied)")
+        for value in values:
+            t = trial(knobs, "what-if", 0, {key: value})
+            trials.append(t)
+            rows.append(_what_if_row(key, value, t, knobs, shape, {**base_cfg, key: value}))
     return OffloadOutcome(size, knob_changes(OffloadKnobs(), base), tuple(searched), tuple(skipped), tuple(refused),
                           tuple(trials), best, tuple(ratios), verdict, str(journal.path),
                           apply_changes(base_cfg, chosen, _nvme_path(base_cfg) or str(target)),
-                          {k: _reason(k, v, base, shape) for k, v in chosen.items()})
+                          {k: _reason(k, v, base, shape) for k, v in chosen.items()}, tuple(rows))
+
+
+WHAT_IF_KEYS = {"gradient_accumulation_steps": "gradient_accumulation_steps", "grad_accum": "gradient_accumulation_steps",
+                "train_micro_batch_size_per_gpu": "train_micro_batch_size_per_gpu",
+                "micro_batch": "train_micro_batch_size_per_gpu"}
+
+
+def parse_what_if(text: str) -> tuple[str, tuple[int, ...]]:
+    """`grad_accum=1,4,8` -> ("gradient_accumulation_steps", (1, 4, 8))."""
+    key, sep, values = text.partition("=")
+    if not sep or key.strip() not in WHAT_IF_KEYS:
+        raise UsageError(f"--what-if {text!r}: give KEY=V1,V2,... with KEY one of gradient_accumulation_steps "
+                         f"(grad_accum) or train_micro_batch_size_per_gpu (micro_batch), e.g. grad_accum=1,4,8")
+    try:
+        parsed = tuple(int(v) for v in values.split(",") if v.strip())
+    except ValueError:
+        parsed = ()
+    if not parsed or min(parsed) < 1:
+        raise UsageError(f"--what-if {text!r}: the values must be whole numbers >= 1, e.g. grad_accum=1,4,8")
+    return WHAT_IF_KEYS[key.strip()], parsed
+
+
+def _what_if_row(key: str, value: int, t: OffloadTrial, knobs: OffloadKnobs, shape: JobShape,
+                 cfg: dict[str, Any]) -> WhatIf:
+    if t.status != "ok":
+        return WhatIf(key, value, t.status, t.error)
+    moved = 2 * sum(step_swap_bytes(knobs, shape).values())
+    return WhatIf(key, value, "ok", "", t.samples_per_s, t.optimizer_step_s / t.step_s if t.step_s else 0.0,
+                  moved / samples_per_step(cfg))
 
 
 def _numels(size: str) -> list[int]:
