@@ -6,6 +6,7 @@ the predicted one to the byte, and bad input is refused with the fix."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -84,7 +85,8 @@ def test_a_config_without_zero3_says_which_dimensions_apply(tmp_path: Path) -> N
 @pytest.mark.parametrize("argv,says", [
     (["--offload", "--fix", "zero_optimization.sub_grup_size=1e8"],
      "did you mean zero_optimization.sub_group_size?"),
-    (["--offload", "--steps-cmd", "python train.py"], "--steps-cmd belongs to the aio sweep: drop it, or drop --offload"),
+    (["--offload", "--layouts", "2"], "--layouts belongs to the aio sweep: drop it, or drop --offload"),
+    (["--offload", "--steps-cmd", "python train.py {config}"], "--steps-cmd needs --ds-config FILE"),
     (["--max-host-memory", "1G"], "--max-host-memory goes with --offload (the whole-offload search): add --offload"),
     (["--offload", "--model", "huge"], "unknown --model 'huge'"),
 ])
@@ -113,3 +115,34 @@ def test_the_what_if_reports_gradient_accumulation_without_applying_it(tmp_path:
     assert one["nvme_bytes_per_sample"] == per_step / 4 and four["nvme_bytes_per_sample"] == per_step / 16
     assert four["optimizer_share"] < one["optimizer_share"]
     assert doc["recommended"] == {} and doc["config"]["gradient_accumulation_steps"] == 1      # not applied
+
+
+@needs_root
+@needs_deepspeed
+def test_the_users_own_command_and_config_are_the_loop(tmp_path: Path) -> None:
+    """--steps-cmd with --offload: a first run of the user's command with
+    its own config shows iotune the model's tensors (through the startup
+    hook), then each candidate's config copy runs the same command. The
+    locked memory the model predicts from the tensors the hook saw is the
+    one each run locked, and equals the prediction from the tiny preset's
+    own tensors: the hook saw the same model."""
+    from iotune.workloads.strategies import WorkloadSpec, ds_config
+
+    cfg = tmp_path / "my_ds_config.json"
+    cfg.write_text(json.dumps(ds_config(WorkloadSpec(strategy="nvme-opt", nvme_path=str(tmp_path / "mine")))))
+    command = f"{sys.executable} -W ignore -m iotune.workloads.train --steps 50 --ds-config {{config}}"
+    r = CliRunner().invoke(cli, ["sweep", "--offload", "--steps-cmd", command, "--ds-config", str(cfg), *NVME,
+                                 "--fix", "zero_optimization.sub_group_size=1e6", "--max-trials", "1", "--steps", "3",
+                                 "-o", str(tmp_path / "journal"), "--json"])
+    assert r.exit_code in (0, 1), r.output
+    doc = json.loads(r.stdout)
+    conforms("sweep-offload-1", doc)
+    assert doc["model"] == f"`{command}`"
+    assert "running `" in r.stderr and "once with its own config, to see its tensors" in r.stderr
+    assert all(t["status"] == "ok" for t in doc["trials"]), doc["trials"]
+    [search] = [t for t in doc["trials"] if t["role"] == "search"]
+    both = OffloadKnobs(optimizer_device="nvme", sub_group_size=1_000_000, pipeline_read=True, pipeline_write=True,
+                        optimizer_buffer_count=12)
+    expected = host_memory(both, JobShape(tuple(tensor_numels(PRESETS["tiny"])))).locked_bytes
+    assert search["predicted_locked_bytes"] == search["locked_bytes"] == expected
+    assert not (tmp_path / "mine").exists()         # each config copy swaps to the trial's own directory

@@ -64,9 +64,11 @@ def _target(target_dir: Path | None, bed: str | None) -> Iterator[tuple[Path, st
 
 def run_offload(target_dir: Path | None, bed: str | None, model: str, ds_config: Path | None, fixes: tuple[str, ...],
                 max_host_memory: int | None, max_trials: int, steps: int | None, out: Path | None, fresh: bool,
-                apply_to: Path | None, in_place: bool, fmt: str, what_if: str | None = None) -> None:
+                apply_to: Path | None, in_place: bool, fmt: str, what_if: str | None = None,
+                steps_cmd: str | None = None, steps_timeout_s: float | None = None) -> None:
     from ..dsconfig import read_ds_config
-    from ..sweep.offload_search import Journal, parse_what_if, search_offload
+    from ..sweep.cmd_executor import parse_user_job
+    from ..sweep.offload_search import BuiltinRunner, CommandRunner, Journal, Runner, parse_what_if, search_offload
     from ..sweep.offload_space import parse_fixes
     from ..workloads.presets import get_preset
     from ..workloads.strategies import WorkloadSpec, ds_config as builtin_config
@@ -74,16 +76,20 @@ def run_offload(target_dir: Path | None, bed: str | None, model: str, ds_config:
     get_preset(model)                                  # an unknown preset is refused before anything is built
     parsed = parse_fixes(list(fixes))
     whatif = parse_what_if(what_if) if what_if else None
+    runner: Runner = BuiltinRunner(model)
+    if steps_cmd is not None:          # the user's own job: its config is the base, its hook reports its tensors
+        job = parse_user_job(steps_cmd, ds_config, steps or 4, steps_timeout_s or 1800.0, need_nvme=False)
+        runner = CommandRunner(job)
     given = read_ds_config(ds_config) if ds_config else None
     budget = host_budget(max_host_memory)
     with _target(target_dir, bed) as (where, cgroup, name):
         base = given or builtin_config(WorkloadSpec(strategy="nvme-opt", size=model, nvme_path=str(where)))
         if not isinstance(base.get("zero_optimization"), dict) or base["zero_optimization"].get("stage") != 3:
             say("offload: the config is not ZeRO stage 3: the offload knobs iotune searches exist there only")
-        journal_dir = out or Path("iotune-sweeps") / f"offload-{model}-{name}"
+        journal_dir = out or Path("iotune-sweeps") / f"offload-{'cmd' if steps_cmd else model}-{name}"
         if fresh and (journal_dir / "offload.jsonl").exists():
             (journal_dir / "offload.jsonl").unlink()
-        outcome = search_offload(base, model, where, cgroup, Journal.open(journal_dir / "offload.jsonl"), parsed,
+        outcome = search_offload(base, runner, where, cgroup, Journal.open(journal_dir / "offload.jsonl"), parsed,
                                  budget, max_trials=max_trials, steps=steps or 4, say=say, what_if=whatif)
     if apply_to is not None and outcome.recommended:
         from ..sweep.recommend import apply_to_file

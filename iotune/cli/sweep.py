@@ -176,13 +176,13 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
     fmt = chosen_format(fmt, as_json)
     if offload:
         from .offload import refuse_offload_with, run_offload
-        refuse_offload_with(steps_cmd=steps_cmd, layouts=layout_drives, netfs=netfs, hosts=hosts, hostfile=hostfile,
+        refuse_offload_with(layouts=layout_drives, netfs=netfs, hosts=hosts, hostfile=hostfile,
                             slurm=slurm, export=export_to, export_jobs=export_jobs, html=html_path,
                             omp_threads=omp_threads, grid=grid)
         if bed is not None and target_dir is not None:
             raise click.UsageError("--bed excludes --path: give one of them")
         run_offload(target_dir, bed, offload_model, ds_config, fixes, max_host_memory, max_trials or 12, steps, out,
-                    fresh, apply_to, in_place, fmt, what_if)
+                    fresh, apply_to, in_place, fmt, what_if, steps_cmd, steps_timeout_s)
         return
     from .offload import refuse_without_offload
     refuse_without_offload(fix=fixes, max_host_memory=max_host_memory, max_trials=max_trials, what_if=what_if)

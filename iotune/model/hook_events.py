@@ -134,6 +134,24 @@ def read_memory(events_dir: Path) -> list[MemorySample]:
 
 
 @dataclass(frozen=True)
+class JobTensors:
+    """What the hook saw of the job's model: every parameter tensor's element
+    count in model order, the data-parallel size and the micro-batch."""
+
+    numels: tuple[int, ...]
+    world: int
+    micro_batch: int
+
+
+def read_tensors(events_dir: Path) -> JobTensors | None:
+    """The first rank's report of the job's parameter tensors (None: none seen)."""
+    for _, ev in _event_lines(events_dir):
+        if ev.get("k") == "shape" and isinstance(ev.get("numels"), list):
+            return JobTensors(tuple(int(n) for n in ev["numels"]), int(ev.get("world", 1)), int(ev.get("micro", 1)))
+    return None
+
+
+@dataclass(frozen=True)
 class StepTiming:
     """One completed training step, the slowest rank's times.
 

@@ -71,7 +71,7 @@ class WhatIf:
 
 @dataclass(frozen=True)
 class OffloadOutcome:
-    model: str                                # the built-in model's preset
+    model: str                                # what ran: "the built-in tiny model", or the user's command
     base_changes: dict[str, Any]              # what the job's config changes from DeepSpeed's defaults
     searched: tuple[Dimension, ...]
     skipped: tuple[Dimension, ...]

@@ -16,7 +16,7 @@ def _row(t: OffloadTrial) -> str:
 
 
 def render_offload(o: OffloadOutcome) -> str:
-    lines = [f"Whole-offload search on the built-in {o.model} model (journal {o.journal})"]
+    lines = [f"Whole-offload search on real steps of {o.model} (journal {o.journal})"]
     lines += [f"  searched: {d.key} in {', '.join(map(str, d.values))}" for d in o.searched]
     lines += [f"  left out: {d.key}: {d.why_not}" for d in o.skipped]
     if o.refused:

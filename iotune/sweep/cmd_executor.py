@@ -95,8 +95,10 @@ class UserJob:
                 "ds_config_sha1": hashlib.sha1(text.encode()).hexdigest()[:12], "steps": self.steps}
 
 
-def parse_user_job(command: str, ds_config: Path | None, steps: int, timeout_s: float) -> UserJob:
-    """--steps-cmd and --ds-config, checked before anything runs."""
+def parse_user_job(command: str, ds_config: Path | None, steps: int, timeout_s: float,
+                   need_nvme: bool = True) -> UserJob:
+    """--steps-cmd and --ds-config, checked before anything runs (`need_nvme`:
+    the config must swap to NVMe already, as the aio sweep needs)."""
     try:
         argv = tuple(shlex.split(command))
     except ValueError as e:
@@ -114,7 +116,7 @@ def parse_user_job(command: str, ds_config: Path | None, steps: int, timeout_s: 
         raise UsageError("--steps-cmd needs --ds-config FILE: your DeepSpeed config, into whose copies iotune "
                          "writes each candidate's aio block")
     config = read_ds_config(ds_config)
-    if not nvme_sections(config):
+    if need_nvme and not nvme_sections(config):
         raise UsageError(f"{ds_config} offloads nothing to NVMe, so aio settings cannot change its steps: set "
                          f"zero_optimization.offload_optimizer (or offload_param) to "
                          f"{{\"device\": \"nvme\", \"nvme_path\": ...}}")

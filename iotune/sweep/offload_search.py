@@ -24,16 +24,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from ..blockdev.cgroup import join_cgroup_preexec
 from ..blockdev.ledger import note
 from ..blockdev.proc import last_line, run_in_own_group
-from ..errors import UsageError
+from ..errors import IotuneError, UsageError
+from ..model.hook_events import JobTensors, hook_env, read_events, read_memory, read_tensors, step_timings
 from ..model.offload import JobShape, OffloadKnobs, host_memory, step_swap_bytes, sub_groups
 from ..model.steps import parse_steps
-from ..workloads.presets import PRESETS
+from ..workloads.presets import PRESETS, tensor_numels
 from ..model.offload_result import OffloadOutcome, OffloadTrial, WhatIf, short_changes
+from ..resources import inject_dir
+from .cmd_executor import PLACEHOLDER, UserJob, run_job
 from .offload_space import KEYS, Budget, candidates, dimensions
 
 NOISE_FLOOR = 0.05
@@ -74,6 +77,61 @@ class RunResult(NamedTuple):
     locked_bytes: int = 0
     rss_bytes: int = 0
     error: str = ""
+    tensors: JobTensors | None = None     # the job's parameter tensors, as its hook saw them
+
+
+class Runner(Protocol):
+    """Runs one trial of the job under a config: the built-in workload, or the user's command."""
+
+    what: str
+
+    def run(self, cfg: dict[str, Any], work: Path, cgroup: str | None, timeout_s: float, steps: int) -> RunResult:
+        ...
+
+
+@dataclass(frozen=True)
+class BuiltinRunner:
+    size: str
+
+    @property
+    def what(self) -> str:
+        return f"the built-in {self.size} model"
+
+    def run(self, cfg: dict[str, Any], work: Path, cgroup: str | None, timeout_s: float, steps: int) -> RunResult:
+        return run_trial(cfg, self.size, steps, work, cgroup, timeout_s)
+
+
+@dataclass(frozen=True)
+class CommandRunner:
+    """The user's command, its config replaced by the candidate's; steps,
+    locked memory and the model's tensors come from the startup hook."""
+
+    job: UserJob
+
+    @property
+    def what(self) -> str:
+        return f"`{' '.join(self.job.argv)}`"
+
+    def run(self, cfg: dict[str, Any], work: Path, cgroup: str | None, timeout_s: float, steps: int) -> RunResult:
+        path = work / (self.job.config_path.name if self.job.config_path.suffix == ".json" else "ds_config.json")
+        path.write_text(json.dumps(cfg, indent=2) + "\n")
+        events = work / "events"
+        events.mkdir()
+        argv = [a.replace(PLACEHOLDER, str(path)) for a in self.job.argv]
+        job = run_job(argv, hook_env(dict(os.environ), inject_dir(), events, steps), cgroup, timeout_s, work, events,
+                      steps)
+        timings, memory, tensors = step_timings(read_events(events)), read_memory(events), read_tensors(events)
+        if len(timings) < steps:
+            return RunResult("failed", error=f"{len(timings)} of {steps} steps (exit {job.returncode}, "
+                                             f"{job.ended_by or 'exited'}): {last_line(job.stderr, 'no message')}",
+                             tensors=tensors)
+        steady = timings[1:] or timings
+        step_s = statistics.median(t.step_s for t in steady)
+        world = tensors.world if tensors else 1
+        return RunResult("ok", samples_per_step(cfg) * world / step_s, statistics.median(t.optimizer_step_s
+                                                                                        for t in steady),
+                         step_s, max((m.locked_bytes for m in memory), default=0),
+                         max((m.rss_bytes for m in memory), default=0), tensors=tensors)
 
 
 def run_trial(cfg: dict[str, Any], size: str, steps: int, work: Path, cgroup: str | None,
@@ -145,11 +203,11 @@ def cost_order(fit: list[OffloadKnobs], shape: JobShape) -> list[OffloadKnobs]:
                                       host_memory(k, shape).locked_bytes, repr(k)))
 
 
-def search_offload(base_cfg: dict[str, Any], size: str, target: Path, cgroup: str | None, journal: Journal,
+def search_offload(base_cfg: dict[str, Any], runner: Runner, target: Path, cgroup: str | None, journal: Journal,
                    fixes: dict[str, Any], budget: Budget, max_trials: int = 12, steps: int = 4, pairs: int = 2,
                    timeout_s: float = 900.0, say: Callable[[str], None] = lambda s: None,
                    what_if: tuple[str, tuple[int, ...]] | None = None) -> OffloadOutcome:
-    shape = JobShape(tuple(_numels(size)))
+    shape = job_shape(runner, base_cfg, target, cgroup, timeout_s, steps, say)
     base = OffloadKnobs.from_ds_config(base_cfg)
     searched, skipped = dimensions(base, shape, fixes)
     fit, refused = candidates(base, shape, searched, fixes, budget)
@@ -157,7 +215,7 @@ def search_offload(base_cfg: dict[str, Any], size: str, target: Path, cgroup: st
     if not searched:
         say("offload: nothing to search: every dimension is left out (the reasons are in the report)")
     say(f"offload: {len(fit)} candidate(s) fit, {len(refused)} refused; running {len(order)} on real steps "
-        f"({steps} steps each, the built-in {size} model)")
+        f"({steps} steps each, {runner.what})")
 
     def trial(knobs: OffloadKnobs, role: str, nth: int, extra: dict[str, Any] | None = None) -> OffloadTrial:
         changes = {**knob_changes(base, knobs), **(extra or {})}
@@ -171,7 +229,7 @@ def search_offload(base_cfg: dict[str, Any], size: str, target: Path, cgroup: st
             note(stack, "dir", path=work.resolve())
             stack.callback(shutil.rmtree, work, True)
             (work / "swap").mkdir()
-            r = run_trial(apply_changes(base_cfg, changes, str(work / "swap")), size, steps, work, cgroup, timeout_s)
+            r = runner.run(apply_changes(base_cfg, changes, str(work / "swap")), work, cgroup, timeout_s, steps)
         t = OffloadTrial(key, changes, r.status, r.error, r.samples_per_s, r.optimizer_step_s, r.step_s,
                          r.locked_bytes, host_memory(knobs, shape).locked_bytes, r.rss_bytes,
                          round(time.monotonic() - t0, 3), role)
@@ -206,7 +264,7 @@ def search_offload(base_cfg: dict[str, Any], size: str, target: Path, cgroup: st
             t = trial(knobs, "what-if", 0, {key: value})
             trials.append(t)
             rows.append(_what_if_row(key, value, t, knobs, shape, {**base_cfg, key: value}))
-    return OffloadOutcome(size, knob_changes(OffloadKnobs(), base), tuple(searched), tuple(skipped), tuple(refused),
+    return OffloadOutcome(runner.what, knob_changes(OffloadKnobs(), base), tuple(searched), tuple(skipped), tuple(refused),
                           tuple(trials), best, tuple(ratios), verdict, str(journal.path),
                           apply_changes(base_cfg, chosen, _nvme_path(base_cfg) or str(target)),
                           {k: _reason(k, v, base, shape) for k, v in chosen.items()}, tuple(rows))
@@ -241,12 +299,26 @@ def _what_if_row(key: str, value: int, t: OffloadTrial, knobs: OffloadKnobs, sha
                   moved / samples_per_step(cfg))
 
 
-def _numels(size: str) -> list[int]:
-    from ..workloads.presets import tensor_numels
-
-    if size not in PRESETS:
-        raise UsageError(f"unknown --model '{size}': choose one of {', '.join(PRESETS)}")
-    return tensor_numels(PRESETS[size])
+def job_shape(runner: Runner, base_cfg: dict[str, Any], target: Path, cgroup: str | None, timeout_s: float,
+              steps: int, say: Callable[[str], None]) -> JobShape:
+    """The job's parameter tensors: the built-in model's are known; the
+    user's job is run once with its own config and its hook reports them."""
+    if isinstance(runner, BuiltinRunner):
+        if runner.size not in PRESETS:
+            raise UsageError(f"unknown --model '{runner.size}': choose one of {', '.join(PRESETS)}")
+        return JobShape(tuple(tensor_numels(PRESETS[runner.size])))
+    say(f"offload: running {runner.what} once with its own config, to see its tensors")
+    with contextlib.ExitStack() as stack:
+        work = Path(tempfile.mkdtemp(prefix=".iotune-offload-", dir=target))
+        note(stack, "dir", path=work.resolve())
+        stack.callback(shutil.rmtree, work, True)
+        (work / "swap").mkdir()
+        r = runner.run(apply_changes(base_cfg, {}, str(work / "swap")), work, cgroup, timeout_s, min(steps, 2))
+    if r.tensors is None:
+        raise IotuneError(f"your command reported no DeepSpeed engine ({r.error or 'no step seen'}): iotune sees the "
+                          f"model's tensors through its startup hook on PYTHONPATH, so the command must train with "
+                          f"DeepSpeed in Python")
+    return JobShape(r.tensors.numels, max(1, r.tensors.world))
 
 
 def _verdict(ratios: list[float]) -> str:

@@ -97,6 +97,9 @@ def _wrap_phase(cls, method, name):
         # gradient accumulation, not from engine.global_steps: ZenFlow, for
         # one, advances that on its own schedule
         calls = getattr(self, "_iotune_step_calls", 0)
+        if not getattr(self, "_iotune_shape_said", False):
+            self._iotune_shape_said = True
+            _emit_shape(self)
         gas = _accumulation_steps(self)
         step, phase = calls // gas, name
         if name == "optimizer":
@@ -121,6 +124,19 @@ def _wrap_phase(cls, method, name):
     wrapper.__name__ = getattr(orig, "__name__", method)
     wrapper.__doc__ = getattr(orig, "__doc__", None)
     setattr(cls, method, wrapper)
+
+
+def _emit_shape(engine):
+    """Once per engine: every parameter tensor's full element count, in
+    model order (ZeRO-3 keeps it in ds_numel), and the data-parallel size and
+    micro-batch, so iotune can model what this job's offload swaps and locks."""
+    try:
+        numels = [int(getattr(p, "ds_numel", 0) or p.numel()) for p in engine.module.parameters()]
+        world = int(engine.dp_world_size) if hasattr(engine, "dp_world_size") else 1
+        micro = int(engine.train_micro_batch_size_per_gpu())
+    except Exception:  # noqa: BLE001 - attribution must never break the job
+        return
+    _emit({"k": "shape", "numels": numels, "world": world, "micro": micro, "t": time.monotonic_ns()})
 
 
 def _emit_memory(step):
