@@ -39,6 +39,7 @@ def test_pinned_to_nvme_the_search_runs_pipelined_candidates_with_the_buffers_th
     assert [t["changes"].get("zero_optimization.offload_optimizer.buffer_count") for t in search] == [12, 8]
     for t in doc["trials"]:
         assert t["locked_bytes"] == t["predicted_locked_bytes"] > 0, t
+        assert t["tokens_per_s"] == t["samples_per_s"] * PRESETS["tiny"].seq_len
     shape = JobShape(tuple(tensor_numels(PRESETS["tiny"])))
     both = OffloadKnobs(optimizer_device="nvme", sub_group_size=1_000_000, pipeline_read=True, pipeline_write=True,
                         optimizer_buffer_count=12)

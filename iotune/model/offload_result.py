@@ -41,6 +41,7 @@ class OffloadTrial:
     rss_bytes: int = 0
     seconds: float = 0.0
     role: str = "search"              # search | pair-candidate | pair-base | what-if
+    tokens_per_s: float = 0.0         # samples/s x sequence length, where it is known (the built-in model); else 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

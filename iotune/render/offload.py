@@ -11,7 +11,8 @@ from .base import Renderer
 def _row(t: OffloadTrial) -> str:
     if t.status != "ok":
         return f"  {short_changes(t.changes):<60} failed: {t.error}"
-    return (f"  {short_changes(t.changes):<60} {t.samples_per_s:8.2f} {t.optimizer_step_s:9.3f} "
+    return (f"  {short_changes(t.changes):<60} {t.samples_per_s:8.2f} {f'{t.tokens_per_s:.0f}' if t.tokens_per_s else '-':>9} "
+            f"{t.optimizer_step_s:9.3f} "
             f"{t.locked_bytes / 1e6:9.1f} {t.predicted_locked_bytes / 1e6:9.1f} {t.rss_bytes / 1e6:8.0f}")
 
 
@@ -24,7 +25,7 @@ def render_offload(o: OffloadOutcome) -> str:
         lines += [f"    {r.reasons[0]}" for r in o.refused[:5]]
         if len(o.refused) > 5:
             lines.append(f"    ... and {len(o.refused) - 5} more (--json lists them all)")
-    lines += ["", f"  {'candidate':<60} {'samples/s':>8} {'opt step s':>9} {'locked MB':>9} "
+    lines += ["", f"  {'candidate':<60} {'samples/s':>8} {'tokens/s':>9} {'opt step s':>9} {'locked MB':>9} "
                   f"{'predicted':>9} {'RSS MB':>8}"]
     lines += [_row(t) for t in o.trials if t.role == "search"]
     if o.ratios:

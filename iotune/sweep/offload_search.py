@@ -84,6 +84,7 @@ class Runner(Protocol):
     """Runs one trial of the job under a config: the built-in workload, or the user's command."""
 
     what: str
+    seq_len: int                      # tokens per sample, 0 where unknown
 
     def run(self, cfg: dict[str, Any], work: Path, cgroup: str | None, timeout_s: float, steps: int) -> RunResult:
         ...
@@ -97,6 +98,10 @@ class BuiltinRunner:
     def what(self) -> str:
         return f"the built-in {self.size} model"
 
+    @property
+    def seq_len(self) -> int:
+        return PRESETS[self.size].seq_len if self.size in PRESETS else 0
+
     def run(self, cfg: dict[str, Any], work: Path, cgroup: str | None, timeout_s: float, steps: int) -> RunResult:
         return run_trial(cfg, self.size, steps, work, cgroup, timeout_s)
 
@@ -107,6 +112,7 @@ class CommandRunner:
     locked memory and the model's tensors come from the startup hook."""
 
     job: UserJob
+    seq_len: int = 0
 
     @property
     def what(self) -> str:
@@ -232,7 +238,7 @@ def search_offload(base_cfg: dict[str, Any], runner: Runner, target: Path, cgrou
             r = runner.run(apply_changes(base_cfg, changes, str(work / "swap")), work, cgroup, timeout_s, steps)
         t = OffloadTrial(key, changes, r.status, r.error, r.samples_per_s, r.optimizer_step_s, r.step_s,
                          r.locked_bytes, host_memory(knobs, shape).locked_bytes, r.rss_bytes,
-                         round(time.monotonic() - t0, 3), role)
+                         round(time.monotonic() - t0, 3), role, r.samples_per_s * runner.seq_len)
         journal.append(t)
         say(f"offload: {short_changes(changes)}: " + (
             f"{r.samples_per_s:.2f} samples/s, optimizer step {r.optimizer_step_s:.3f} s, locked "
