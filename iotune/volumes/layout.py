@@ -124,7 +124,7 @@ def build_layout(spec: LayoutSpec, mount_point: Path, destroy_data: tuple[str, .
                 note(stack, "md", device=argv[2])
                 stack.callback(_stop_md, argv[2])
             if argv[0] == "mount":
-                note(stack, "mount", target=mount_point.resolve())
+                note(stack, "mount", target=mount_point.resolve(), rmdir=1)    # as unmount() leaves it
                 stack.callback(unmount, mount_point)
             run(list(argv))
         yield Volume(mount_point, plan, members)
