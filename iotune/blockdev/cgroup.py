@@ -8,12 +8,12 @@ import contextlib
 import functools
 import logging
 import os
-import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
 from ..errors import IotuneError, PrivilegeError
+from . import kinds
 from .ledger import note
 
 log = logging.getLogger(__name__)
@@ -88,21 +88,10 @@ def _throttle(cg: Path, limit: Throttle) -> None:
 
 
 def remove_cgroup(cg: Path) -> None:
-    """Move stragglers to the root cgroup, then remove `cg`; a process that
-    is just exiting can keep it busy for a moment, so retry briefly."""
-    deadline = time.monotonic() + REMOVE_TIMEOUT_S
-    while True:
-        with contextlib.suppress(OSError):
-            for pid in (cg / "cgroup.procs").read_text().split():
-                with contextlib.suppress(OSError):
-                    (BLKIO / "cgroup.procs").write_text(pid)
-        try:
-            cg.rmdir()
-            return
-        except FileNotFoundError:
-            return
-        except OSError as e:
-            if time.monotonic() > deadline:
-                log.warning("could not remove the cgroup %s: %s", cg, e.strerror)
-                return
-        time.sleep(0.02)
+    """Move stragglers to the root cgroup, then remove `cg` (retried
+    briefly: a process that is just exiting can keep it busy); a cgroup that
+    stays busy is named in a warning (the ledger keeps it for later)."""
+    try:
+        kinds.remove_cgroup(cg, REMOVE_TIMEOUT_S)
+    except OSError as e:
+        log.warning("could not remove the cgroup %s: %s", cg, e.strerror)

@@ -132,23 +132,25 @@ def _remove_tree(path: Path) -> None:
         path.rmdir()
 
 
-def _remove_cgroup(facts: dict[str, str]) -> None:
-    cg = Path(facts["path"])
-    root = cg.parent
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    while cg.exists():
+def remove_cgroup(cg: Path, timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """Move stragglers to the root cgroup, then remove `cg`; a process that
+    is just exiting can keep it busy for a moment, so retry until
+    `timeout_s`, then raise the last OSError."""
+    deadline = time.monotonic() + timeout_s
+    while True:
         with contextlib.suppress(OSError):
             for pid in (cg / "cgroup.procs").read_text().split():
                 with contextlib.suppress(OSError):
-                    (root / "cgroup.procs").write_text(pid)
+                    (cg.parent / "cgroup.procs").write_text(pid)
         try:
             cg.rmdir()
+            return
         except FileNotFoundError:
             return
         except OSError:
             if time.monotonic() > deadline:
                 raise
-            time.sleep(0.02)
+        time.sleep(0.02)
 
 
 def _process_alive(facts: dict[str, str]) -> bool:
@@ -234,7 +236,7 @@ KINDS: dict[str, Kind] = {
     "loop": Kind(lambda f: bool(_loops_over(f)), _detach,
                  lambda f: f"loop device {', '.join(_loops_over(f)) or '-'} over {f['backing']}"),
     "mount": Kind(lambda f: f["target"] in mount_points(), _unmount, lambda f: f"mount {f['target']}"),
-    "cgroup": Kind(lambda f: os.path.isdir(f["path"]), _remove_cgroup, lambda f: f"blkio cgroup {f['path']}"),
+    "cgroup": Kind(lambda f: os.path.isdir(f["path"]), lambda f: remove_cgroup(Path(f["path"])), lambda f: f"blkio cgroup {f['path']}"),
     "process": Kind(_process_alive, _stop_process, lambda f: f"process {f['pid']} ({f.get('what', '?')})"),
     "namespace": Kind(lambda f: _foreign_namespace(f["ns"]) and bool(namespace_pids(f["ns"])),
                       lambda f: empty_namespace(f["ns"]),
