@@ -74,7 +74,7 @@ def _detach(facts: dict[str, str]) -> None:
         subprocess.run(["losetup", "-d", loop], capture_output=True, check=False)
     deadline = time.monotonic() + STOP_TIMEOUT_S        # the kernel defers a detach while the device is open
     while _loops_over(facts) and time.monotonic() < deadline:
-        time.sleep(0.02)
+        time.sleep(0.1)                                  # each look runs losetup
 
 
 def mount_points() -> set[str]:

@@ -41,6 +41,7 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -204,6 +205,15 @@ def note(stack: contextlib.ExitStack, kind: str, **facts: str | int | os.PathLik
     return entry
 
 
+def temp_dir(stack: contextlib.ExitStack, prefix: str, parent: Path | None = None) -> Path:
+    """A fresh temporary directory (in `parent`, default $TMPDIR), recorded,
+    and removed with what is in it when `stack` closes."""
+    made = Path(tempfile.mkdtemp(prefix=prefix, dir=parent)).resolve()
+    note(stack, "dir", path=made)
+    stack.callback(shutil.rmtree, made, True)
+    return made
+
+
 def note_process(stack: contextlib.ExitStack, pid: int, what: str) -> Entry | None:
     start = start_ticks(pid)
     if start is None:
@@ -296,6 +306,8 @@ def _reclaim_owner(d: Path) -> list[str]:
                 done.append(f"killed process {pid} ({_comm(pid)})")
     _wait_gone([p for p in owned_pids(d.name) if p not in daemons])
     done += _undo(entries)
+    for entry in read_entries(d):       # a deferred release (a loop device freed as its lazily unmounted
+        entry.settle()                  # filesystem lets go) may have finished while the rest was undone
     if not any(d.glob("*.json")):
         shutil.rmtree(d, ignore_errors=True)
     return done

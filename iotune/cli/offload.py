@@ -4,7 +4,6 @@ built-in workload (see iotune/sweep/offload_search.py)."""
 from __future__ import annotations
 
 import contextlib
-import resource
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,12 +12,15 @@ from typing import Any
 from ..errors import UsageError
 from .options import emit, say
 
-MEMINFO = Path("/proc/meminfo")
+
+def _named(given: dict[str, object]) -> list[str]:
+    """The options given (set to something), as the user spells them."""
+    return [f"--{k.replace('_', '-')}" for k, v in given.items() if v not in (None, False, (), [])]
 
 
 def refuse_offload_with(**given: object) -> None:
     """Options of the aio sweep that the whole-offload search does not take."""
-    named = [f"--{k.replace('_', '-')}" for k, v in given.items() if v not in (None, False, (), [])]
+    named = _named(given)
     if named:
         raise UsageError(f"--offload runs the whole-offload search on the built-in workload; "
                          f"{', '.join(named)} belong{'s' if len(named) == 1 else ''} to the aio sweep: drop "
@@ -26,7 +28,7 @@ def refuse_offload_with(**given: object) -> None:
 
 
 def refuse_without_offload(**given: object) -> None:
-    named = [f"--{k.replace('_', '-')}" for k, v in given.items() if v not in (None, False, (), [])]
+    named = _named(given)
     if named:
         raise UsageError(f"{', '.join(named)} go{'es' if len(named) == 1 else ''} with --offload "
                          f"(the whole-offload search): add --offload")
@@ -35,17 +37,12 @@ def refuse_without_offload(**given: object) -> None:
 def host_budget(max_host_memory: int | None) -> Any:
     """What one rank may use: --max-host-memory, else half of MemAvailable;
     ulimit -l unless this process may lock without limit (root, CAP_IPC_LOCK)."""
-    from ..blockdev.proc import CAP_IPC_LOCK, has_cap
+    from ..doctor.facts import can_lock_unlimited, memlock_bytes, ram_bytes
     from ..sweep.offload_space import Budget
 
-    host = max_host_memory
-    if host is None:
-        for line in MEMINFO.read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                host = int(line.split()[1]) * 1024 // 2
-    soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
-    memlock = None if has_cap(CAP_IPC_LOCK) or soft == resource.RLIM_INFINITY else soft
-    return Budget(host, memlock)
+    available = ram_bytes("MemAvailable")
+    host = max_host_memory if max_host_memory is not None else available // 2 if available else None
+    return Budget(host, None if can_lock_unlimited() else memlock_bytes())
 
 
 @contextlib.contextmanager
@@ -68,7 +65,8 @@ def run_offload(target_dir: Path | None, bed: str | None, model: str, ds_config:
                 steps_cmd: str | None = None, steps_timeout_s: float | None = None) -> None:
     from ..dsconfig import read_ds_config
     from ..sweep.cmd_executor import parse_user_job
-    from ..sweep.offload_search import BuiltinRunner, CommandRunner, Journal, Runner, parse_what_if, search_offload
+    from ..sweep.offload_search import (BuiltinRunner, CommandRunner, Journal, Runner, parse_what_if,
+                                        search_offload, write_dotted)
     from ..sweep.offload_space import parse_fixes
     from ..workloads.presets import get_preset
     from ..workloads.strategies import WorkloadSpec, ds_config as builtin_config
@@ -93,21 +91,9 @@ def run_offload(target_dir: Path | None, bed: str | None, model: str, ds_config:
                                  budget, max_trials=max_trials, steps=steps or 4, say=say, what_if=whatif)
     if apply_to is not None and outcome.recommended:
         from ..sweep.recommend import apply_to_file
-        written, _ = apply_to_file(apply_to, _nested(outcome.recommended), in_place)
+        written, _ = apply_to_file(apply_to, write_dotted({}, outcome.recommended), in_place)
         say(f"wrote {written}")
     emit(outcome, fmt)
     what_if_ran = bool(outcome.what_if) and all(w.status == "ok" for w in outcome.what_if)
     if outcome.best is None and not what_if_ran:
         sys.exit(1)
-
-
-def _nested(changes: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in changes.items():
-        where = out
-        *path, last = key.split(".")
-        for part in path:
-            where = where.setdefault(part, {})
-        where[last] = value
-    return out
-

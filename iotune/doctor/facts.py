@@ -20,11 +20,12 @@ ACCELERATORS = ("cuda", "cpu", "xpu", "npu", "mps", "hpu", "mlu", "sdaa", "supa"
 MOUNT_DIRS = ("/mnt", "/media")
 
 
-def ram_bytes() -> int | None:
+def ram_bytes(field: str = "MemTotal") -> int | None:
+    """/proc/meminfo's `field` (MemTotal, MemAvailable, ...) in bytes."""
     try:
         with open("/proc/meminfo") as fh:
             for line in fh:
-                if line.startswith("MemTotal:"):
+                if line.startswith(f"{field}:"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass

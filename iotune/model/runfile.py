@@ -22,8 +22,9 @@ import json
 import os
 import zipfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 
@@ -55,15 +56,7 @@ def save_run(run: TraceRun, directory: Path) -> Path:
         for tmp in tmps:
             os.replace(tmp, directory / tmp.stem)
     except OSError as e:
-        for tmp in tmps:
-            with contextlib.suppress(OSError):      # a drive gone read-only keeps them; the error is e's
-                tmp.unlink(missing_ok=True)
-        for d in reversed(made):
-            with contextlib.suppress(OSError):
-                d.rmdir()
-        if e.errno in NO_SPACE:
-            raise NoSpaceError(e.strerror or os.strerror(e.errno)) from None
-        raise
+        _give_up(e, made, tmps)
     return directory
 
 
@@ -76,13 +69,23 @@ def make_dirs(directory: Path) -> list[Path]:
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        for d in reversed(missing):
-            with contextlib.suppress(OSError):
-                d.rmdir()
-        if e.errno in NO_SPACE:
-            raise NoSpaceError(e.strerror or os.strerror(e.errno)) from None
-        raise
+        _give_up(e, missing)
     return missing
+
+
+def _give_up(e: OSError, made: list[Path], files: Sequence[Path] = ()) -> NoReturn:
+    """After a failed save: remove `files` and the directories in `made`
+    (innermost first), then raise `e`, as NoSpaceError on a full drive. A
+    drive gone read-only keeps what cannot be removed; the error stays e's."""
+    for f in files:
+        with contextlib.suppress(OSError):
+            f.unlink(missing_ok=True)
+    for d in reversed(made):
+        with contextlib.suppress(OSError):
+            d.rmdir()
+    if e.errno in NO_SPACE:
+        raise NoSpaceError(e.strerror or os.strerror(e.errno)) from None
+    raise e
 
 
 def _write_timeline_csv(run: TraceRun, path: Path) -> None:

@@ -42,14 +42,13 @@ import shlex
 import shutil
 import statistics
 import subprocess
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..blockdev.cgroup import join_cgroup_preexec
-from ..blockdev.ledger import note
+from ..blockdev.ledger import temp_dir
 from ..blockdev.oplocks import LockWatch, build_locks, extension_roots, hang_note, release_locks_left_since
 from ..blockdev.proc import kill_group, kill_session, last_line
 from ..dsconfig import read_ds_config
@@ -176,23 +175,12 @@ class CommandExecutor:
 
     def run(self, point: SweepPoint, target: Target) -> tuple[Measurement, dict[str, Any]]:
         with contextlib.ExitStack() as stack:
-            work = Path(tempfile.mkdtemp(prefix="iotune-cmd-"))
-            note(stack, "dir", path=work.resolve())
-            stack.callback(shutil.rmtree, work, True)
-            swap = Path(tempfile.mkdtemp(prefix=SWAP_PREFIX, dir=target.directory))
-            note(stack, "dir", path=swap.resolve())
-            stack.callback(shutil.rmtree, swap, True)
-            name = self.job.config_path.name if self.job.config_path.suffix == ".json" else "ds_config.json"
-            config_path = work / name
-            config_path.write_text(json.dumps(trial_config(self.job.config, point, swap), indent=2) + "\n")
-            argv = [a.replace(PLACEHOLDER, str(config_path)) for a in self.job.argv]
-            events = work / "events"
-            events.mkdir()
-            env = hook_env(dict(os.environ), inject_dir(), events, self.job.steps)
-            if point.omp_threads:
-                env["OMP_NUM_THREADS"] = str(point.omp_threads)
-            job = run_job(argv, env, target.cgroup, self.job.timeout_s, work, events, self.job.steps)
-            return self._measure(point, argv, job, events, swap)
+            work = temp_dir(stack, "iotune-cmd-")
+            swap = temp_dir(stack, SWAP_PREFIX, target.directory)
+            extra = {"OMP_NUM_THREADS": str(point.omp_threads)} if point.omp_threads else {}
+            argv, job = run_with_config(self.job, trial_config(self.job.config, point, swap), work, target.cgroup,
+                                        self.job.timeout_s, self.job.steps, extra)
+            return self._measure(point, argv, job, work / "events", swap)
 
     def _measure(self, point: SweepPoint, argv: list[str], job: JobRun, events: Path,
                  swap: Path) -> tuple[Measurement, dict[str, Any]]:
@@ -269,6 +257,20 @@ def _swap_bytes(att: Any) -> dict[str, int]:
     for s in att.swaps if att else ():
         out[s.direction] = out.get(s.direction, 0) + s.bytes
     return out
+
+
+def run_with_config(job: UserJob, config: dict[str, Any], work: Path, cgroup: str | None, timeout_s: float,
+                    steps: int, extra_env: dict[str, str] | None = None) -> tuple[list[str], JobRun]:
+    """The user's command with `config` written into `work` (under the name
+    of their config file) in place of {config}, the startup hook writing its
+    events to work/events; stopped after `steps` optimizer steps. (argv, run)."""
+    path = work / (job.config_path.name if job.config_path.suffix == ".json" else "ds_config.json")
+    path.write_text(json.dumps(config, indent=2) + "\n")
+    events = work / "events"
+    events.mkdir()
+    argv = [a.replace(PLACEHOLDER, str(path)) for a in job.argv]
+    env = {**hook_env(dict(os.environ), inject_dir(), events, steps), **(extra_env or {})}
+    return argv, run_job(argv, env, cgroup, timeout_s, work, events, steps)
 
 
 def run_job(argv: list[str], env: dict[str, str], cgroup: str | None, timeout_s: float, logs: Path,

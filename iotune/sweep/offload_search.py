@@ -15,11 +15,9 @@ import contextlib
 import copy
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,17 +25,17 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 from ..blockdev.cgroup import join_cgroup_preexec
-from ..blockdev.ledger import note
+from ..blockdev.ledger import temp_dir
 from ..blockdev.proc import last_line, run_in_own_group
 from ..errors import IotuneError, UsageError
-from ..model.hook_events import JobTensors, hook_env, read_events, read_memory, read_tensors, step_timings
+from ..model.hook_events import JobTensors, read_events, read_memory, read_tensors, step_timings
 from ..model.offload import JobShape, OffloadKnobs, host_memory, step_swap_bytes, sub_groups
+from ..model.offload_result import OffloadOutcome, OffloadTrial, WhatIf, short_changes
 from ..model.steps import parse_steps
 from ..workloads.presets import PRESETS, tensor_numels
-from ..model.offload_result import OffloadOutcome, OffloadTrial, WhatIf, short_changes
-from ..resources import inject_dir
-from .cmd_executor import PLACEHOLDER, UserJob, run_job
+from .cmd_executor import UserJob, nvme_sections, run_with_config
 from .offload_space import KEYS, Budget, candidates, dimensions
+from .recommend import pair_verdict
 
 NOISE_FLOOR = 0.05
 
@@ -47,16 +45,21 @@ def knob_changes(base: OffloadKnobs, knobs: OffloadKnobs) -> dict[str, Any]:
     return {k: getattr(knobs, attr) for k, (attr, _, _) in KEYS.items() if getattr(knobs, attr) != getattr(base, attr)}
 
 
-def apply_changes(cfg: dict[str, Any], changes: dict[str, Any], nvme_path: str) -> dict[str, Any]:
-    """A copy of `cfg` with `changes` written at their dotted keys; offload
-    blocks moved to NVMe get `nvme_path`, and a block with device none is dropped."""
-    out = copy.deepcopy(cfg)
+def write_dotted(target: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """`target` with each dotted key of `changes` (zero_optimization.sub_group_size) set, nested; returned."""
     for key, value in changes.items():
-        where = out
+        where = target
         *path, last = key.split(".")
         for part in path:
             where = where.setdefault(part, {})
         where[last] = value
+    return target
+
+
+def apply_changes(cfg: dict[str, Any], changes: dict[str, Any], nvme_path: str) -> dict[str, Any]:
+    """A copy of `cfg` with `changes` written at their dotted keys; offload
+    blocks moved to NVMe get `nvme_path`, and a block with device none is dropped."""
+    out = write_dotted(copy.deepcopy(cfg), changes)
     zero = out.setdefault("zero_optimization", {})
     for block in ("offload_optimizer", "offload_param"):
         b = zero.get(block)
@@ -119,13 +122,8 @@ class CommandRunner:
         return f"`{' '.join(self.job.argv)}`"
 
     def run(self, cfg: dict[str, Any], work: Path, cgroup: str | None, timeout_s: float, steps: int) -> RunResult:
-        path = work / (self.job.config_path.name if self.job.config_path.suffix == ".json" else "ds_config.json")
-        path.write_text(json.dumps(cfg, indent=2) + "\n")
+        _, job = run_with_config(self.job, cfg, work, cgroup, timeout_s, steps)
         events = work / "events"
-        events.mkdir()
-        argv = [a.replace(PLACEHOLDER, str(path)) for a in self.job.argv]
-        job = run_job(argv, hook_env(dict(os.environ), inject_dir(), events, steps), cgroup, timeout_s, work, events,
-                      steps)
         timings, memory, tensors = step_timings(read_events(events)), read_memory(events), read_tensors(events)
         if len(timings) < steps:
             return RunResult("failed", error=f"{len(timings)} of {steps} steps (exit {job.returncode}, "
@@ -170,7 +168,7 @@ def samples_per_step(cfg: dict[str, Any]) -> int:
 @dataclass
 class Journal:
     path: Path
-    done: dict[tuple[str, str, int], OffloadTrial] = field(default_factory=dict)
+    trials: list[OffloadTrial] = field(default_factory=list)      # in file order
 
     @classmethod
     def open(cls, path: Path) -> Journal:
@@ -181,16 +179,16 @@ class Journal:
                              f"choose another with -o") from None
         j = cls(path)
         if path.exists():
-            for n, line in enumerate(path.read_text().splitlines()):
+            for line in path.read_text().splitlines():
                 try:
-                    t = OffloadTrial(**json.loads(line))
+                    j.trials.append(OffloadTrial(**json.loads(line)))
                 except (ValueError, TypeError):
                     continue                          # a torn last line: that trial runs again
-                j.done[(t.key, t.role, n)] = t
         return j
 
     def find(self, key: str, role: str, nth: int) -> OffloadTrial | None:
-        same = [t for (k, r, _), t in sorted(self.done.items(), key=lambda kv: kv[0][2]) if k == key and r == role]
+        """The `nth` trial journaled with this key and role, if any."""
+        same = [t for t in self.trials if t.key == key and t.role == role]
         return same[nth] if nth < len(same) else None
 
     def append(self, trial: OffloadTrial) -> None:
@@ -218,6 +216,7 @@ def search_offload(base_cfg: dict[str, Any], runner: Runner, target: Path, cgrou
     searched, skipped = dimensions(base, shape, fixes)
     fit, refused = candidates(base, shape, searched, fixes, budget)
     order = cost_order(fit, shape)[:max_trials] if searched else []
+    by_changes = {json.dumps(knob_changes(base, k), sort_keys=True): k for k in order}
     if not searched:
         say("offload: nothing to search: every dimension is left out (the reasons are in the report)")
     say(f"offload: {len(fit)} candidate(s) fit, {len(refused)} refused; running {len(order)} on real steps "
@@ -231,9 +230,7 @@ def search_offload(base_cfg: dict[str, Any], runner: Runner, target: Path, cgrou
             return seen
         t0 = time.monotonic()
         with contextlib.ExitStack() as stack:          # the trial's directory, recorded: a hard kill leaves nothing
-            work = Path(tempfile.mkdtemp(prefix=".iotune-offload-", dir=target))
-            note(stack, "dir", path=work.resolve())
-            stack.callback(shutil.rmtree, work, True)
+            work = temp_dir(stack, ".iotune-offload-", target)
             (work / "swap").mkdir()
             r = runner.run(apply_changes(base_cfg, changes, str(work / "swap")), work, cgroup, timeout_s, steps)
         t = OffloadTrial(key, changes, r.status, r.error, r.samples_per_s, r.optimizer_step_s, r.step_s,
@@ -252,18 +249,18 @@ def search_offload(base_cfg: dict[str, Any], runner: Runner, target: Path, cgrou
     ratios: list[float] = []
     verdict = "none"
     if best is not None and best.changes:
-        knobs = next(k for k in order if json.dumps(knob_changes(base, k), sort_keys=True) == best.key)
+        knobs = by_changes[best.key]
         for n in range(pairs):
             c, b = trial(knobs, "pair-candidate", n), trial(base, "pair-base", n)
             trials += [c, b]
             if c.status == b.status == "ok":
                 ratios.append(c.samples_per_s / b.samples_per_s)
-        verdict = _verdict(ratios)
+        verdict = pair_verdict(ratios, NOISE_FLOOR)[1] if ratios else "none"
     chosen = best.changes if best is not None and verdict == "faster" else {}
     rows: list[WhatIf] = []
     if what_if is not None:
         key, values = what_if
-        knobs = next((k for k in order if knob_changes(base, k) == chosen), base) if chosen else base
+        knobs = by_changes[best.key] if chosen and best is not None else base
         say(f"offload: what-if {key} = {', '.join(map(str, values))} on {short_changes(chosen)} "
             f"(changes the training itself: reported, never applied)")
         for value in values:
@@ -272,7 +269,7 @@ def search_offload(base_cfg: dict[str, Any], runner: Runner, target: Path, cgrou
             rows.append(_what_if_row(key, value, t, knobs, shape, {**base_cfg, key: value}))
     return OffloadOutcome(runner.what, knob_changes(OffloadKnobs(), base), tuple(searched), tuple(skipped), tuple(refused),
                           tuple(trials), best, tuple(ratios), verdict, str(journal.path),
-                          apply_changes(base_cfg, chosen, _nvme_path(base_cfg) or str(target)),
+                          apply_changes(base_cfg, chosen, next((p for p in nvme_sections(base_cfg).values() if p), str(target))),
                           {k: _reason(k, v, base, shape) for k, v in chosen.items()}, tuple(rows))
 
 
@@ -315,9 +312,7 @@ def job_shape(runner: Runner, base_cfg: dict[str, Any], target: Path, cgroup: st
         return JobShape(tuple(tensor_numels(PRESETS[runner.size])))
     say(f"offload: running {runner.what} once with its own config, to see its tensors")
     with contextlib.ExitStack() as stack:
-        work = Path(tempfile.mkdtemp(prefix=".iotune-offload-", dir=target))
-        note(stack, "dir", path=work.resolve())
-        stack.callback(shutil.rmtree, work, True)
+        work = temp_dir(stack, ".iotune-offload-", target)
         (work / "swap").mkdir()
         r = runner.run(apply_changes(base_cfg, {}, str(work / "swap")), work, cgroup, timeout_s, min(steps, 2))
     if r.tensors is None:
@@ -325,13 +320,6 @@ def job_shape(runner: Runner, base_cfg: dict[str, Any], target: Path, cgroup: st
                           f"model's tensors through its startup hook on PYTHONPATH, so the command must train with "
                           f"DeepSpeed in Python")
     return JobShape(r.tensors.numels, max(1, r.tensors.world))
-
-
-def _verdict(ratios: list[float]) -> str:
-    if not ratios:
-        return "none"
-    med, noise = statistics.median(ratios), max(NOISE_FLOOR, max(ratios) - min(ratios))
-    return "faster" if med > 1 + noise else "slower" if med < 1 - noise else "within noise"
 
 
 def _reason(key: str, value: Any, base: OffloadKnobs, shape: JobShape) -> str:
@@ -348,12 +336,5 @@ def _reason(key: str, value: Any, base: OffloadKnobs, shape: JobShape) -> str:
     return f"faster on this job's steps than {getattr(base, attr)!r}"
 
 
-def _nvme_path(cfg: dict[str, Any]) -> str | None:
-    zero = cfg.get("zero_optimization") or {}
-    for block in ("offload_optimizer", "offload_param"):
-        b = zero.get(block)
-        if isinstance(b, dict) and b.get("nvme_path"):
-            return str(b["nvme_path"])
-    return None
 
 

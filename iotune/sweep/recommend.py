@@ -54,12 +54,20 @@ def step_gain(candidate: SweepPoint, pairs: Sequence[tuple[Trial, Trial]], noise
         return None
     ratios = tuple(d / c for c, d in usable)
     med, lo, hi = statistics.median(ratios), min(ratios), max(ratios)
-    noise = max(noise_floor, hi - lo)
-    verdict = "faster" if med > 1 + noise else "slower" if med < 1 - noise else "within noise"
+    noise, verdict = pair_verdict(ratios, noise_floor)
     return StepGain(candidate=candidate, ratios=ratios, median=med, min=lo, max=hi, pairs=len(ratios),
                     noise=noise, verdict=verdict,
                     candidate_optimizer_step_s=statistics.median(c for c, _ in usable),
                     default_optimizer_step_s=statistics.median(d for _, d in usable))
+
+
+def pair_verdict(ratios: Sequence[float], noise_floor: float) -> tuple[float, str]:
+    """(noise, verdict) of alternating pairs' ratios (above 1: the candidate
+    is faster): "faster" or "slower" when the median clears the noise, the
+    larger of `noise_floor` and the ratios' spread; else "within noise"."""
+    med = statistics.median(ratios)
+    noise = max(noise_floor, max(ratios) - min(ratios))
+    return noise, "faster" if med > 1 + noise else "slower" if med < 1 - noise else "within noise"
 
 
 def best_gain(gains: Sequence[StepGain | None]) -> StepGain | None:

@@ -71,12 +71,15 @@ class JobLockWatch:
         self.events, self.notify = events, notify
         self.watch = LockWatch(env, said=said)
         self.t0 = time.monotonic()
+        self.last = self.t0 - self.watch.interval_s          # the first tick looks at once
         self.done = False
 
     def tick(self) -> None:
-        if self.done:
+        now = time.monotonic()
+        if self.done or now - self.last < self.watch.interval_s:     # the event files are read at the watch's pace
             return
-        elapsed_s = time.monotonic() - self.t0
+        self.last = now
+        elapsed_s = now - self.t0
         if self.events is not None and completed_steps(self.events) >= 1:
             self.done = True            # training runs: the job's ops are loaded
             return

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 from ..blockdev.devices import BlockDevice, resolve_device
 from ..blockdev.kinds import loop_identity
-from ..blockdev.ledger import note
+from ..blockdev.ledger import note, temp_dir
 from ..blockdev.proc import run
 from ..errors import PrivilegeError, UsageError
 
@@ -33,10 +31,7 @@ def require_root(what: str) -> None:
 def workdir(stack: contextlib.ExitStack, directory: Path | None, prefix: str) -> Path:
     """`directory`, which must exist, or a fresh temporary one removed on exit."""
     if directory is None:
-        made = Path(tempfile.mkdtemp(prefix=prefix))
-        note(stack, "dir", path=made)
-        stack.callback(shutil.rmtree, made, True)
-        return made
+        return temp_dir(stack, prefix)
     if not directory.is_dir():
         raise UsageError(f"--dir {directory} is not a directory: create it or choose another")
     return directory

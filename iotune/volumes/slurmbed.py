@@ -35,14 +35,13 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..blockdev.cgroup import join_cgroup_preexec
-from ..blockdev.ledger import note, note_process
+from ..blockdev.ledger import note_process, temp_dir
 from ..blockdev.proc import not_installed
 from ..errors import IotuneError
 from .nodes import BedNode, NodeBed
@@ -128,9 +127,7 @@ def slurm_bed(bed: NodeBed) -> Iterator[SlurmBed]:
         raise IotuneError(not_installed(", ".join(missing)) + " (the Slurm bed needs Debian's slurm-wlm)")
     t0 = time.monotonic()
     with contextlib.ExitStack() as stack:
-        where = Path(tempfile.mkdtemp(prefix="iotune-slurmbed-"))
-        note(stack, "dir", path=where)
-        stack.callback(shutil.rmtree, where, True)
+        where = temp_dir(stack, "iotune-slurmbed-")
         where.chmod(0o755)   # munged wants every directory above its socket searchable by all
         for sub in ("munge", "state", "spool", "logs"):
             (where / sub).mkdir(mode=0o755)
