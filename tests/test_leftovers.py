@@ -54,12 +54,16 @@ def _loops() -> dict[str, str]:
     return {lo["name"]: lo["back-file"] for lo in (json.loads(out)["loopdevices"] if out.strip() else [])}
 
 
-def _environ_owner(pid: int) -> str | None:
+def _environ_var(pid: int, name: str) -> str | None:
     with contextlib.suppress(OSError):
         for var in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
-            if var.startswith(ledger.OWNER_ENV.encode() + b"="):
+            if var.startswith(name.encode() + b"="):
                 return var.split(b"=", 1)[1].decode()
     return None
+
+
+def _environ_owner(pid: int) -> str | None:
+    return _environ_var(pid, ledger.OWNER_ENV)
 
 
 def _cmdline(pid: int) -> str:
@@ -262,6 +266,11 @@ def test_a_killed_training_demo_leaves_no_training_process(tmp_path: Path) -> No
         child.kill()
         child.wait()
         assert (_environ_owner(int(train[0].name)) or "").startswith(f"{child.pid}-")   # it carries the demo's mark
+        tmp = Path(_environ_var(int(train[0].name), "TMPDIR") or "/")      # its temporary files (DeepSpeed's
+        recorded = [Path(e.facts["path"]) for o in ledger.state_dir().glob(f"{child.pid}-*")   # compile probes)
+                    for e in ledger.read_entries(o) if e.kind == "dir"]          # go with a recorded directory
+        assert any(r == tmp or r in tmp.parents for r in recorded), (tmp, recorded)
+        assert d / "tmp" in tmp.parents
         said = _next_command_reclaims(d / "probe", d / "tmp")
         assert f"reclaimed what killed iotune runs left: killed process {train[0].name} (python" in said, said
         assert left_behind(tmp_path, [child.pid], foreign, (d / "out",)) == []

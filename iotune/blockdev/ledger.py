@@ -214,6 +214,15 @@ def temp_dir(stack: contextlib.ExitStack, prefix: str, parent: Path | None = Non
     return made
 
 
+def private_tmp(env: dict[str, str], directory: Path) -> dict[str, str]:
+    """`env` with TMPDIR at `directory` (made here), a directory inside one
+    already recorded: what the children iotune starts write to temporary
+    files (DeepSpeed's compiler probes, torch's) is removed with it, also
+    after a hard kill in the middle of a compile."""
+    directory.mkdir(exist_ok=True)
+    return {**env, "TMPDIR": str(directory)}
+
+
 def note_process(stack: contextlib.ExitStack, pid: int, what: str) -> Entry | None:
     start = start_ticks(pid)
     if start is None:

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from ..blockdev.cgroup import join_cgroup_preexec
-from ..blockdev.ledger import temp_dir
+from ..blockdev.ledger import private_tmp, temp_dir
 from ..blockdev.oplocks import LockWatch, build_locks, extension_roots, hang_note, release_locks_left_since
 from ..blockdev.proc import kill_group, kill_session, last_line
 from ..dsconfig import read_ds_config
@@ -269,7 +269,7 @@ def run_with_config(job: UserJob, config: dict[str, Any], work: Path, cgroup: st
     events = work / "events"
     events.mkdir()
     argv = [a.replace(PLACEHOLDER, str(path)) for a in job.argv]
-    env = {**hook_env(dict(os.environ), inject_dir(), events, steps), **(extra_env or {})}
+    env = private_tmp({**hook_env(dict(os.environ), inject_dir(), events, steps), **(extra_env or {})}, work / "tmp")
     return argv, run_job(argv, env, cgroup, timeout_s, work, events, steps)
 
 

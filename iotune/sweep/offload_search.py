@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 from ..blockdev.cgroup import join_cgroup_preexec
-from ..blockdev.ledger import temp_dir
+from ..blockdev.ledger import private_tmp, temp_dir
 from ..blockdev.proc import last_line, run_in_own_group
 from ..errors import IotuneError, UsageError
 from ..model.hook_events import JobTensors, read_events, read_memory, read_tensors, step_timings
@@ -143,8 +143,8 @@ def run_trial(cfg: dict[str, Any], size: str, steps: int, work: Path, cgroup: st
     """The built-in workload under `cfg`, `steps` steps (medians over those after the first)."""
     path = work / "ds_config.json"
     path.write_text(json.dumps(cfg, indent=1))
-    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(29500 + os.getpid() % 5000)}
+    env = private_tmp({**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(29500 + os.getpid() % 5000)}, work / "tmp")
     argv = [sys.executable, "-W", "ignore", "-m", "iotune.workloads.train", "--ds-config", str(path), "--size", size,
             "--steps", str(steps)]
     try:

@@ -17,6 +17,7 @@ every later run would wait on it too."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import subprocess
@@ -26,6 +27,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ..blockdev.cgroup import join_cgroup_preexec
+from ..blockdev.ledger import private_tmp, temp_dir
 from ..blockdev.oplocks import BuildLockHang, hang_guard, release_locks_left_since
 from ..blockdev.proc import last_line, run_in_own_group
 from ..model.offload import GainSplit, JobShape, OffloadKnobs, gain_split
@@ -89,7 +91,8 @@ class StepsExecutor:
             env["OMP_NUM_THREADS"] = str(point.omp_threads)
         started = time.time()
         try:
-            proc = self._start(point, target, env)
+            with contextlib.ExitStack() as stack:    # the run's temporary files go with a recorded directory
+                proc = self._start(point, target, private_tmp(env, temp_dir(stack, "iotune-run-")))
         except BuildLockHang as e:
             raise TrialFailed(str(e), {"build_lock": e.lock.path}, stops_sweep=True) from None
         except subprocess.TimeoutExpired:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..blockdev.devices import BlockDevice, describe, lower_devices, name_for_kdev, size_bytes
-from ..blockdev.ledger import note, opened_ledger
+from ..blockdev.ledger import note, opened_ledger, private_tmp, temp_dir
 from ..blockdev.oplocks import BuildLock
 from ..blockdev.targets import queue_limits
 from ..model.run import DeviceStats, HostInfo, TimelinePoint, TraceRun
@@ -65,8 +65,11 @@ def trace_command(argv: list[str], opts: TraceOptions, progress: Progress | None
         if warning:
             notify(warning)
             said = seen_stale(job_env)
-    with _probes(config, opts, True) as (probe, app), childproc.Interrupts() as intr, _events_dir(opts) as events:
+    with _probes(config, opts, True) as (probe, app), childproc.Interrupts() as intr, _events_dir(opts) as events, \
+            contextlib.ExitStack() as stack:
         env = inject_env(dict(os.environ), events) if events else None
+        if opened_ledger() is not None and opts.run_as is None:     # iotune's own run (the demo's)
+            env = private_tmp(env or dict(os.environ), temp_dir(stack, "iotune-run-"))
         proc = _start(argv, opts, env, app)
         intr.child = proc
         locks = JobLockWatch(job_env, events, notify, said) if notify is not None else None

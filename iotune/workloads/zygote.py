@@ -110,6 +110,7 @@ def _child(conn: socket.socket, request: dict[str, Any], fds: list[int]) -> None
         os.chdir(request.get("cwd") or "/")
         os.environ.clear()
         os.environ.update(request["env"])
+        tempfile.tempdir = None               # the run's TMPDIR, not the one the server cached
         threads = os.environ.get("OMP_NUM_THREADS", "")
         if threads.isdigit() and int(threads) > 0:      # read at load time, so set it in the runtime
             import torch
