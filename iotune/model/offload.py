@@ -33,7 +33,7 @@ against real runs of the built-in workload (tests/test_offload_model.py):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .attribution import EXP_AVG, EXP_AVG_SQ, FP32_MASTER, GRADIENTS
@@ -223,6 +223,9 @@ class GainSplit:
         head = f"{self.speedup:.2f}× faster"
         if self.saved_bytes_per_step == 0:
             return f"{head}, all of it from faster I/O (the same bytes per step)"
+        if self.faster_io == 1.0 and self.less_io == self.speedup:
+            return (f"{head}, all of it from less I/O: {self.saved_bytes_per_step / 1e6:.1f} MB/step no longer "
+                    f"swapped, +{self.ram_added_bytes / 1e6:.1f} MB of RAM")
         kept = [f"{n} {what} under {_mib(self.threshold_bytes)} stay{'s' if n == 1 else ''} in RAM"
                 for n, what in ((self.gradients_kept, "gradient tensor" + "s" * (self.gradients_kept != 1)),
                                 (self.groups_kept, "optimizer sub-group" + "s" * (self.groups_kept != 1))) if n]
@@ -242,6 +245,23 @@ def gain_split(reference: OffloadKnobs, candidate: OffloadKnobs, shape: JobShape
     return GainSplit(speedup, less, speedup / less, max(ref_bytes - cand_bytes, 0),
                      max(b.ram_gradients - a.ram_gradients, 0), max(b.ram_groups - a.ram_groups, 0),
                      max(b.ram_bytes() - a.ram_bytes(), 0), candidate.min_swap_bytes)
+
+
+def measured_gain_split(reference: OffloadKnobs, candidate: OffloadKnobs, shape: JobShape, speedup: float,
+                        reference_bytes: int, candidate_bytes: int) -> GainSplit:
+    """gain_split with the bytes per step each config was seen to swap (by
+    the startup hook, parameters included) instead of the model's. A
+    candidate that swaps nothing owes all of its gain to less I/O; what it
+    costs in RAM is the growth of its host memory (iotune.model.offload's
+    host_memory), not only the tensors kept back."""
+    model = gain_split(reference, candidate, shape, speedup)
+    if reference_bytes <= 0:
+        return model
+    less = speedup if candidate_bytes <= 0 else reference_bytes / candidate_bytes
+    ram = max(host_memory(candidate, shape).total_bytes - host_memory(reference, shape).total_bytes,
+              model.ram_added_bytes, 0)
+    return replace(model, less_io=less, faster_io=speedup / less if less else speedup,
+                   saved_bytes_per_step=max(reference_bytes - max(candidate_bytes, 0), 0), ram_added_bytes=ram)
 
 
 # -- host memory ----------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .offload import OffloadKnobs
+from .offload import GainSplit, OffloadKnobs
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,12 @@ class OffloadTrial:
     seconds: float = 0.0
     role: str = "search"              # search | pair-candidate | pair-base | what-if
     tokens_per_s: float = 0.0         # samples/s x sequence length, where it is known (the built-in model); else 0
+    swap_bytes: dict[str, int] = field(default_factory=dict)   # category -> bytes swapped per steady step (hook)
+    predicted_swap_bytes: int = 0     # the offload model's bytes per steady step (optimizer state and gradients)
+
+    @property
+    def swapped_bytes(self) -> int:
+        return sum(self.swap_bytes.values())
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -85,6 +91,7 @@ class OffloadOutcome:
     config: dict[str, Any] = field(default_factory=dict)     # the recommended config (the base if none)
     reasons: dict[str, str] = field(default_factory=dict)    # changed key -> why
     what_if: tuple[WhatIf, ...] = ()
+    gain: GainSplit | None = None             # the recommendation's gain over the base, split by cause
 
     @property
     def recommended(self) -> dict[str, Any]:
@@ -96,4 +103,5 @@ class OffloadOutcome:
                 "refused": [r.to_json() for r in self.refused], "trials": [t.to_json() for t in self.trials],
                 "best": self.best.to_json() if self.best else None, "ratios": list(self.ratios),
                 "verdict": self.verdict, "recommended": self.recommended, "reasons": self.reasons,
-                "config": self.config, "journal": self.journal, "what_if": [asdict(w) for w in self.what_if]}
+                "config": self.config, "journal": self.journal, "what_if": [asdict(w) for w in self.what_if],
+                "gain": {**asdict(self.gain), "sentence": self.gain.sentence()} if self.gain else None}

@@ -13,7 +13,8 @@ def _row(t: OffloadTrial) -> str:
         return f"  {short_changes(t.changes):<60} failed: {t.error}"
     return (f"  {short_changes(t.changes):<60} {t.samples_per_s:8.2f} {f'{t.tokens_per_s:.0f}' if t.tokens_per_s else '-':>9} "
             f"{t.optimizer_step_s:9.3f} "
-            f"{t.locked_bytes / 1e6:9.1f} {t.predicted_locked_bytes / 1e6:9.1f} {t.rss_bytes / 1e6:8.0f}")
+            f"{t.locked_bytes / 1e6:9.1f} {t.predicted_locked_bytes / 1e6:9.1f} {t.rss_bytes / 1e6:8.0f} "
+            f"{t.swapped_bytes / 1e6:9.1f} {t.predicted_swap_bytes / 1e6:9.1f}")
 
 
 def render_offload(o: OffloadOutcome) -> str:
@@ -26,11 +27,15 @@ def render_offload(o: OffloadOutcome) -> str:
         if len(o.refused) > 5:
             lines.append(f"    ... and {len(o.refused) - 5} more (--json lists them all)")
     lines += ["", f"  {'candidate':<60} {'samples/s':>8} {'tokens/s':>9} {'opt step s':>9} {'locked MB':>9} "
-                  f"{'predicted':>9} {'RSS MB':>8}"]
+                  f"{'predicted':>9} {'RSS MB':>8} {'swap MB':>9} {'predicted':>9}"]
     lines += [_row(t) for t in o.trials if t.role == "search"]
+    lines.append("  (locked: VmLck after the steps; swap: bytes read + written per steady step, by the startup "
+                 "hook; predicted: iotune's offload model, which leaves parameter swaps out)")
     if o.ratios:
         lines.append(f"\n  pairs with your config: {', '.join(f'{r:.2f}' for r in o.ratios)} (candidate / yours, "
                      f"samples per second): {o.verdict}")
+        if o.gain is not None:
+            lines.append(f"  {o.gain.sentence()} (bytes per step as swapped on the pairs' steps)")
     if o.what_if:
         lines.append(f"\n  What-if (changes the training itself: reported, never applied), on "
                      f"{short_changes(o.recommended)}:")

@@ -16,7 +16,6 @@ import copy
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -24,16 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
-from ..blockdev.cgroup import join_cgroup_preexec
-from ..blockdev.ledger import private_tmp, temp_dir
-from ..blockdev.proc import last_line, run_in_own_group
+from ..blockdev.ledger import temp_dir
+from ..blockdev.proc import last_line
 from ..errors import IotuneError, UsageError
 from ..model.hook_events import JobTensors, read_events, read_memory, read_tensors, step_timings
-from ..model.offload import JobShape, OffloadKnobs, host_memory, step_swap_bytes, sub_groups
+from ..model.offload import (JobShape, OffloadKnobs, host_memory, measured_gain_split, step_swap_bytes,
+                             sub_groups)
 from ..model.offload_result import OffloadOutcome, OffloadTrial, WhatIf, short_changes
-from ..model.steps import parse_steps
 from ..workloads.presets import PRESETS, tensor_numels
-from .cmd_executor import UserJob, nvme_sections, run_with_config
+from .cmd_executor import PLACEHOLDER, UserJob, nvme_sections, run_with_config
 from .offload_space import KEYS, Budget, candidates, dimensions
 from .recommend import pair_verdict
 
@@ -81,6 +79,7 @@ class RunResult(NamedTuple):
     rss_bytes: int = 0
     error: str = ""
     tensors: JobTensors | None = None     # the job's parameter tensors, as its hook saw them
+    swap_bytes: dict[str, int] = {}       # category -> bytes swapped (read + write) per steady step, all ranks
 
 
 class Runner(Protocol):
@@ -94,7 +93,52 @@ class Runner(Protocol):
 
 
 @dataclass(frozen=True)
+class CommandRunner:
+    """The job's command, its config replaced by the candidate's; steps,
+    locked memory, the model's tensors and every swapped byte come from the
+    startup hook (as `iotune trace` sees them)."""
+
+    job: UserJob
+    seq_len: int = 0
+    env: tuple[tuple[str, str], ...] = ()     # added to the command's environment
+
+    @property
+    def what(self) -> str:
+        return f"`{' '.join(self.job.argv)}`"
+
+    def run(self, cfg: dict[str, Any], work: Path, cgroup: str | None, timeout_s: float, steps: int) -> RunResult:
+        _, job = run_with_config(self.job, cfg, work, cgroup, timeout_s, steps, dict(self.env))
+        events = work / "events"
+        att = read_events(events)
+        timings, memory, tensors = step_timings(att), read_memory(events), read_tensors(events)
+        if len(timings) < steps:
+            return RunResult("failed", error=f"{len(timings)} of {steps} steps (exit {job.returncode}, "
+                                             f"{job.ended_by or 'exited'}): {last_line(job.stderr, 'no message')}",
+                             tensors=tensors)
+        steady = timings[1:] or timings
+        step_s = statistics.median(t.step_s for t in steady)
+        world = tensors.world if tensors else 1
+        return RunResult("ok", samples_per_step(cfg) * world / step_s, statistics.median(t.optimizer_step_s
+                                                                                        for t in steady),
+                         step_s, max((m.locked_bytes for m in memory), default=0),
+                         max((m.rss_bytes for m in memory), default=0), tensors=tensors,
+                         swap_bytes=steady_swap_bytes(att, {t.step for t in steady}))
+
+
+def steady_swap_bytes(att: Any, steps: set[int]) -> dict[str, int]:
+    """Bytes swapped per step in `steps` (reads + writes, every rank), by category."""
+    out: dict[str, int] = {}
+    for s in att.swaps if att else ():
+        if s.step in steps:
+            out[s.category] = out.get(s.category, 0) + s.bytes
+    return {k: v // max(len(steps), 1) for k, v in sorted(out.items())}
+
+
+@dataclass(frozen=True)
 class BuiltinRunner:
+    """The built-in workload (`python -m iotune.workloads.train`), run as a
+    command so that the same hook sees its steps, memory and swaps."""
+
     size: str
 
     @property
@@ -106,59 +150,12 @@ class BuiltinRunner:
         return PRESETS[self.size].seq_len if self.size in PRESETS else 0
 
     def run(self, cfg: dict[str, Any], work: Path, cgroup: str | None, timeout_s: float, steps: int) -> RunResult:
-        return run_trial(cfg, self.size, steps, work, cgroup, timeout_s)
-
-
-@dataclass(frozen=True)
-class CommandRunner:
-    """The user's command, its config replaced by the candidate's; steps,
-    locked memory and the model's tensors come from the startup hook."""
-
-    job: UserJob
-    seq_len: int = 0
-
-    @property
-    def what(self) -> str:
-        return f"`{' '.join(self.job.argv)}`"
-
-    def run(self, cfg: dict[str, Any], work: Path, cgroup: str | None, timeout_s: float, steps: int) -> RunResult:
-        _, job = run_with_config(self.job, cfg, work, cgroup, timeout_s, steps)
-        events = work / "events"
-        timings, memory, tensors = step_timings(read_events(events)), read_memory(events), read_tensors(events)
-        if len(timings) < steps:
-            return RunResult("failed", error=f"{len(timings)} of {steps} steps (exit {job.returncode}, "
-                                             f"{job.ended_by or 'exited'}): {last_line(job.stderr, 'no message')}",
-                             tensors=tensors)
-        steady = timings[1:] or timings
-        step_s = statistics.median(t.step_s for t in steady)
-        world = tensors.world if tensors else 1
-        return RunResult("ok", samples_per_step(cfg) * world / step_s, statistics.median(t.optimizer_step_s
-                                                                                        for t in steady),
-                         step_s, max((m.locked_bytes for m in memory), default=0),
-                         max((m.rss_bytes for m in memory), default=0), tensors=tensors)
-
-
-def run_trial(cfg: dict[str, Any], size: str, steps: int, work: Path, cgroup: str | None,
-              timeout_s: float) -> RunResult:
-    """The built-in workload under `cfg`, `steps` steps (medians over those after the first)."""
-    path = work / "ds_config.json"
-    path.write_text(json.dumps(cfg, indent=1))
-    env = private_tmp({**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
-                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(29500 + os.getpid() % 5000)}, work / "tmp")
-    argv = [sys.executable, "-W", "ignore", "-m", "iotune.workloads.train", "--ds-config", str(path), "--size", size,
-            "--steps", str(steps)]
-    try:
-        proc = run_in_own_group(argv, timeout_s, join_cgroup_preexec(cgroup), env=env)
-    except subprocess.TimeoutExpired:
-        return RunResult("failed", error=f"did not finish {steps} steps within {timeout_s:g} s")
-    records = parse_steps(proc.stdout)
-    if proc.returncode != 0 or len(records) < steps:
-        return RunResult("failed", error=f"exit {proc.returncode} after {len(records)} step(s): "
-                                         f"{last_line(proc.stderr, 'no message')}")
-    steady = records[1:] or records
-    step_s = statistics.median(r.step_s for r in steady)
-    return RunResult("ok", samples_per_step(cfg) / step_s, statistics.median(r.optimizer_step_s for r in steady),
-                     step_s, max(r.locked_bytes for r in records), max(r.rss_bytes for r in records))
+        argv = (sys.executable, "-W", "ignore", "-m", "iotune.workloads.train", "--ds-config", PLACEHOLDER,
+                "--size", self.size, "--steps", str(steps))
+        env = (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"), ("MASTER_ADDR", "127.0.0.1"),
+               ("MASTER_PORT", str(29500 + os.getpid() % 5000)))
+        job = UserJob(argv, Path("ds_config.json"), cfg, steps, timeout_s)
+        return CommandRunner(job, self.seq_len, env).run(cfg, work, cgroup, timeout_s, steps)
 
 
 def samples_per_step(cfg: dict[str, Any]) -> int:
@@ -235,7 +232,8 @@ def search_offload(base_cfg: dict[str, Any], runner: Runner, target: Path, cgrou
             r = runner.run(apply_changes(base_cfg, changes, str(work / "swap")), work, cgroup, timeout_s, steps)
         t = OffloadTrial(key, changes, r.status, r.error, r.samples_per_s, r.optimizer_step_s, r.step_s,
                          r.locked_bytes, host_memory(knobs, shape).locked_bytes, r.rss_bytes,
-                         round(time.monotonic() - t0, 3), role, r.samples_per_s * runner.seq_len)
+                         round(time.monotonic() - t0, 3), role, r.samples_per_s * runner.seq_len,
+                         dict(r.swap_bytes), 2 * sum(step_swap_bytes(knobs, shape).values()))
         journal.append(t)
         say(f"offload: {short_changes(changes)}: " + (
             f"{r.samples_per_s:.2f} samples/s, optimizer step {r.optimizer_step_s:.3f} s, locked "
@@ -257,6 +255,14 @@ def search_offload(base_cfg: dict[str, Any], runner: Runner, target: Path, cgrou
                 ratios.append(c.samples_per_s / b.samples_per_s)
         verdict = pair_verdict(ratios, NOISE_FLOOR)[1] if ratios else "none"
     chosen = best.changes if best is not None and verdict == "faster" else {}
+    gain = None
+    if chosen and best is not None:
+        seen = {role: [t.swapped_bytes for t in trials if t.role == role and t.status == "ok"]
+                for role in ("pair-base", "pair-candidate")}
+        if all(seen.values()):
+            gain = measured_gain_split(base, by_changes[best.key], shape, statistics.median(ratios),
+                                       int(statistics.median(seen["pair-base"])),
+                                       int(statistics.median(seen["pair-candidate"])))
     rows: list[WhatIf] = []
     if what_if is not None:
         key, values = what_if
@@ -270,7 +276,7 @@ def search_offload(base_cfg: dict[str, Any], runner: Runner, target: Path, cgrou
     return OffloadOutcome(runner.what, knob_changes(OffloadKnobs(), base), tuple(searched), tuple(skipped), tuple(refused),
                           tuple(trials), best, tuple(ratios), verdict, str(journal.path),
                           apply_changes(base_cfg, chosen, next((p for p in nvme_sections(base_cfg).values() if p), str(target))),
-                          {k: _reason(k, v, base, shape) for k, v in chosen.items()}, tuple(rows))
+                          {k: _reason(k, v, base, shape) for k, v in chosen.items()}, tuple(rows), gain)
 
 
 WHAT_IF_KEYS = {"gradient_accumulation_steps": "gradient_accumulation_steps", "grad_accum": "gradient_accumulation_steps",
