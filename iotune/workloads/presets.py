@@ -1,6 +1,6 @@
-"""Llama-style model shapes, from a tiny CI size to the background documents'
-1B-16B (Llama 3.1 architecture: grouped-query attention, SwiGLU MLP, untied
-embeddings). Parameter counts are exact for transformers' LlamaForCausalLM."""
+"""Llama-style model shapes, from a tiny CI size to the 1B-16B sizes of
+Xinnor's published offload benchmark (Llama 3.1 architecture: grouped-query
+attention, SwiGLU MLP, untied embeddings). Parameter counts are exact for transformers' LlamaForCausalLM."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ PRESETS: dict[str, ModelShape] = {
     "tiny": ModelShape(vocab=1024, hidden=256, layers=4, heads=4, kv_heads=4, intermediate=688, seq_len=128),
     "small": ModelShape(vocab=1024, hidden=512, layers=4, heads=8, kv_heads=8, intermediate=1376, seq_len=128),
     "medium": ModelShape(vocab=4096, hidden=1024, layers=8, heads=16, kv_heads=8, intermediate=2752, seq_len=256),
-    # background document shapes (need the hardware)
+    # the sizes of Xinnor's published offload benchmark (need the hardware)
     "1b": ModelShape(vocab=128256, hidden=2048, layers=16, heads=32, kv_heads=8, intermediate=8192, seq_len=4096),
     "3b": ModelShape(vocab=128256, hidden=3072, layers=28, heads=24, kv_heads=8, intermediate=8192, seq_len=4096),
     "8b": ModelShape(vocab=128256, hidden=4096, layers=32, heads=32, kv_heads=8, intermediate=14336, seq_len=4096),
