@@ -37,7 +37,7 @@ def swap_like_fio(directory: Path) -> list[str]:
 
 def training_argv(directory: Path, steps: int) -> list[str]:
     """The built-in workload: ZeRO-3 with the optimizer state on the scratch
-    drive, DeepSpeed's aio block at 512 KiB (as in background document 001)."""
+    drive, DeepSpeed's aio block at 512 KiB (as in Xinnor's published offload benchmark)."""
     swap = directory / "swap"
     swap.mkdir(exist_ok=True)
     return [sys.executable, "-W", "ignore", "-m", "iotune.workloads.train", "--strategy", "nvme-opt",

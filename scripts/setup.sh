@@ -10,7 +10,8 @@
 #     whose daemons the tests start themselves; the packages' own services are kept from starting)
 #   - /lib/modules/$(uname -r)/{build,source} -> Debian's headers, only when the
 #     running kernel has no headers of its own (bcc needs them to compile probes)
-#   - a venv in .venv with iotune and its Python dependencies, DeepSpeed built
+#   - a venv in .venv with iotune and its Python dependencies (extras test, train
+#     and docs: pytest, torch, MkDocs for tests/test_docs.py), DeepSpeed built
 #     from source with the ops iotune loads compiled into the package (nothing
 #     JIT-compiles at run time; scripts/build_ops.py verifies it), and Debian's
 #     bcc bindings made importable from it
@@ -100,7 +101,7 @@ install_deepspeed_with_ops() {
       "deepspeed==$DS_VERSION" >&2
 }
 
-if ! .venv/bin/python -c 'import iotune, click, rich, pandas, pytest, deepspeed, transformers' 2>/dev/null \
+if ! .venv/bin/python -c 'import iotune, click, rich, pandas, pytest, deepspeed, transformers, mkdocs, material, mkdocs_click' 2>/dev/null \
    || [[ pyproject.toml -nt .venv/.iotune-installed ]]; then
   log "installing iotune and its Python dependencies into .venv (torch; DeepSpeed with its ops compiled in: minutes)"
   .venv/bin/python -m pip install -q --upgrade pip >&2
@@ -110,7 +111,7 @@ if ! .venv/bin/python -c 'import iotune, click, rich, pandas, pytest, deepspeed,
     log "building DeepSpeed $DS_VERSION with its ops prebuilt (async_io, pin_memory, cpu_adam, shm_comm)"
     install_deepspeed_with_ops
   fi
-  .venv/bin/python -m pip install -q -e '.[test,train]' >&2     # keeps the DeepSpeed just built
+  .venv/bin/python -m pip install -q -e '.[test,train,docs]' >&2     # keeps the DeepSpeed just built
   touch .venv/.iotune-installed
 fi
 

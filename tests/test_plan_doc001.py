@@ -45,7 +45,7 @@ def test_bytes_moved_per_step_within_twelve_percent() -> None:
     partitioned_optimizer_swapper.py swap_in_optimizer_state /
     swap_out_optimizer_state and the gradient swap-out in stage3.py
     partition_grads); document 001 measured 36 B (12 B read, 24 B written).
-    The total agrees within 12 %; the read/write split does not (see README)."""
+    The total agrees within 12 %; the read/write split does not (see docs/guide/plan-lint.md)."""
     plan = make_plan(PlanInput(params=DOC_PARAMS, strategy="nvme-opt"))
     doc_moved = (DOC_READS_512K + DOC_WRITES_512K) * KIB512
     moved = plan.per_optimizer_step.total_read + plan.per_optimizer_step.total_write

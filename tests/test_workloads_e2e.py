@@ -102,7 +102,7 @@ def test_nvme_opt_under_the_deepspeed_launcher(swap_fs, tmp_path: Path) -> None:
         assert r.swap_write_bytes == expected and r.swap_read_bytes == expected, r
         assert tail <= round(r.block.write_bytes) - expected <= tail + 2 * (64 << 10), (r.step, r.block)
         assert round(r.block.read_bytes) == r.swap_read_bytes, (r.step, r.block)
-    # all steady steps together within 0.1% (the README's claim)
+    # all steady steps together within 0.1% (the claim in docs/guide/trace.md)
     cc = cross_check(run)
     assert cc is not None and cc.swap_write_bytes == len(rows) * expected
     assert cc.write_diff_pct is not None and cc.read_diff_pct is not None, cc
@@ -244,7 +244,7 @@ def test_plan_predicts_traced_swap_bytes_exactly(swap_fs, tmp_path: Path, size: 
     swap_rows = [r for r in rows if r.category != BLOCK_LEVEL]
     assert {r.category for r in swap_rows} == {*OPTIMIZER_CATEGORIES, GRADIENTS}
     # swap level: every swapped tensor of these presets is a whole number of 1 KiB
-    # O_DIRECT blocks, so the model's bytes are DeepSpeed's bytes (README: 0.00 %)
+    # O_DIRECT blocks, so the model's bytes are DeepSpeed's bytes (docs/guide/plan-lint.md: 0.00 %)
     for r in swap_rows:
         assert r.error_pct == 0, (r.category, r.direction, r.predicted_bytes, r.measured_bytes)
     # block level (median steady step) also carries the tensor files' partial last ext4 block

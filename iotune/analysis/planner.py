@@ -1,6 +1,8 @@
 """The I/O-volume model behind `iotune plan`.
 
-Per-parameter accounting (background document 001, mixed precision + Adam):
+Per-parameter accounting (mixed precision + Adam, as in Xinnor's published
+offload benchmark; the ZeRO paper, arXiv:1910.02054, counts 16 B with
+half-precision gradients):
 
     weights (bf16/fp16)      2 B
     gradients (fp32)         4 B
@@ -23,7 +25,8 @@ ranks, so each rank holds 1/gpus of the partitioned parts):
 The gradient swap files are real space: DeepSpeed writes each swappable
 gradient partition to its own file under nvme_path
 (swap_tensor/optimizer_utils.py OptimizerStateSwapInfo.get_or_create_gradient_paths)
-and keeps it for the next step. Document 001's 16B table has exactly this
+and keeps it for the next step. The 16B table of
+Xinnor's published offload benchmark has exactly this
 space: 16 B per parameter with the optimizer on NVMe, 18 B with the weights
 too (both cases give the same model size, 14.22e9 parameters).
 

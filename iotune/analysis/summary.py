@@ -1,6 +1,6 @@
 """Per-device and per-direction summaries of a TraceRun, and the I/O-pattern
-table of background document 001 (requests at the AIO block size vs other
-sizes)."""
+table of Xinnor's published offload benchmark (requests at the AIO block size vs
+other sizes)."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def dominant_size(dev: DeviceStats) -> int | None:
 
 @dataclass(frozen=True)
 class PatternRow:
-    """Background doc 001's I/O-pattern table for one device."""
+    """The I/O-pattern table of Xinnor's published offload benchmark, for one device."""
 
     device: str
     block_size_bytes: int

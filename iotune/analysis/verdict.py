@@ -1,7 +1,7 @@
 """The verdict of a trace: is the step waiting on storage, how far is the
 drive from what it can do, what limits the job, what to change and what that
 buys. Each Finding carries its figures and, in `rule`, the rule in words
-(README, "Verdict", explains them all).
+(docs/guide/report.md, "The verdict", explains them all).
 
 Rules, with their thresholds (module constants):
 

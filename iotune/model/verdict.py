@@ -34,7 +34,7 @@ Figure = float | int | str | None
 @dataclass(frozen=True)
 class Finding:
     """One claim of the verdict: a plain sentence with its figures, and the
-    rule that produced it (shown in reports, explained in the README)."""
+    rule that produced it (shown in reports, explained in docs/guide/report.md)."""
 
     kind: str                      # one of KINDS
     headline: str                  # one sentence, figures included, units explicit

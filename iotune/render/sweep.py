@@ -109,7 +109,7 @@ def _ms(seconds: float | None) -> str:
 
 
 def threads_table(o: SweepOutcome) -> RenderableType:
-    """Optimizer-step time against CPU threads (background document 001's table)."""
+    """Optimizer-step time against CPU threads (the thread table of Xinnor's published offload benchmark)."""
     if not o.threads:
         return Text("")
     t = Table(title=f"CPU-optimizer threads ({_workload(o.threads)}; medians)",

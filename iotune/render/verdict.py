@@ -1,5 +1,5 @@
 """The verdict at the top of a trace report: the summary line, then one
-line per finding (its rule is in the JSON output and the README)."""
+line per finding (its rule is in the JSON output and docs/guide/report.md)."""
 
 from __future__ import annotations
 
@@ -22,5 +22,5 @@ def verdict_section(v: Verdict | None) -> RenderableType:
     for f in sorted(v.findings, key=lambda f: order.get(f.kind, len(KINDS))):
         t.append(f"  {LABELS.get(f.kind, f.kind):>6}  ", style="italic")
         t.append(f.headline + "\n")
-    t.append("  (the rule behind each line: iotune report RUN --json, or the README's \"The verdict\")\n", style="dim")
+    t.append("  (the rule behind each line: iotune report RUN --json, or \"The verdict\" in docs/guide/report.md)\n", style="dim")
     return t

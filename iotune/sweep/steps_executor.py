@@ -2,7 +2,7 @@
 (strategy nvme-opt, optimizer state swapped to the target directory) with the
 point's aio settings; the metric is step and optimizer-step time, the median
 over the steps after the first. omp_threads sets OMP_NUM_THREADS for the CPU
-optimizer (DeepSpeedCPUAdam), as in background document 001's thread table.
+optimizer (DeepSpeedCPUAdam), as in the thread table of Xinnor's published offload benchmark.
 
 Runs start warm (iotune.workloads.zygote): forks of a process that has
 imported torch, transformers and DeepSpeed and loaded DeepSpeed's ops, ~5 s a

@@ -1,6 +1,7 @@
 """The CPU-optimizer thread dimension (omp_threads): the recommended aio
 point measured on training steps at each OMP_NUM_THREADS value, as in
-background document 001's table (optimizer-step time against CPU threads:
+the thread table of Xinnor's published offload benchmark
+(optimizer-step time against CPU threads:
 DeepSpeedCPUAdam is memory-bandwidth-bound, so beyond a few threads it stops
 paying). Only training steps can vary it: fio and DeepSpeed's aio engine do
 no optimizer math, so a sweep without a training-step stage refuses it

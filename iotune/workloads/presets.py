@@ -1,6 +1,6 @@
-"""Llama-style model shapes, from a tiny CI size to the background documents'
-1B-16B (Llama 3.1 architecture: grouped-query attention, SwiGLU MLP, untied
-embeddings). Parameter counts are exact for transformers' LlamaForCausalLM."""
+"""Llama-style model shapes, from a tiny CI size to the 1B-16B sizes of
+Xinnor's published offload benchmark (Llama 3.1 architecture: grouped-query
+attention, SwiGLU MLP, untied embeddings). Parameter counts are exact for transformers' LlamaForCausalLM."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ PRESETS: dict[str, ModelShape] = {
     # benchmark size: every 2-D weight (1536 x 1536 and up, 9.4 MB in fp32) exceeds the largest aio block
     # searched (8 MiB), so a larger block changes how the same bytes move, never which tensors move
     "wide": ModelShape(vocab=4096, hidden=1536, layers=1, heads=12, kv_heads=12, intermediate=4096, seq_len=128),
-    # background document shapes (need the hardware)
+    # the sizes of Xinnor's published offload benchmark (need the hardware)
     "1b": ModelShape(vocab=128256, hidden=2048, layers=16, heads=32, kv_heads=8, intermediate=8192, seq_len=4096),
     "3b": ModelShape(vocab=128256, hidden=3072, layers=28, heads=24, kv_heads=8, intermediate=8192, seq_len=4096),
     "8b": ModelShape(vocab=128256, hidden=4096, layers=32, heads=32, kv_heads=8, intermediate=14336, seq_len=4096),
