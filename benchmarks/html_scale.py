@@ -38,7 +38,7 @@ from iotune.errors import UsageError  # noqa: E402
 from iotune.model.histogram import lat_slot  # noqa: E402
 from iotune.model.run import DeviceStats, DirectionStats, TimelinePoint, TraceRun  # noqa: E402
 from iotune.model.verdict import TraceReport  # noqa: E402
-from iotune.render.html import figure_specs  # noqa: E402
+from iotune.render.page import figure_specs  # noqa: E402
 from iotune.render.registry import render  # noqa: E402
 
 DAY_S = 86_400

@@ -33,16 +33,76 @@ def missing_for_tracing() -> str | None:
 
 
 _MISSING = missing_for_tracing()
-needs_root = pytest.mark.skipif(_MISSING is not None, reason=_MISSING or "")   # root + BPF (bcc) + loop devices
-needs_fio = pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio: scripts/setup.sh")
 _NO_TRAIN = next((f"needs {m} (pip install -e '.[train]')" for m in ("torch", "deepspeed")
                   if importlib.util.find_spec(m) is None), None)
-needs_deepspeed = pytest.mark.skipif(_NO_TRAIN is not None, reason=_NO_TRAIN or "")
+_NO_FIO = "needs fio: scripts/setup.sh" if shutil.which("fio") is None else None
+
+# The test tiers (markers registered in pyproject.toml). A requirement is a
+# marker; pytest_collection_modifyitems below turns it into a skip whose reason
+# names what is missing, and marks the test slow. `pytest -m "not slow"` runs
+# the pure tests; `make test` runs every tier.
+needs_root = pytest.mark.root              # root + BPF (bcc) + loop devices
+needs_fio = pytest.mark.fio
+needs_deepspeed = pytest.mark.deepspeed    # torch and deepspeed
 
 
 def needs_root_for(what: str) -> pytest.MarkDecorator:
     """Root only (no BPF): the reason names what the test does as root."""
-    return pytest.mark.skipif(os.geteuid() != 0, reason=f"needs root ({what})")
+    return pytest.mark.root(only=what)
+
+
+# Slow without a requirement marker: they start servers, beds or subprocess
+# pipelines, or run long enough that the pure tier would pass a minute.
+# Keyed by module (every test in it) or by node id without parameters.
+SLOW_MODULES = frozenset({
+    "test_html_browser.py",      # chromium
+    "test_typing.py",            # mypy --strict
+    "test_layering.py",          # lint-imports
+    "test_nodebed.py", "test_prebuilt_ops.py",
+})
+SLOW_TESTS = frozenset({      # found with --durations: each starts and kills real process trees
+    "tests/test_sweep_usercmd.py::test_a_build_stopped_by_the_time_limit_leaves_no_lock",
+    "tests/test_sweep_usercmd.py::test_time_limit_kills_what_left_the_process_group",
+    "tests/test_proc.py::test_a_timeout_kills_the_whole_group",
+    "tests/test_aio_executor.py::test_timeout_kills_the_trial",
+    "tests/test_proc.py::test_terminate_sends_sigterm_then_sigkill_and_reaps",
+})
+SLOW_FIXTURES = frozenset({"loop_drive", "nodebed", "slurmbed", "remote_iotune", "wheel", "browser", "bed"})
+
+
+def _missing(item: pytest.Item) -> str | None:
+    """What the item's requirement markers lack, or None."""
+    for mark in item.iter_markers("root"):
+        if "only" not in mark.kwargs:
+            if _MISSING is not None:
+                return _MISSING
+        elif os.geteuid() != 0:
+            return f"needs root ({mark.kwargs['only']})"
+    if item.get_closest_marker("deepspeed") is not None and _NO_TRAIN is not None:
+        return _NO_TRAIN
+    if item.get_closest_marker("fio") is not None and _NO_FIO is not None:
+        return _NO_FIO
+    return None
+
+
+def _slow(item: pytest.Item) -> bool:
+    """A requirement marker, or any skipif (it names something the machine
+    must have: a module's own bed, tool or package), is not pure computation."""
+    if any(item.get_closest_marker(m) is not None for m in ("root", "deepspeed", "fio", "skipif")):
+        return True
+    if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        return True
+    module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+    return module in SLOW_MODULES or item.nodeid.split("[", 1)[0] in SLOW_TESTS
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        reason = _missing(item)
+        if reason is not None:
+            item.add_marker(pytest.mark.skip(reason=reason))
+        if _slow(item):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -223,18 +222,28 @@ def test_in_flight_depth_is_what_the_job_really_keeps_in_flight(fusebed: Path) -
 
 @needs_root
 @needs_fio
-def test_processes_outside_the_command_are_not_counted(fusebed: Path) -> None:
+def test_processes_outside_the_command_are_not_counted(fusebed: Path, tmp_path: Path) -> None:
+    """An outsider writes to the traced filesystem all through the traced
+    command: the command waits until the outsider has written three more
+    times, so its writes certainly fell inside the trace; none are counted."""
     lay_out(fusebed)
+    ticks = tmp_path / "ticks"             # a line per outsider write, off the traced filesystem
+    ticks.touch()
     outsider = subprocess.Popen(["sh", "-c", f"while :; do dd if=/dev/zero of={fusebed}/other bs=4k count=4 "
-                                             f"oflag=direct conv=notrunc status=none; sleep 0.01; done"])
+                                             f"oflag=direct conv=notrunc status=none && echo >> {ticks}; "
+                                             f"sleep 0.01; done"])
+    # poll the outsider's count for at most 60 s (3 writes take well under a second); give up with exit 1
+    three_more = (f"n=$(wc -l < {ticks}); i=0; while [ $(wc -l < {ticks}) -lt $((n + 3)) ]; do "
+                  f"i=$((i + 1)); [ $i -gt 6000 ] && exit 1; sleep 0.01; done; "
+                  f"echo $(($(wc -l < {ticks}) - n)) > {tmp_path}/written; ")
     try:
-        time.sleep(0.2)
-        run = traced(fusebed, ["sh", "-c", "sleep 0.3; " + " ".join(fio(fusebed / "sync", "psync", "read",
-                                                                          4 * KiB, 29)) + " >/dev/null"])
+        run = traced(fusebed, ["sh", "-c", three_more + " ".join(fio(fusebed / "sync", "psync", "read",
+                                                                   4 * KiB, 29)) + " >/dev/null"])
     finally:
         outsider.kill()
         outsider.wait()
-    assert run.app is not None
+    assert run.exit_status == 0 and run.app is not None
+    assert int((tmp_path / "written").read_text()) >= 3    # the outsider did write, during the command
     assert [(Path(f.path).name, f.op, f.requests) for f in run.app.files] == [("sync", "read", 29)]
 
 

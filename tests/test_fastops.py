@@ -13,12 +13,20 @@ import pytest
 from iotune.blockdev.dsops import installed_ops as _installed_ops
 from iotune.workloads.fastops import ops_to_build, prebuilt_ops, reusable_library
 
-DS_DIR = Path(next(iter(importlib.util.find_spec("deepspeed").submodule_search_locations))).resolve()
-SOURCE = DS_DIR / "__init__.py"          # any file of this install stands in for an op's source
+
+@pytest.fixture
+def ds_dir() -> Path:
+    """The installed DeepSpeed package's directory, found without importing it
+    (no torch import at collection, and a clear skip where it is missing)."""
+    spec = importlib.util.find_spec("deepspeed")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("needs deepspeed (pip install -e '.[train]')")
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
 
 
-def built_op(root: Path, name: str, source: Path = SOURCE) -> Path:
-    """An op directory as torch leaves it: build.ninja compiling `source`, the library newer than both."""
+def built_op(root: Path, name: str, source: Path) -> Path:
+    """An op directory as torch leaves it: build.ninja compiling `source`, the
+    library newer than both. Any file of the install stands in for an op's source."""
     op = root / name
     op.mkdir(parents=True)
     (op / "build.ninja").write_text(f"rule compile\n  command = c++ $in\nbuild {name}.o: compile {source}\n")
@@ -29,30 +37,32 @@ def built_op(root: Path, name: str, source: Path = SOURCE) -> Path:
     return op
 
 
-def test_a_current_build_of_this_install_is_reused(tmp_path: Path) -> None:
-    op = built_op(tmp_path, "cpu_adam")
-    assert reusable_library(op, DS_DIR) == op / "cpu_adam.so"
+def test_a_current_build_of_this_install_is_reused(tmp_path: Path, ds_dir: Path) -> None:
+    op = built_op(tmp_path, "cpu_adam", ds_dir / "__init__.py")
+    assert reusable_library(op, ds_dir) == op / "cpu_adam.so"
 
 
-def test_a_build_in_progress_or_of_other_sources_is_left_to_deepspeed(tmp_path: Path) -> None:
-    locked = built_op(tmp_path, "cpu_adam")
+def test_a_build_in_progress_or_of_other_sources_is_left_to_deepspeed(tmp_path: Path, ds_dir: Path) -> None:
+    source = ds_dir / "__init__.py"
+    locked = built_op(tmp_path, "cpu_adam", source)
     (locked / "lock").touch()
-    assert reusable_library(locked, DS_DIR) is None
+    assert reusable_library(locked, ds_dir) is None
     foreign = tmp_path / "elsewhere.cpp"
     foreign.write_text("")
-    assert reusable_library(built_op(tmp_path, "async_io", foreign), DS_DIR) is None
-    older = built_op(tmp_path / "old", "cpu_adam")
+    assert reusable_library(built_op(tmp_path, "async_io", foreign), ds_dir) is None
+    older = built_op(tmp_path / "old", "cpu_adam", source)
     os.utime(older / "cpu_adam.so", (1, 1))          # built before its sources changed
-    assert reusable_library(older, DS_DIR) is None
-    assert reusable_library(tmp_path / "missing", DS_DIR) is None
+    assert reusable_library(older, ds_dir) is None
+    assert reusable_library(tmp_path / "missing", ds_dir) is None
 
 
-def test_ops_to_build_names_the_ops_without_a_current_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ops_to_build_names_the_ops_without_a_current_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            ds_dir: Path) -> None:
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     prebuilt = prebuilt_ops(("cpu_adam", "async_io"))       # DeepSpeed imports these from its package
     expect = [op for op in ("cpu_adam", "async_io") if op not in prebuilt]
     assert ops_to_build() == expect
-    built_op(tmp_path, "cpu_adam")
+    built_op(tmp_path, "cpu_adam", ds_dir / "__init__.py")
     assert ops_to_build() == [op for op in expect if op != "cpu_adam"]
 
 

@@ -308,7 +308,7 @@ def test_fleet_json_and_the_report_conform_to_their_schemas(tmp_path: Path) -> N
 
 
 def test_report_html_of_a_fleet(tmp_path: Path) -> None:
-    from iotune.render.html import figure_specs
+    from iotune.render.page import figure_specs
 
     save_fleet(fleet(), tmp_path / "fl")
     r = invoke("report", str(tmp_path / "fl"), "--json", "--html", str(tmp_path / "fl.html"))

@@ -117,6 +117,18 @@ def agent_pid(bed: SlurmBed, index: int) -> int | None:
     return None
 
 
+def srun_client_of(node: str) -> int | None:
+    """The `srun ... --nodelist=NODE ... iotune agent` step iotune started for `node`."""
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[:1] == [b"srun"] and f"--nodelist={node}".encode() in argv and b"agent" in argv:
+            return int(cmdline.parent.name)
+    return None
+
+
 @needs_slurmbed
 def test_a_node_whose_agent_is_killed_mid_run_is_lost_and_the_others_kept(
         slurmbed: SlurmBed, remote_iotune: Path, tmp_path: Path) -> None:  # noqa: F811
@@ -131,10 +143,13 @@ def test_a_node_whose_agent_is_killed_mid_run_is_lost_and_the_others_kept(
         while not all(Path(f"{started}-{name}").exists() for name in bed.names):   # agents trace, step runs
             assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
             time.sleep(0.05)
-        pid = agent_pid(bed, 2)
-        assert pid is not None
+        pid, client = agent_pid(bed, 2), srun_client_of(bed.names[2])
+        assert pid is not None and client is not None
         os.kill(pid, signal.SIGKILL)             # n4's agent, by its pid
-        time.sleep(0.5)
+        deadline = time.monotonic() + 30
+        while srun_client_of(bed.names[2]) == client:       # its srun step has ended (not a fixed sleep)
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
         go.touch()
         out, err = proc.communicate(timeout=120)
     finally:

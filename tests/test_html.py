@@ -24,7 +24,7 @@ from iotune.model.run import TimelinePoint
 from iotune.model.runfile import load_run
 from iotune.model.sweep_result import Effects, LayoutResult, LayoutSweep
 from iotune.model.verdict import Finding, TraceReport, Verdict
-from iotune.render.html import CHART_CLASS, figure_specs
+from iotune.render.page import CHART_CLASS, figure_specs
 from iotune.render.registry import render
 
 from .conftest import needs_fio

@@ -22,7 +22,7 @@ import pytest
 
 from iotune.analysis.compare import compare_runs
 from iotune.model.verdict import Finding, TraceReport, Verdict
-from iotune.render.html import CHART_CLASS, figure_specs
+from iotune.render.page import CHART_CLASS, figure_specs
 from iotune.render.registry import render
 
 from .conftest import missing_for_tracing

@@ -1,6 +1,7 @@
-"""Layouts on real loop devices: btrfs raid0 (md is missing here), mount
-options and geometry read back, queue tunables restored, drive-count scaling
-against a known cap, safety and teardown."""
+"""Layouts on real loop devices: btrfs raid0 (md is missing here, so the md
+plan is checked with md_available monkeypatched both ways), mount options and
+geometry read back, queue tunables restored, drive-count scaling against a
+known cap, safety and teardown."""
 
 from __future__ import annotations
 
@@ -8,15 +9,18 @@ import contextlib
 import hashlib
 import os
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from iotune.blockdev.devices import resolve_device
 from iotune.errors import UsageError
+from iotune.model.layout import BuildPlan
 from iotune.model.sweep import SweepPoint
 from iotune.sweep.executor import Target
 from iotune.sweep.fio_executor import FioExecutor
+from iotune.volumes import layout
 from iotune.volumes.layout import LayoutSpec, _mkfs, build_layout, md_available, plan_layout
 from iotune.volumes.safety import DestroyRefused
 
@@ -25,14 +29,36 @@ from .conftest import make_loops, needs_root
 CAP = 100_000_000
 
 
-def test_md_missing_is_detected_and_btrfs_is_used_instead(tmp_path: Path) -> None:
-    ok, why = md_available()
-    if ok:
-        pytest.skip("this kernel has md RAID; the fallback is not exercised")
-    assert why == "this kernel has no md RAID (/proc/mdstat is missing)"
-    plan = plan_layout(LayoutSpec(devices=("/dev/a", "/dev/b"), raid0=True, fstype="xfs"), tmp_path)
+def test_md_is_available_only_with_mdstat_and_mdadm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mdstat = tmp_path / "mdstat"
+    monkeypatch.setattr(layout, "MDSTAT", mdstat)
+    monkeypatch.setattr(layout.shutil, "which", lambda name: f"/sbin/{name}")
+    assert md_available() == (False, f"this kernel has no md RAID ({mdstat} is missing)")
+    mdstat.write_text("Personalities : [raid0]\n")
+    assert md_available() == (True, "md RAID available")
+    monkeypatch.setattr(layout.shutil, "which", lambda name: None)
+    assert md_available() == (False, "mdadm is not installed (apt-get install mdadm)")
+
+
+MD_MISSING = "this kernel has no md RAID (/proc/mdstat is missing)"
+
+
+@pytest.mark.parametrize("md", [True, False], ids=["md", "no-md"])
+def test_raid0_is_md_where_available_else_btrfs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, md: bool) -> None:
+    why = "md RAID available" if md else MD_MISSING
+    monkeypatch.setattr(layout, "md_available", lambda: (md, why))
+    spec = LayoutSpec(devices=("/dev/a", "/dev/b"), raid0=True, fstype="xfs")
+    plan = plan_layout(spec, tmp_path)
+    if md:
+        assert plan == BuildPlan("md", why, "xfs", (
+            ("mdadm", "--create", "/dev/md/iotune", "--run", "--level=0", "--raid-devices=2",
+             f"--chunk={spec.chunk_bytes // 1024}K", "/dev/a", "/dev/b"),
+            _mkfs("xfs", ["/dev/md/iotune"], False, spec.chunk_bytes, 2),
+            ("mount", "-o", "noatime", "/dev/md/iotune", str(tmp_path))), "/dev/md/iotune", spec.chunk_bytes)
+        assert plan_layout(replace(spec, backend="md"), tmp_path) == plan
+        return
     assert plan.backend == "btrfs" and plan.fstype == "btrfs" and plan.stripe_bytes == 64 << 10
-    assert plan.reason.endswith("using btrfs raid0 (data stripe fixed at 64 KiB, filesystem btrfs)")
+    assert plan.reason == MD_MISSING + "; using btrfs raid0 (data stripe fixed at 64 KiB, filesystem btrfs)"
     with pytest.raises(UsageError, match="md RAID requested but this kernel has no md RAID"):
         plan_layout(LayoutSpec(devices=("/dev/a", "/dev/b"), raid0=True, backend="md"), tmp_path)
 
@@ -134,13 +160,12 @@ def test_raid0_read_bandwidth_scales_with_drives(loops: list[str], tmp_path: Pat
 
 
 @needs_root
-def test_cli_dry_run_touches_nothing(loops: list[str]) -> None:
+def test_cli_dry_run_touches_nothing(loops: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     from click.testing import CliRunner
 
     from iotune.cli import cli
 
-    if md_available()[0]:
-        pytest.skip("expects the btrfs fallback (this kernel has md)")
+    monkeypatch.setattr(layout, "md_available", lambda: (False, MD_MISSING))    # the btrfs fallback's commands
     args = ["volumes", "build", loops[0], loops[1], "--raid0", "-o", "noatime,nodatacow",
             "--mount-point", "/mnt/iotune-test", "--dry-run"]
     commands = [f"mkfs.btrfs -q -f --nodiscard -d raid0 -m raid1 {loops[0]} {loops[1]}",

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
 
 import pytest
 
-from iotune.blockdev.proc import last_line, not_installed, prefer_interpreter_tools, run, run_in_own_group
+from iotune.blockdev.proc import (last_line, not_installed, prefer_interpreter_tools, run, run_in_own_group,
+                                 terminate)
 from iotune.errors import IotuneError
 
 
@@ -36,6 +38,24 @@ def test_a_timeout_kills_the_whole_group() -> None:
     assert time.monotonic() - t0 < 10
     out = subprocess.run(["pgrep", "-f", "^sleep 41.123$"], capture_output=True, text=True)
     assert out.stdout.strip() == "", "the grandchild survived its group being killed"
+
+
+def ready_child(script: str, **kwargs: object) -> subprocess.Popen[str]:
+    """`sh -c script` that prints "ready" once its traps are set; returned after that line."""
+    proc = subprocess.Popen(["sh", "-c", script], stdout=subprocess.PIPE, text=True, **kwargs)  # type: ignore[call-overload]
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    return proc
+
+
+@pytest.mark.parametrize("group", [False, True], ids=["process", "group"])
+def test_terminate_sends_sigterm_then_sigkill_and_reaps(group: bool) -> None:
+    polite = ready_child("trap 'exit 7' TERM; echo ready; while :; do sleep 1; done", start_new_session=group)
+    assert terminate(polite, 30.0, group=group) is False            # it left on SIGTERM, long before 30 s
+    assert polite.returncode == 7
+    stubborn = ready_child("trap '' TERM; echo ready; while :; do sleep 1; done", start_new_session=group)
+    assert terminate(stubborn, 0.2, group=group) is True             # SIGTERM ignored: killed
+    assert stubborn.returncode == -signal.SIGKILL
+    assert terminate(stubborn, 0.2, group=group) is False            # already gone: nothing sent
 
 
 def test_interpreter_tools_come_first_on_path() -> None:

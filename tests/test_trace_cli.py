@@ -85,15 +85,20 @@ def test_scheduler_sigterm_reaches_the_commands_process_group(loop_drive: BlockD
 
 @needs_root
 def test_repeated_signals_escalate_without_losing_the_run(loop_drive: BlockDevice, tmp_path: Path) -> None:
-    """The command ignores SIGTERM: the first two signals are forwarded as
-    SIGTERM and iotune keeps tracing; the third is SIGKILL. The run is saved."""
-    out = tmp_path / "run"
-    script = (f"trap '' TERM INT; dd if={loop_drive.path} of=/dev/null bs=4K count=7 iflag=direct 2>/dev/null; "
-              f"touch {tmp_path}/ready; sleep 60")
+    """The command outlives SIGTERM (it notes each one and goes on): the
+    first two signals are forwarded as SIGTERM and iotune keeps tracing; the
+    third is SIGKILL. The run is saved."""
+    out, terms = tmp_path / "run", tmp_path / "terms"
+    script = (f"trap 'echo >> {terms}' TERM; trap '' INT; "
+              f"dd if={loop_drive.path} of=/dev/null bs=4K count=7 iflag=direct 2>/dev/null; "
+              f"touch {tmp_path}/ready; while :; do sleep 60 & wait $!; done")
     p = start_trace(["-o", str(out), "-d", loop_drive.name], tmp_path, script)
-    for sig in (signal.SIGTERM, signal.SIGTERM):
+    for n, sig in enumerate((signal.SIGTERM, signal.SIGTERM), 1):
         p.send_signal(sig)
-        time.sleep(0.5)
+        deadline = time.monotonic() + 30            # until the command has noted the n-th forwarded SIGTERM
+        while not (terms.exists() and len(terms.read_text().splitlines()) == n):
+            assert time.monotonic() < deadline and p.poll() is None, p.communicate()[1]
+            time.sleep(0.05)
         assert p.poll() is None, p.communicate()[1]      # iotune is still tracing
     p.send_signal(signal.SIGINT)
     stdout, stderr = p.communicate(timeout=30)

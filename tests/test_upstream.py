@@ -11,8 +11,8 @@ import pytest
 from iotune.model.aio import DEEPSPEED_AIO_DEFAULTS, OffloadBuffers
 from iotune.workloads.presets import PRESETS, tensor_numels
 
-needs_deepspeed = pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
-                                     reason="needs deepspeed (pip install -e '.[train]')")
+from .conftest import needs_deepspeed
+
 needs_transformers = pytest.mark.skipif(
     importlib.util.find_spec("transformers") is None or importlib.util.find_spec("torch") is None,
     reason="needs torch and transformers (pip install -e '.[train]')")

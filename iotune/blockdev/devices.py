@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
+from . import mountinfo
 
 SYS_DEV_BLOCK = Path("/sys/dev/block")
 SYS_BLOCK = Path("/sys/block")
@@ -180,15 +181,12 @@ def mount_of(path: str) -> Mount:
     """The mount holding `path` (longest mount point prefix in mountinfo)."""
     real = os.path.realpath(path)
     best: Mount | None = None
-    with open("/proc/self/mountinfo") as fh:
-        for line in fh:
-            left, _, right = line.partition(" - ")
-            parts, rparts = left.split(), right.split()
-            mp = parts[4].encode().decode("unicode_escape")
-            if real == mp or real.startswith(mp.rstrip("/") + "/") or mp == "/":
-                if best is None or len(mp) >= len(best.mount_point):
-                    major, minor = parts[2].split(":")
-                    best = Mount(mp, rparts[0], rparts[1], (int(major), int(minor)))
+    for m in mountinfo.read():
+        mp = m.mount_point
+        if real == mp or real.startswith(mp.rstrip("/") + "/") or mp == "/":
+            if best is None or len(mp) >= len(best.mount_point):
+                major, minor = m.number.split(":")
+                best = Mount(mp, m.fstype, m.source, (int(major), int(minor)))
     if best is None:
         raise UsageError(f"cannot find the mount holding {path}")
     return best
@@ -197,13 +195,7 @@ def mount_of(path: str) -> Mount:
 def mount_point_of(dev: BlockDevice) -> str | None:
     """Where `dev` is mounted (its filesystem's device number, or for btrfs
     its mount source), the shortest mount point if several; None if nowhere."""
-    found = []
-    with open("/proc/self/mountinfo") as fh:
-        for line in fh:
-            left, _, right = line.partition(" - ")
-            parts, rparts = left.split(), right.split()
-            if parts[2] == dev.number or (len(rparts) > 1 and rparts[1] == dev.path):
-                found.append(parts[4].encode().decode("unicode_escape"))
+    found = [m.mount_point for m in mountinfo.read() if m.number == dev.number or m.source == dev.path]
     return min(found, key=len) if found else None
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import mountinfo
 from .proc import kill_session
 
 STOP_TIMEOUT_S = 5.0
@@ -79,20 +80,7 @@ def _detach(facts: dict[str, str]) -> None:
 
 def mount_points() -> set[str]:
     """Mount points in this mount namespace (mountinfo's octal escapes undone)."""
-    with open("/proc/self/mountinfo", "rb") as fh:
-        return {_unescape(line.split()[4]) for line in fh if len(line.split()) > 4}
-
-
-def _unescape(field_: bytes) -> str:
-    out, i = bytearray(), 0
-    while i < len(field_):
-        if field_[i:i + 1] == b"\\" and field_[i + 1:i + 4].isdigit():
-            out.append(int(field_[i + 1:i + 4], 8))
-            i += 4
-        else:
-            out += field_[i:i + 1]
-            i += 1
-    return os.fsdecode(bytes(out))
+    return {m.mount_point for m in mountinfo.read()}
 
 
 def _unmount(facts: dict[str, str]) -> None:

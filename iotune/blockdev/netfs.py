@@ -33,8 +33,9 @@ from pathlib import Path
 
 from ..errors import IotuneError, UsageError
 from ..model.netfs import KnobPlan, KnobVariant, NetMount
+from . import mountinfo
 
-MOUNTINFO = "/proc/self/mountinfo"
+MOUNTINFO = str(mountinfo.MOUNTINFO)
 
 LUSTRE_PARAMS = {            # knob -> lctl parameter pattern ({fs}: the filesystem name)
     "max_rpcs_in_flight": "osc.{fs}-OST*.max_rpcs_in_flight",
@@ -47,32 +48,9 @@ NFS_OPTIONS = ("rsize", "wsize", "nconnect")
 Runner = Callable[[list[str]], str]
 
 
-def _unescape(field: str) -> str:
-    """mountinfo escapes space, tab, newline and backslash as octal (\\040)."""
-    out, i = [], 0
-    while i < len(field):
-        if field[i] == "\\" and field[i + 1:i + 4].isdigit():
-            out.append(chr(int(field[i + 1:i + 4], 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
-
-
 def parse_mountinfo(text: str) -> list[NetMount]:
-    mounts = []
-    for line in text.splitlines():
-        pre, sep, post = line.partition(" - ")
-        if not sep:
-            continue
-        left, right = pre.split(), post.split()
-        if len(left) < 6 or len(right) < 2:
-            continue
-        options = left[5].split(",") + (right[2].split(",") if len(right) > 2 else [])
-        mounts.append(NetMount(_unescape(left[4]), right[0], _unescape(right[1]),
-                               tuple(dict.fromkeys(options)), _unescape(left[3])))
-    return mounts
+    return [NetMount(m.mount_point, m.fstype, m.source, tuple(dict.fromkeys(m.options + m.super_options)), m.root)
+            for m in mountinfo.parse(text)]
 
 
 def find_mount(path: Path, mountinfo: str | None = None) -> NetMount:

@@ -53,6 +53,25 @@ def kill_group(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:  # ty
         os.killpg(proc.pid, sig)
 
 
+def terminate(proc: subprocess.Popen, grace_s: float, group: bool = False) -> bool:  # type: ignore[type-arg]
+    """SIGTERM to `proc` (with `group`, to the process group it leads), then
+    SIGKILL if it is still running after `grace_s`; it is reaped either way.
+    True if it had to be killed."""
+    killed = False
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, None)):
+        if proc.poll() is not None:
+            break
+        killed = sig == signal.SIGKILL
+        with contextlib.suppress(ProcessLookupError):
+            if group:
+                os.killpg(proc.pid, sig)
+            else:
+                os.kill(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(wait_s)
+    return killed
+
+
 def kill_session(sid: int, sig: int = signal.SIGKILL, wait_s: float = 5.0) -> int:
     """Signal every process of session `sid` (a child started with
     start_new_session leads one): also those that moved to process groups of

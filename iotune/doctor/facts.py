@@ -12,6 +12,7 @@ import os
 import resource
 import shutil
 
+from ..blockdev import mountinfo
 from ..blockdev.directio import direct_io_problem
 from ..blockdev.proc import CAP_IPC_LOCK, has_cap
 from ..model.lint import LintEnv, PathFacts
@@ -94,27 +95,16 @@ def fstab_mount_points(fstab: str = "/etc/fstab") -> dict[str, str]:
     for line in lines:
         fields = line.split("#", 1)[0].split()
         if len(fields) >= 2 and fields[1].startswith("/"):
-            out[_unescape(fields[1])] = _unescape(fields[0])
+            out[mountinfo.unescape(fields[1])] = mountinfo.unescape(fields[0])
     return out
 
 
-def mounted_points(mountinfo: str = "/proc/self/mountinfo") -> set[str]:
+def mounted_points(path: str = str(mountinfo.MOUNTINFO)) -> set[str]:
     """Mount points currently mounted (what findmnt lists)."""
-    out = set()
     try:
-        with open(mountinfo) as fh:
-            for line in fh:
-                fields = line.split()
-                if len(fields) > 4:
-                    out.add(_unescape(fields[4]))
+        return {m.mount_point for m in mountinfo.read(path)}
     except OSError:
-        pass
-    return out
-
-
-def _unescape(text: str) -> str:
-    """fstab and mountinfo write spaces and tabs as octal escapes (\\040)."""
-    return text.replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\")
+        return set()
 
 
 def unmounted_mount_point(path: str, fstab: dict[str, str], mounted: set[str]) -> str | None:

@@ -1,6 +1,6 @@
 """The HTML report of a multi-node run: the fleet's verdict, step time per
 node and global step (one line per ok node), the node, rank and
-slowest-node tables. See render/html.py for the page and its charts."""
+slowest-node tables. See render/page.py for the page and its charts."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from ..analysis.fleet import step_times
 from ..model.fleet_report import FleetReport
 from . import units
 from .base import Renderer
-from .html import Page, esc
-from .html_trace import colour
+from .page import Page, colour, esc
 
 
 def _s(v: float | None) -> str:

@@ -1,6 +1,6 @@
 """HTML reports of sweeps (block size × queue depth heatmap, ranking, the
 step confirmation), layout sweeps and comparisons of runs (overlaid). Every
-figure is a plotly spec; see render/html.py."""
+figure is a plotly spec; see render/page.py."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from ..model.reports import Comparison
 from ..model.run import TraceRun
 from ..model.sweep_result import LayoutSweep, Ranked, SweepOutcome
 from . import units
-from .html import Page, esc
-from .html_trace import TIMELINE_POINTS, colour, sig
+from .page import TIMELINE_POINTS, Page, colour, esc, sig
 from .sweep import ranking_notes, summary_text, ties_text
 
 TOP = 30

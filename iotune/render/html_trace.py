@@ -1,10 +1,9 @@
 """The HTML trace report: verdict, devices, timeline with training phases
 shaded, request-size and latency histograms, step breakdown and swap bytes
-by category. Every figure is a plotly spec; see render/html.py."""
+by category. Every figure is a plotly spec; see render/page.py."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from ..analysis.attribution import STEP_PHASES, StepBreakdown, steady, step_breakdowns, swap_by_category
@@ -16,30 +15,12 @@ from ..model.histogram import lat_slot_bounds, log2_from_sizes, size_slot_bounds
 from ..model.run import TraceRun
 from ..model.verdict import TraceReport, Verdict
 from . import units
-from .html import Page, esc
+from .page import TIMELINE_POINTS, Page, colour, esc, sig
 
-TIMELINE_POINTS = 1000      # buckets per timeline series at most
 MAX_STEP_BARS = 300         # more steps than this are shown in groups (mean per group)
-PALETTE = ((31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189),
-           (140, 86, 75), (227, 119, 194), (127, 127, 127), (188, 189, 34), (23, 190, 207))
-LIGHT = ((174, 199, 232), (255, 187, 120), (152, 223, 138), (255, 152, 150), (197, 176, 213),
-         (196, 156, 148), (247, 182, 210), (199, 199, 199), (219, 219, 141), (158, 218, 229))
 PHASE_COLOURS = {"forward": "rgba(44,160,44,0.13)", "backward": "rgba(31,119,180,0.13)",
                  "accumulate": "rgba(148,103,189,0.13)", "optimizer": "rgba(214,39,40,0.15)",
                  "checkpoint": "rgba(127,127,127,0.2)"}
-
-
-def colour(i: int, alpha: float = 1.0, light: bool = False) -> str:
-    r, g, b = (LIGHT if light else PALETTE)[i % len(PALETTE)]
-    return f"rgba({r},{g},{b},{alpha})"
-
-
-def sig(values: tuple[float, ...] | list[float], scale: float = 1.0) -> list[float]:
-    """Values times `scale`, rounded to 4 significant digits of the largest
-    (keeps the file small)."""
-    top = max((abs(v) for v in values), default=0.0) * scale
-    digits = 3 - math.floor(math.log10(top)) if top > 0 else 0
-    return [round(v * scale, digits) for v in values]
 
 
 def trace_page(report: TraceReport) -> Page:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
 import tempfile
 import threading
@@ -31,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..blockdev.proc import last_line
+from ..blockdev.proc import last_line, terminate
 from ..blockdev.remote import SshTransport, Transport
 from ..errors import IotuneError
 from ..model.fleet_sweep import NodeSweep, node_sweep_from_doc
@@ -126,14 +125,7 @@ class NodeProcess:
     def kill(self, grace_s: float = 3.0) -> None:
         """SIGTERM first (srun then cancels its step on the node; a SIGKILLed
         srun would leave it running), SIGKILL after `grace_s`."""
-        for sig, wait_s in ((15, grace_s), (9, None)):
-            if self.proc.poll() is not None:
-                break
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, sig)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(wait_s)
-        self.proc.wait()
+        terminate(self.proc, grace_s, group=True)
         self._reader.join(5)
         self._out.close()
 

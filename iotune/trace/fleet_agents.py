@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import tempfile
 import threading
@@ -19,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..blockdev.proc import terminate
 from ..blockdev.remote import Transport, ssh_connection_lost
 from ..errors import IotuneError
 from .agent import READY_KEY, SCHEDULER_NODE_KEY, untar_directory
@@ -106,14 +106,7 @@ class Agent:
     def kill(self, term_s: float = 3.0) -> None:
         """SIGTERM, then after `term_s` SIGKILL (srun cancels its step on
         SIGTERM; killed outright it would leave the step running)."""
-        for sig, wait_s in ((signal.SIGTERM, term_s), (signal.SIGKILL, None)):
-            if self.proc.poll() is not None:
-                break
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, sig)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(wait_s)
-        self.proc.wait()
+        terminate(self.proc, term_s, group=True)
         self._reader.join(5)
         if self.proc.stdout is not None:
             self.proc.stdout.close()

@@ -36,7 +36,6 @@ import hashlib
 import logging
 import mmap
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -46,9 +45,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..blockdev import mountinfo
 from ..blockdev.cgroup import Throttle, blkio_cgroup
 from ..blockdev.devices import BlockDevice
 from ..blockdev.ledger import note, note_process
+from ..blockdev.proc import terminate
 from ..errors import IotuneError, UsageError
 from ..model.drive import DriveLimits
 from .parts import MKFS, attach_loop, create_file, format_and_mount, require_root
@@ -244,26 +245,14 @@ def _wait_mounted(proc: subprocess.Popen[bytes], mount_dir: Path, log_path: Path
 def _is_mounted(path: Path) -> bool:
     """Whether `path` (resolved) is a mount point, from mountinfo alone: a
     stat could hang on a stuck FUSE mount."""
-    target = str(path)
-    with open("/proc/self/mountinfo") as fh:
-        return any(_unescape(line.split()[4]) == target for line in fh)
-
-
-def _unescape(field: str) -> str:
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+    return any(m.mount_point == str(path) for m in mountinfo.read())
 
 
 def _stop_daemon(proc: subprocess.Popen[bytes], mount_dir: Path) -> None:
     """SIGTERM (the daemon unmounts and exits), SIGKILL if it hangs, and a
     lazy unmount if its mount outlives it."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            log.warning("FUSE daemon %d ignored SIGTERM; killing it", proc.pid)
-            proc.kill()
-            proc.wait()
+    if terminate(proc, STOP_TIMEOUT_S):
+        log.warning("FUSE daemon %d ignored SIGTERM; killed it", proc.pid)
     if _is_mounted(mount_dir):
         subprocess.run(["umount", "-l", str(mount_dir)], capture_output=True, check=False)
 

@@ -47,9 +47,12 @@ def parse_queue_settings(items: tuple[str, ...] | list[str]) -> dict[str, str]:
     return knobs
 
 
+MDSTAT = Path("/proc/mdstat")      # present when the kernel has md RAID
+
+
 def md_available() -> tuple[bool, str]:
-    if not Path("/proc/mdstat").exists():
-        return False, "this kernel has no md RAID (/proc/mdstat is missing)"
+    if not MDSTAT.exists():
+        return False, f"this kernel has no md RAID ({MDSTAT} is missing)"
     if shutil.which("mdadm") is None:
         return False, "mdadm is not installed (apt-get install mdadm)"
     return True, "md RAID available"

@@ -41,6 +41,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..blockdev import mountinfo
 from ..blockdev.cgroup import join_cgroup_preexec
 from ..blockdev.kinds import empty_namespace
 from ..blockdev.ledger import note, note_process
@@ -212,17 +213,16 @@ def _rmdir_unless_mounted(path: Path) -> None:
 def mounted_in_any_namespace(path: Path) -> bool:
     """Whether `path` is a mount point in any process's mount namespace."""
     seen: set[str] = set()
-    target = os.fsencode(str(path))
     for entry in Path("/proc").glob("[0-9]*/ns/mnt"):
         try:
             ns = os.readlink(entry)
             if ns in seen:
                 continue
             seen.add(ns)
-            mountinfo = (entry.parent.parent / "mountinfo").read_bytes()
+            mounts = mountinfo.read(entry.parent.parent / "mountinfo")
         except OSError:
             continue
-        if any(len(fields) > 4 and fields[4] == target for fields in (line.split() for line in mountinfo.splitlines())):
+        if any(m.mount_point == str(path) for m in mounts):
             return True
     return False
 

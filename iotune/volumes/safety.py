@@ -17,6 +17,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from ..blockdev import mountinfo
 from ..blockdev.devices import SYS_BLOCK, BlockDevice, devices_for_path, resolve_device
 from ..errors import IotuneError
 from ..model.layout import Finding
@@ -44,13 +45,10 @@ def _numbers(dev: BlockDevice) -> set[str]:
 def mounted_at(dev: BlockDevice) -> list[str]:
     nums, names = _numbers(dev), {f"/dev/{dev.name}", *(f"/dev/{p}" for p in partitions(dev))}
     out = []
-    with open("/proc/self/mountinfo") as fh:
-        for line in fh:
-            left, _, right = line.partition(" - ")
-            parts, rparts = left.split(), right.split()
-            source = os.path.realpath(rparts[1]) if len(rparts) > 1 and rparts[1].startswith("/dev/") else ""
-            if parts[2] in nums or source in names:
-                out.append(parts[4])
+    for m in mountinfo.read():
+        source = os.path.realpath(m.source) if m.source.startswith("/dev/") else ""
+        if m.number in nums or source in names:
+            out.append(m.mount_point)
     return out
 
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -42,7 +41,7 @@ from pathlib import Path
 
 from ..blockdev.cgroup import join_cgroup_preexec
 from ..blockdev.ledger import note_process, temp_dir
-from ..blockdev.proc import not_installed
+from ..blockdev.proc import not_installed, terminate
 from ..errors import IotuneError
 from .nodes import BedNode, NodeBed
 from .parts import require_root
@@ -182,13 +181,7 @@ def _start(stack: contextlib.ExitStack, argv: list[str], log: Path, env: dict[st
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     """SIGTERM (slurmd and slurmctld save and exit), SIGKILL if it lingers."""
-    for sig, wait_s in ((signal.SIGTERM, STOP_TIMEOUT_S), (signal.SIGKILL, None)):
-        if proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(wait_s)
+    terminate(proc, STOP_TIMEOUT_S)
 
 
 def _free_ports(count: int) -> list[int]:
