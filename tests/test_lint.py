@@ -327,7 +327,7 @@ def test_json_error_document_for_unreadable_and_invalid_files(tmp_path: Path) ->
     good.write_text("{}")
     r = CliRunner().invoke(cli, ["lint", str(good), "--json", "--model", "huge"])
     assert r.exit_code == 2 and json.loads(r.stdout)["error"] == {
-        "kind": "bad-input", "message": "unknown --model 'huge': choose one of tiny, small, medium, 1b, 3b, 8b, 16b",
+        "kind": "bad-input", "message": "unknown --model 'huge': choose one of tiny, small, medium, wide, 1b, 3b, 8b, 16b",
         "exit_code": 2}
 
 

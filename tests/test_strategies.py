@@ -74,7 +74,7 @@ def test_get_preset() -> None:
     assert get_preset("8b") is PRESETS["8b"] and get_preset("8b").hidden == 4096
     with pytest.raises(UsageError) as e:
         get_preset("70b")
-    assert str(e.value) == "unknown --model '70b': choose one of tiny, small, medium, 1b, 3b, 8b, 16b"
+    assert str(e.value) == "unknown --model '70b': choose one of tiny, small, medium, wide, 1b, 3b, 8b, 16b"
 
 
 @pytest.mark.parametrize("path,category", [

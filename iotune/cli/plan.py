@@ -14,7 +14,7 @@ STRATEGIES = ["baseline", "cpu", "nvme-opt", "nvme-all", "zenflow"]
 
 @click.command()
 @click.option("--model", "model_size", default=None, metavar="PRESET",
-              help="A model shape: tiny, small, medium, 1b, 3b, 8b, 16b.")
+              help="A model shape: tiny, small, medium, wide, 1b, 3b, 8b, 16b.")
 @click.option("--params", type=click.IntRange(min=1), default=None, help="Or a parameter count.")
 @click.option("--strategy", type=click.Choice(STRATEGIES), default="nvme-opt", show_default=True)
 @click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)

@@ -108,7 +108,7 @@ from .options import (RATE, SIZE, bool_word, chosen_format, csv_list, emit, form
                    "built-in workload (--model), within the host's memory; candidates that would break one of "
                    "DeepSpeed's bounds or not fit are refused with the numbers, never run.")
 @click.option("--model", "offload_model", default="small", show_default=True, metavar="PRESET",
-              help="With --offload: the built-in model the steps train (tiny, small, medium).")
+              help="With --offload: the built-in model the steps train (tiny, small, medium; wide: every weight larger than an 8 MiB aio block).")
 @click.option("--fix", "fixes", multiple=True, metavar="KEY=VALUE",
               help="With --offload: pin a knob, in DeepSpeed's dotted names, e.g. "
                    "zero_optimization.offload_optimizer.device=nvme (repeat per knob).")
