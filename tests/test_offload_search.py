@@ -40,6 +40,12 @@ def test_pinned_to_nvme_the_search_runs_pipelined_candidates_with_the_buffers_th
     for t in doc["trials"]:
         assert t["locked_bytes"] == t["predicted_locked_bytes"] > 0, t
         assert t["tokens_per_s"] == t["samples_per_s"] * PRESETS["tiny"].seq_len
+        # every byte the swapper handed to aio on the steady steps, as the hook saw it, is the predicted one
+        assert sum(t["swap_bytes"].values()) == t["predicted_swap_bytes"] > 0, t
+        assert set(t["swap_bytes"]) == {"optimizer: fp32 master", "optimizer: exp_avg", "optimizer: exp_avg_sq", "gradients"}, t
+    # pipelining moves the same bytes: a gain it makes is faster I/O only
+    assert doc["gain"] is None if doc["verdict"] != "faster" else (
+        doc["gain"]["saved_bytes_per_step"] == 0 and "all of it from faster I/O" in doc["gain"]["sentence"])
     shape = JobShape(tuple(tensor_numels(PRESETS["tiny"])))
     both = OffloadKnobs(optimizer_device="nvme", sub_group_size=1_000_000, pipeline_read=True, pipeline_write=True,
                         optimizer_buffer_count=12)
