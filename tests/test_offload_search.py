@@ -43,6 +43,7 @@ def test_pinned_to_nvme_the_search_runs_pipelined_candidates_with_the_buffers_th
         # every byte the swapper handed to aio on the steady steps, as the hook saw it, is the predicted one
         assert sum(t["swap_bytes"].values()) == t["predicted_swap_bytes"] > 0, t
         assert set(t["swap_bytes"]) == {"optimizer: fp32 master", "optimizer: exp_avg", "optimizer: exp_avg_sq", "gradients"}, t
+        assert 0 < t["io_wait_s"] < t["optimizer_step_s"], t        # blocked on swaps, inside the optimizer step
     # pipelining moves the same bytes: a gain it makes is faster I/O only
     assert doc["gain"] is None if doc["verdict"] != "faster" else (
         doc["gain"]["saved_bytes_per_step"] == 0 and "all of it from faster I/O" in doc["gain"]["sentence"])
@@ -57,6 +58,34 @@ def test_pinned_to_nvme_the_search_runs_pipelined_candidates_with_the_buffers_th
                                      "--json"])
     assert json.loads(again.stdout)["trials"] == doc["trials"]                     # resumed: nothing ran again
     assert "running 2 on real steps" in again.stderr and "samples/s" not in again.stderr
+
+
+@needs_root
+@needs_deepspeed
+def test_where_ram_holds_the_state_the_optimizer_in_ram_runs_first_and_its_gain_is_less_io(tmp_path: Path) -> None:
+    """Unpinned, the cost model runs the optimizer in RAM first (no bytes on
+    the drive): that trial swaps nothing and never waits on I/O, and the
+    config it is paired with swaps exactly what the model predicts. If it
+    wins, all of its gain is less I/O, the bytes the pairs' base swapped."""
+    r = CliRunner().invoke(cli, ["sweep", "--offload", "--model", "tiny", "--fix",
+                                 "zero_optimization.offload_param.device=none", "--max-trials", "1",
+                                 "-o", str(tmp_path), "--json"])
+    assert r.exit_code in (0, 1), r.output
+    doc = json.loads(r.stdout)
+    conforms("sweep-offload-1", doc)
+    [search] = [t for t in doc["trials"] if t["role"] == "search"]
+    assert search["changes"] == {"zero_optimization.offload_optimizer.device": "cpu"}, search
+    assert search["status"] == "ok" and search["swap_bytes"] == {} and search["io_wait_s"] == 0.0
+    assert search["predicted_swap_bytes"] == 0 and search["locked_bytes"] == search["predicted_locked_bytes"] == 0
+    bases = [t for t in doc["trials"] if t["role"] == "pair-base"]
+    assert len(bases) == 2 and all(sum(b["swap_bytes"].values()) == b["predicted_swap_bytes"] > 0 for b in bases)
+    assert all(b["io_wait_s"] > 0 for b in bases)
+    if doc["verdict"] == "faster":
+        assert doc["gain"]["saved_bytes_per_step"] == bases[0]["predicted_swap_bytes"]
+        assert doc["gain"]["less_io"] == doc["gain"]["speedup"] and doc["gain"]["faster_io"] == 1.0
+        assert "all of it from less I/O" in doc["gain"]["sentence"]
+    else:
+        assert doc["gain"] is None
 
 
 @needs_root

@@ -133,6 +133,22 @@ def read_memory(events_dir: Path) -> list[MemorySample]:
     return out
 
 
+def read_io_waits(events_dir: Path) -> dict[int, float]:
+    """step -> seconds the slowest rank's training thread spent blocked in
+    wait() on its swap I/O during that step (the exposed I/O stall)."""
+    per: dict[tuple[int, int], int] = defaultdict(int)
+    rank = 0
+    for _, ev in _event_lines(events_dir):
+        if ev.get("k") == "proc":
+            rank = int(ev.get("rank", 0))
+        elif ev.get("k") == "wait":
+            per[(rank, int(ev.get("s", 0)))] += int(ev.get("t1", 0)) - int(ev.get("t0", 0))
+    out: dict[int, float] = {}
+    for (_, step), ns in per.items():
+        out[step] = max(out.get(step, 0.0), ns / 1e9)
+    return out
+
+
 @dataclass(frozen=True)
 class JobTensors:
     """What the hook saw of the job's model: every parameter tensor's element

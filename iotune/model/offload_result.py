@@ -44,6 +44,7 @@ class OffloadTrial:
     tokens_per_s: float = 0.0         # samples/s x sequence length, where it is known (the built-in model); else 0
     swap_bytes: dict[str, int] = field(default_factory=dict)   # category -> bytes swapped per steady step (hook)
     predicted_swap_bytes: int = 0     # the offload model's bytes per steady step (optimizer state and gradients)
+    io_wait_s: float = 0.0            # median per steady step: the training thread blocked on swap I/O (exposed stall)
 
     @property
     def swapped_bytes(self) -> int:

@@ -12,7 +12,7 @@ def _row(t: OffloadTrial) -> str:
     if t.status != "ok":
         return f"  {short_changes(t.changes):<60} failed: {t.error}"
     return (f"  {short_changes(t.changes):<60} {t.samples_per_s:8.2f} {f'{t.tokens_per_s:.0f}' if t.tokens_per_s else '-':>9} "
-            f"{t.optimizer_step_s:9.3f} "
+            f"{t.optimizer_step_s:9.3f} {t.io_wait_s:9.3f} "
             f"{t.locked_bytes / 1e6:9.1f} {t.predicted_locked_bytes / 1e6:9.1f} {t.rss_bytes / 1e6:8.0f} "
             f"{t.swapped_bytes / 1e6:9.1f} {t.predicted_swap_bytes / 1e6:9.1f}")
 
@@ -26,10 +26,13 @@ def render_offload(o: OffloadOutcome) -> str:
         lines += [f"    {r.reasons[0]}" for r in o.refused[:5]]
         if len(o.refused) > 5:
             lines.append(f"    ... and {len(o.refused) - 5} more (--json lists them all)")
-    lines += ["", f"  {'candidate':<60} {'samples/s':>8} {'tokens/s':>9} {'opt step s':>9} {'locked MB':>9} "
+    lines += ["", f"  {'candidate':<60} {'samples/s':>8} {'tokens/s':>9} {'opt step s':>9} {'I/O wait s':>9} "
+                  f"{'locked MB':>9} "
                   f"{'predicted':>9} {'RSS MB':>8} {'swap MB':>9} {'predicted':>9}"]
     lines += [_row(t) for t in o.trials if t.role == "search"]
-    lines.append("  (locked: VmLck after the steps; swap: bytes read + written per steady step, by the startup "
+    lines.append("  (I/O wait: time per step the training thread is blocked on its swaps, the stall compute "
+                 "does not hide; locked: VmLck after the steps; swap: bytes read + written per steady step, by the "
+                 "startup "
                  "hook; predicted: iotune's offload model, which leaves parameter swaps out)")
     if o.ratios:
         lines.append(f"\n  pairs with your config: {', '.join(f'{r:.2f}' for r in o.ratios)} (candidate / yours, "

@@ -26,7 +26,8 @@ from typing import Any, NamedTuple, Protocol
 from ..blockdev.ledger import temp_dir
 from ..blockdev.proc import last_line
 from ..errors import IotuneError, UsageError
-from ..model.hook_events import JobTensors, read_events, read_memory, read_tensors, step_timings
+from ..model.hook_events import (JobTensors, read_events, read_io_waits, read_memory, read_tensors,
+                                 step_timings)
 from ..model.offload import (JobShape, OffloadKnobs, host_memory, measured_gain_split, step_swap_bytes,
                              sub_groups)
 from ..model.offload_result import OffloadOutcome, OffloadTrial, WhatIf, short_changes
@@ -80,6 +81,7 @@ class RunResult(NamedTuple):
     error: str = ""
     tensors: JobTensors | None = None     # the job's parameter tensors, as its hook saw them
     swap_bytes: dict[str, int] = {}       # category -> bytes swapped (read + write) per steady step, all ranks
+    io_wait_s: float = 0.0                # median per steady step: the training thread blocked on swap I/O
 
 
 class Runner(Protocol):
@@ -111,6 +113,7 @@ class CommandRunner:
         events = work / "events"
         att = read_events(events)
         timings, memory, tensors = step_timings(att), read_memory(events), read_tensors(events)
+        waits = read_io_waits(events)
         if len(timings) < steps:
             return RunResult("failed", error=f"{len(timings)} of {steps} steps (exit {job.returncode}, "
                                              f"{job.ended_by or 'exited'}): {last_line(job.stderr, 'no message')}",
@@ -122,7 +125,8 @@ class CommandRunner:
                                                                                         for t in steady),
                          step_s, max((m.locked_bytes for m in memory), default=0),
                          max((m.rss_bytes for m in memory), default=0), tensors=tensors,
-                         swap_bytes=steady_swap_bytes(att, {t.step for t in steady}))
+                         swap_bytes=steady_swap_bytes(att, {t.step for t in steady}),
+                         io_wait_s=statistics.median(waits.get(t.step, 0.0) for t in steady))
 
 
 def steady_swap_bytes(att: Any, steps: set[int]) -> dict[str, int]:
@@ -233,10 +237,11 @@ def search_offload(base_cfg: dict[str, Any], runner: Runner, target: Path, cgrou
         t = OffloadTrial(key, changes, r.status, r.error, r.samples_per_s, r.optimizer_step_s, r.step_s,
                          r.locked_bytes, host_memory(knobs, shape).locked_bytes, r.rss_bytes,
                          round(time.monotonic() - t0, 3), role, r.samples_per_s * runner.seq_len,
-                         dict(r.swap_bytes), 2 * sum(step_swap_bytes(knobs, shape).values()))
+                         dict(r.swap_bytes), 2 * sum(step_swap_bytes(knobs, shape).values()), r.io_wait_s)
         journal.append(t)
         say(f"offload: {short_changes(changes)}: " + (
-            f"{r.samples_per_s:.2f} samples/s, optimizer step {r.optimizer_step_s:.3f} s, locked "
+            f"{r.samples_per_s:.2f} samples/s, optimizer step {r.optimizer_step_s:.3f} s (waiting on I/O "
+            f"{r.io_wait_s:.3f} s), locked "
             f"{r.locked_bytes / 1e6:.1f} MB (predicted {t.predicted_locked_bytes / 1e6:.1f})"
             if r.status == "ok" else f"failed: {r.error}"))
         return t

@@ -13,6 +13,12 @@ Stdlib only: this runs inside the traced job, whichever Python it uses.
   wrapped; each tensor appends {"k": "swap", "d": "r"|"w", "p": path,
   "b": bytes, "s": step, "n": phase, "t": ns}.
 
+- Waits on swap I/O: the aio handles DeepSpeed's swappers make
+  (partitioned and pipelined optimizer swappers, the parameter swapper) are
+  wrapped so each wait() appends {"k": "wait", "s": step, "n": phase, "t0",
+  "t1"}: the time the training thread is blocked on its swaps, the I/O
+  stall not hidden behind compute.
+
 Events go to IOTUNE_EVENTS_DIR/events-<pid>.jsonl, buffered and flushed at
 the end of every phase and at exit. Timing only: no synchronisation is added,
 so on a GPU, phase times are host-side (kernel launch) times. The first line
@@ -216,7 +222,58 @@ def _patch_swap_utils(module):
     _wrap_swap(module, "swap_out_tensors", "w")
 
 
-PATCHES = {ENGINE: _patch_engine, SWAP_UTILS: _patch_swap_utils}
+class _TimedHandle:
+    """An aio handle whose wait() is timed; everything else is the handle's."""
+
+    def __init__(self, inner):
+        self._iotune_inner = inner
+
+    def __getattr__(self, attr):
+        return getattr(self._iotune_inner, attr)
+
+    def wait(self, *args, **kwargs):
+        t0 = time.monotonic_ns()
+        try:
+            return self._iotune_inner.wait(*args, **kwargs)
+        finally:
+            _emit({"k": "wait", "s": _state["step"], "n": _state["phase"], "t0": t0, "t1": time.monotonic_ns()})
+
+
+class _TimedOp:
+    """The loaded async_io op, making timed handles."""
+
+    def __init__(self, op):
+        self._iotune_op = op
+
+    def __getattr__(self, attr):
+        return getattr(self._iotune_op, attr)
+
+    def aio_handle(self, *args, **kwargs):
+        return _TimedHandle(self._iotune_op.aio_handle(*args, **kwargs))
+
+
+def _patch_swapper(module):
+    builder = getattr(module, "AsyncIOBuilder", None)
+    if builder is None:
+        return
+
+    class _TimedBuilder:
+        def __init__(self, *args, **kwargs):
+            self._iotune_builder = builder(*args, **kwargs)
+
+        def __getattr__(self, attr):
+            return getattr(self._iotune_builder, attr)
+
+        def load(self, *args, **kwargs):
+            return _TimedOp(self._iotune_builder.load(*args, **kwargs))
+
+    module.AsyncIOBuilder = _TimedBuilder
+
+
+SWAPPERS = ("deepspeed.runtime.swap_tensor.partitioned_optimizer_swapper",
+            "deepspeed.runtime.swap_tensor.pipelined_optimizer_swapper",
+            "deepspeed.runtime.swap_tensor.partitioned_param_swapper")
+PATCHES = {ENGINE: _patch_engine, SWAP_UTILS: _patch_swap_utils, **{m: _patch_swapper for m in SWAPPERS}}
 
 
 class _Loader(importlib.abc.Loader):
@@ -238,8 +295,8 @@ class _Loader(importlib.abc.Loader):
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    """Patches the two DeepSpeed modules right after they execute, before
-    any other module imports names from them."""
+    """Patches DeepSpeed's modules (PATCHES) right after they execute,
+    before any other module imports names from them."""
 
     def find_spec(self, name, path, target=None):
         patch = PATCHES.get(name)
