@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..volumes.beds import BEDS
-from .options import RATE, SIZE, library_errors, say, wait_for_ctrl_c
+from .options import SIZE, drive_cap_option, given, library_errors, say, wait_for_ctrl_c
 
 
 @click.group()
@@ -18,20 +18,19 @@ def volumes() -> None:
 
 @volumes.command("scratch")
 @click.option("--drives", type=click.IntRange(1, 16), default=1, show_default=True)
-@click.option("--size", type=SIZE, default=1 << 30, show_default=True, help="Per drive, e.g. 2G.")
-@click.option("--cap", type=RATE, default=200e6, show_default=True,
-              help="Bandwidth cap per drive (cgroup blkio), e.g. 200MB/s; 0 for none.")
+@click.option("--size", type=SIZE, default="1G", show_default=True, help="Per drive, e.g. 2G.")
+@drive_cap_option()
 @click.option("--dir", "workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the image files go (default: a temporary directory).")
 @library_errors
-def volumes_scratch(drives: int, size: int, cap: float, workdir: Path | None) -> None:
+def volumes_scratch(drives: int, size: int, drive_cap: float, workdir: Path | None) -> None:
     """Create N loop drives with direct I/O and a bandwidth cap each, print
     them, and keep them until Ctrl-C (then everything is removed). Run
     commands in the printed cgroup for the cap to apply to them."""
     from ..volumes.scratch import scratch_drive
 
     with contextlib.ExitStack() as stack:
-        made = [stack.enter_context(scratch_drive(workdir, size, int(cap))) for _ in range(drives)]
+        made = [stack.enter_context(scratch_drive(workdir, size, int(drive_cap))) for _ in range(drives)]
         for d in made:
             click.echo(f"{d.device.path}\t{d.image}\tcgroup {d.cgroup or '-'}")
         wait_for_ctrl_c("drives ready; Ctrl-C to remove them")
@@ -68,9 +67,10 @@ def volumes_bed(name: str, workdir: Path | None) -> None:
 @click.argument("devices", nargs=-1, required=True)
 @click.option("--raid0", is_flag=True, help="Stripe the devices (md, or btrfs raid0 where md is missing).")
 @click.option("--backend", type=click.Choice(["auto", "md", "btrfs"]), default="auto", show_default=True)
-@click.option("--chunk", type=SIZE, default=512 << 10, show_default=True, help="md RAID0 chunk size.")
+@click.option("--chunk", type=SIZE, default="512K", show_default=True, help="With --raid0: md RAID0 chunk size.")
 @click.option("--fs", "fstype", type=click.Choice(["xfs", "ext4", "btrfs"]), default="xfs", show_default=True)
-@click.option("-o", "--mount-options", default="noatime", show_default=True, help="Comma-separated.")
+@click.option("--mount-options", default="noatime", show_default=True, metavar="OPTS",
+              help="Comma-separated mount options, e.g. noatime,nodatacow.")
 @click.option("--queue", "queue", multiple=True, metavar="KNOB=VALUE",
               help="Per-member sysfs queue setting, e.g. read_ahead_kb=4096 (restored afterwards).")
 @click.option("--mount-point", type=click.Path(file_okay=False, path_type=Path), default=Path("/mnt/iotune"),
@@ -88,6 +88,7 @@ def volumes_build(devices: tuple[str, ...], raid0: bool, backend: str, chunk: in
     Ctrl-C, then tear it down. Devices that are mounted, partitioned, hold a
     signature, swap or the root filesystem are refused unless named with
     --destroy-data."""
+    refuse_inert_build(devices, raid0, backend, fstype)
     from ..blockdev.devices import resolve_device
     from ..render.volumes import render_build_plan
     from ..volumes.layout import LayoutSpec, build_layout, parse_queue_settings, plan_layout
@@ -107,3 +108,19 @@ def volumes_build(devices: tuple[str, ...], raid0: bool, backend: str, chunk: in
         click.echo(f"{vol.path}\t{vol.plan.backend}: {vol.plan.reason}")
         wait_for_ctrl_c("volume ready; Ctrl-C to tear it down")
     say("volume removed")
+
+
+def refuse_inert_build(devices: tuple[str, ...], raid0: bool, backend: str, fstype: str) -> None:
+    """Options that would do nothing in this combination are refused, each with its fix."""
+    if not raid0:
+        inert = [flag for flag, name in (("--backend", "backend"), ("--chunk", "chunk")) if given(name)]
+        if inert:
+            raise click.UsageError(f"{inert[0]} sets how --raid0 stripes the devices: add --raid0, or drop {inert[0]}")
+    elif len(devices) < 2:
+        raise click.UsageError("--raid0 stripes two or more devices: give more DEVICES, or drop --raid0")
+    if backend == "btrfs" and given("chunk"):
+        raise click.UsageError("--chunk is md's stripe; btrfs raid0 stripes in fixed 64 KiB: drop --chunk, or use "
+                               "--backend md")
+    if backend == "btrfs" and given("fstype") and fstype != "btrfs":
+        raise click.UsageError(f"--backend btrfs builds a btrfs raid0, not {fstype}: drop --fs {fstype}, or use "
+                               f"--backend md")

@@ -102,6 +102,12 @@ def check_dimensions(prof: Profile, args: SweepArgs) -> None:
     if needs_steps and prof.run.confirm_top <= 0:
         raise UsageError(f"{needs_steps[0]} is measured on training steps, and this sweep runs none "
                          f"(--confirm 0 / confirm_top = 0 in profile {prof.name}): give --confirm 1 or more")
+    step_settings = [flag for flag, value in (("--steps", args.steps), ("--steps-timeout", args.steps_timeout_s))
+                     if value is not None]
+    if step_settings and prof.run.confirm_top <= 0:
+        raise UsageError(f"{step_settings[0]} sets the training-step trials, and this sweep runs none "
+                         f"(--confirm 0 / confirm_top = 0 in profile {prof.name}): give --confirm 1 or more, or "
+                         f"drop {step_settings[0]}")
 
 
 @contextlib.contextmanager
@@ -166,6 +172,16 @@ def user_job(args: SweepArgs, prof: Profile) -> UserJob | None:
     return parse_user_job(args.steps_cmd, args.ds_config, prof.run.steps, prof.run.steps_timeout_s)
 
 
+def refuse_steps(args: SweepArgs, prof: Profile, runs_none: str) -> None:
+    """Options of the training-step trials, refused for a sweep that runs none."""
+    given = [what for what, value in (
+        ("--steps-cmd", bool(args.steps_cmd)), ("--ds-config", args.ds_config is not None),
+        ("--omp-threads", any(v > 0 for v in prof.space.omp_threads)), ("--confirm", bool(args.confirm_top)),
+        ("--steps", args.steps is not None), ("--steps-timeout", args.steps_timeout_s is not None)) if value]
+    if given:
+        raise UsageError(f"{given[0]} is for training steps, and {runs_none}: drop {given[0]}")
+
+
 def run_layouts_command(args: SweepArgs, drives: int, cap_bytes_per_s: int, say: Callable[[str], None],
                         on_trial: Callable[[Progress], None] | None = None,
                         filesystems: tuple[str, ...] | None = None) -> LayoutSweep:
@@ -175,12 +191,7 @@ def run_layouts_command(args: SweepArgs, drives: int, cap_bytes_per_s: int, say:
     from .layouts import effects, quick_profile, sweep_layouts
 
     prof = build_profile(args)
-    steps_only = [what for what, given in (("--steps-cmd", bool(args.steps_cmd)),
-                                           ("--omp-threads", any(v > 0 for v in prof.space.omp_threads)))
-                  if given]
-    if steps_only:
-        raise UsageError(f"{steps_only[0]} is measured on training steps, and --layouts runs none (it sweeps "
-                         f"scratch drives with the aio search only): use one or the other")
+    refuse_steps(args, prof, "--layouts runs none (it sweeps scratch drives with the aio search only)")
     prof = quick_profile(prof)
     out = args.out or Path("iotune-sweeps") / f"{prof.name}-{args.executor}-layouts"
     results = sweep_layouts(prof, args.executor, drives, cap_bytes_per_s, out, ("noatime", "nodatacow"),
@@ -197,10 +208,9 @@ def run_netfs_command(args: SweepArgs, say: Callable[[str], None],
 
     if args.target_dir is None:
         raise UsageError("--netfs sweeps the client knobs of the filesystem holding --path: give --path DIR")
-    if args.steps_cmd:
-        raise UsageError("--steps-cmd is measured on training steps, and --netfs runs none (the aio search in "
-                         "each variant): use one or the other")
-    prof = quick_profile(build_profile(args))
+    prof = build_profile(args)
+    refuse_steps(args, prof, "--netfs runs none (the aio search in each variant)")
+    prof = quick_profile(prof)
     out = args.out or Path("iotune-sweeps") / f"{prof.name}-{args.executor}-netfs"
     results = sweep_netfs(prof, args.executor, args.target_dir, out, args.fresh, say, on_trial)
     return LayoutSweep(tuple(results), effects(results))
