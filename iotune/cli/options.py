@@ -79,6 +79,39 @@ class PositiveSizeType(SizeType):
         return size
 
 
+class SettingType(click.ParamType):
+    """One sweep setting, parsed and checked against its bound in
+    iotune.sweep.bounds: the same record a profile's value is checked with."""
+
+    def __init__(self, key: str) -> None:
+        from ..sweep.bounds import BOUNDS
+
+        self.bound = BOUNDS[key]
+        self.name = self.bound.kind.upper()
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        try:
+            return self.bound.parse(value) if isinstance(value, str) else self.bound.check(value)
+        except ValueError as e:
+            self.fail(f"{value}: {e}", param, ctx)
+
+
+def setting_list(key: str) -> Callable[[Any, Any, str | None], tuple[Any, ...] | None]:
+    """A click callback for a comma-separated list of sweep setting `key`'s values."""
+    from ..sweep.bounds import BOUNDS
+
+    return csv_list(BOUNDS[key].parse)
+
+
+def setting_help(key: str, text: str) -> str:
+    """`text` and the setting's bounds, as click shows a range."""
+    from ..sweep.bounds import BOUNDS
+
+    bound = BOUNDS[key]
+    each = "each " if bound.section == "space" else ""
+    return f"{text}  [{each}{bound.short_rule()}]"
+
+
 SIZE = SizeType()
 POSITIVE_SIZE = PositiveSizeType()
 RATE = RateType()
@@ -89,10 +122,16 @@ def csv_list(convert: Callable[[str], Any]) -> Callable[[Any, Any, str | None], 
     def parse(ctx: Any, param: Any, value: str | None) -> tuple[Any, ...] | None:
         if not value:
             return None
-        try:
-            return tuple(convert(v.strip()) for v in value.split(",") if v.strip())
-        except ValueError as e:
-            raise click.BadParameter(f"{value!r}: {e}") from None
+        items = [v.strip() for v in value.split(",") if v.strip()]
+        if not items:
+            raise click.BadParameter(f"{value!r}: give one value or more, separated by commas")
+        converted = []
+        for item in items:
+            try:
+                converted.append(convert(item))
+            except ValueError as e:
+                raise click.BadParameter(f"{item!r}: {e}") from None
+        return tuple(converted)
     return parse
 
 

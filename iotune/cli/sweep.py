@@ -8,12 +8,11 @@ from typing import Any
 
 import click
 
-from ..model.units import parse_size
 from ..volumes.beds import BEDS, DEFAULT_BED
 from .fleet import fleet_nodes, refuse_with_hosts, sweep_hosts
-from .options import (SIZE, bool_word, chosen_format, csv_list, drive_cap_option, emit, format_option, given,
-                      html_option, library_errors, multinode_options, out_option, positive_int, refuse_remote_iotune,
-                      renamed_option, say, write_html)
+from .options import (SIZE, SettingType, chosen_format, csv_list, drive_cap_option, emit, format_option, given,
+                      html_option, library_errors, multinode_options, out_option, refuse_remote_iotune, renamed_option,
+                      say, setting_help, setting_list, write_html)
 
 
 @click.command()
@@ -30,28 +29,38 @@ from .options import (SIZE, bool_word, chosen_format, csv_list, drive_cap_option
                    "ds-nvme-tune-grid) or a TOML file.")
 @click.option("--executor", type=click.Choice(["fio", "aio"]), default="fio", show_default=True,
               help="Measure with fio, or with DeepSpeed's own aio engine (aio_handle).")
-@click.option("--block-sizes", callback=csv_list(parse_size), default=None, metavar="LIST",
-              help="Override the profile, e.g. 256K,1M,4M.")
-@click.option("--queue-depths", callback=csv_list(positive_int), default=None, metavar="LIST",
-              help="Override the profile, e.g. 4,8,32.")
-@click.option("--aio-threads", callback=csv_list(positive_int), default=None, metavar="LIST",
-              help="Override the profile's aio intra_op_parallelism (fio: numjobs), e.g. 1,2,4.")
-@renamed_option("--threads", "--aio-threads", "aio_threads", callback=csv_list(positive_int), metavar="LIST")
-@click.option("--single-submit", callback=csv_list(bool_word), default=None, metavar="LIST",
-              help="e.g. false or false,true.")
-@click.option("--overlap-events", callback=csv_list(bool_word), default=None, metavar="LIST")
-@click.option("--engines", callback=csv_list(str), default=None, metavar="LIST", help="fio: libaio,io_uring.")
+@click.option("--block-sizes", callback=setting_list("block_size"), default=None, metavar="LIST",
+              help=setting_help("block_size", "Override the profile's aio block_size values, e.g. 256K,1M,4M."))
+@click.option("--queue-depths", callback=setting_list("queue_depth"), default=None, metavar="LIST",
+              help=setting_help("queue_depth", "Override the profile's aio queue_depth values, e.g. 4,8,32."))
+@click.option("--aio-threads", callback=setting_list("intra_op_parallelism"), default=None, metavar="LIST",
+              help=setting_help("intra_op_parallelism",
+                                "Override the profile's aio intra_op_parallelism values (fio: numjobs), e.g. 1,2,4."))
+@renamed_option("--threads", "--aio-threads", "aio_threads", callback=setting_list("intra_op_parallelism"),
+                metavar="LIST")
+@click.option("--single-submit", callback=setting_list("single_submit"), default=None, metavar="LIST",
+              help=setting_help("single_submit", "Override the profile's aio single_submit values, e.g. false "
+                                                 "or false,true."))
+@click.option("--overlap-events", callback=setting_list("overlap_events"), default=None, metavar="LIST",
+              help=setting_help("overlap_events", "Override the profile's aio overlap_events values, e.g. true."))
+@click.option("--engines", callback=setting_list("engine"), default=None, metavar="LIST",
+              help=setting_help("engine", "fio's ioengines to compare, e.g. libaio,io_uring."))
 @click.option("--grid", is_flag=True, help="Measure every combination instead of the adaptive search.")
-@click.option("--repeats", type=click.IntRange(1, 50), default=None, help="Repeats of the finalists.")
-@click.option("--file-bytes", type=SIZE, default=None, metavar="SIZE", help="Bytes per tensor file per trial.")
-@click.option("--confirm", "confirm_top", type=click.IntRange(0, 10), default=None,
-              help="Candidates that run real training steps in alternating pairs with DeepSpeed's "
-                   "defaults; the steps decide (0: none, the executor's best is recommended).")
-@click.option("--steps", type=click.IntRange(1, 10_000), default=None,
-              help="Optimizer steps per training-step trial (the first is left out of the medians).")
-@click.option("--steps-timeout", "steps_timeout_s", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
-              help="Wall-clock limit of one training-step trial; the job's process group is killed after it.  "
-                   "[default: 1800]")
+@click.option("--repeats", type=SettingType("repeats"), default=None, metavar="N",
+              help=setting_help("repeats", "Repeats of the finalists (of every point with --grid)."))
+@click.option("--file-bytes", type=SettingType("file_bytes"), default=None, metavar="SIZE",
+              help=setting_help("file_bytes", "Bytes per tensor file per trial, e.g. 32M."))
+@click.option("--confirm", "confirm_top", type=SettingType("confirm_top"), default=None, metavar="N",
+              help=setting_help("confirm_top", "Candidates that run real training steps in alternating pairs with "
+                                "DeepSpeed's defaults; the steps decide (0: none, the executor's best is "
+                                "recommended)."))
+@click.option("--steps", type=SettingType("steps"), default=None, metavar="N",
+              help=setting_help("steps", "Optimizer steps per training-step trial (the first is left out of the "
+                                         "medians)."))
+@click.option("--steps-timeout", "steps_timeout_s", type=SettingType("steps_timeout_s"), default=None,
+              metavar="SECONDS",
+              help=setting_help("steps_timeout_s", "Wall-clock limit of one training-step trial; the job's process "
+                                                   "group is killed after it (default: 1800)."))
 @click.option("--steps-cmd", default=None, metavar="CMD",
               help="Confirm on YOUR training job instead of the built-in one, e.g. "
                    "\"deepspeed train.py --deepspeed_config {config}\": each candidate's aio block is written into "
@@ -61,10 +70,12 @@ from .options import (SIZE, bool_word, chosen_format, csv_list, drive_cap_option
 @click.option("--ds-config", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
               help="With --steps-cmd: your DeepSpeed config. Its NVMe offload is pointed at a scratch "
                    "directory under --path in each copy (the drive being tuned).")
-@click.option("--omp-threads", callback=csv_list(positive_int), default=None, metavar="LIST",
-              help="CPU-optimizer threads (OMP_NUM_THREADS) to compare on training steps, e.g. 1,2: the "
-                   "recommendation's optimizer-step time at each count, as a table, and the count to use. "
-                   "Counts above the machine's cores only oversubscribe them. Needs --confirm 1 or more.")
+@click.option("--omp-threads", callback=setting_list("omp_threads"), default=None, metavar="LIST",
+              help=setting_help("omp_threads",
+                                "CPU-optimizer threads (OMP_NUM_THREADS) to compare on training steps, e.g. 1,2: "
+                                "the recommendation's optimizer-step time at each count, as a table, and the count "
+                                "to use (0: the job's own default, OMP_NUM_THREADS unset). Counts above the "
+                                "machine's cores only oversubscribe them. Needs --confirm 1 or more."))
 @out_option("Journal directory (default iotune-sweeps/<profile>-<executor>-<drive id>, one per drive). "
             "An existing journal is resumed.")
 @click.option("--fresh", is_flag=True, help="Start over (the old journal is kept under a new name).")

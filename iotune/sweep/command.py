@@ -20,6 +20,7 @@ from ..volumes.beds import DEFAULT_BED, bed_spec
 from .cmd_executor import UserJob, parse_user_job
 from .executor import Target
 from .pipeline import SweepRequest, run_sweep
+from .bounds import BOUNDS
 from .space import Profile, load_profile
 
 # The built-in drive: 200 MB/s and 800 IOPS caps, 4 ms per request with at most
@@ -68,18 +69,18 @@ class SweepArgs:
     ds_config: Path | None = None            # the user's DeepSpeed config (with steps_cmd)
 
 
+RUN_FLAGS = ("repeats", "file_bytes", "confirm_top", "steps", "steps_timeout_s")   # SweepArgs fields = RunSettings keys
+
+
 def build_profile(args: SweepArgs) -> Profile:
     prof = load_profile(args.profile)
-    space = replace(prof.space, **args.overrides.given())
-    run = prof.run
+    given = args.overrides.given()
+    run_given = {key: getattr(args, key) for key in RUN_FLAGS if getattr(args, key) is not None}
+    check_overrides(given, run_given)
+    space = replace(prof.space, **given)
+    run = replace(prof.run, **run_given)
     if args.grid:
         run = replace(run, search="grid")
-    for key in ("repeats", "file_bytes", "confirm_top", "steps", "steps_timeout_s"):
-        value = getattr(args, key)
-        if value is not None:
-            run = replace(run, **{key: value})
-    if run.file_bytes % 4096:
-        raise UsageError("--file-bytes must be a multiple of 4096 (O_DIRECT)")
     if args.executor == "aio" and space.engine != ("libaio",):
         if args.overrides.engine:
             raise UsageError(f"--engines {','.join(space.engine)}: the aio executor measures DeepSpeed's own "
@@ -88,6 +89,18 @@ def build_profile(args: SweepArgs) -> Profile:
     prof = replace(prof, space=space, run=run)
     check_dimensions(prof, args)
     return prof
+
+
+def check_overrides(space: dict[str, Any], run: dict[str, Any]) -> None:
+    """The command line's values against the bounds a profile's meet (the
+    CLI's parameter types check them already; SweepArgs built otherwise too)."""
+    for key, values in [*space.items(), *((k, (v,)) for k, v in run.items())]:
+        bound = BOUNDS[key]
+        for value in values:
+            try:
+                bound.check(value)
+            except ValueError as e:
+                raise UsageError(f"{bound.flag} {value}: {e}") from None
 
 
 def check_dimensions(prof: Profile, args: SweepArgs) -> None:
