@@ -150,6 +150,13 @@ def bool_word(text: str) -> bool:
     raise ValueError("use true or false")
 
 
+def json_option(fn: F) -> F:
+    """--json alone, for commands whose only other output is plain text
+    (`iotune volumes`, `iotune schema`)."""
+    return click.option("--json", "as_json", is_flag=True,
+                        help="The result as one JSON document on stdout, nothing else there.")(fn)
+
+
 def format_option(fn: F) -> F:
     """--format console|json, and --json as its shorthand."""
     fn = click.option("--json", "as_json", is_flag=True,

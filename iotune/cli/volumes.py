@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..volumes.beds import BEDS
-from .options import SIZE, drive_cap_option, given, library_errors, say, wait_for_ctrl_c
+from .options import SIZE, drive_cap_option, given, json_option, library_errors, say, wait_for_ctrl_c
 
 
 @click.group()
@@ -22,8 +22,9 @@ def volumes() -> None:
 @drive_cap_option()
 @click.option("--dir", "workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the image files go (default: a temporary directory).")
+@json_option
 @library_errors
-def volumes_scratch(drives: int, size: int, drive_cap: float, workdir: Path | None) -> None:
+def volumes_scratch(drives: int, size: int, drive_cap: float, workdir: Path | None, as_json: bool) -> None:
     """Create N loop drives with direct I/O and a bandwidth cap each, print
     them, and keep them until Ctrl-C (then everything is removed). Run
     commands in the printed cgroup for the cap to apply to them."""
@@ -31,8 +32,13 @@ def volumes_scratch(drives: int, size: int, drive_cap: float, workdir: Path | No
 
     with contextlib.ExitStack() as stack:
         made = [stack.enter_context(scratch_drive(workdir, size, int(drive_cap))) for _ in range(drives)]
-        for d in made:
-            click.echo(f"{d.device.path}\t{d.image}\tcgroup {d.cgroup or '-'}")
+        if as_json:
+            from ..render.volumes import scratch_json
+            click.echo(scratch_json([(d.device.path, str(d.image), str(d.cgroup) if d.cgroup else None)
+                                     for d in made], drive_cap), nl=False)
+        else:
+            for d in made:
+                click.echo(f"{d.device.path}\t{d.image}\tcgroup {d.cgroup or '-'}")
         wait_for_ctrl_c("drives ready; Ctrl-C to remove them")
 
 
@@ -52,13 +58,15 @@ def _beds_help() -> str:
 @click.argument("name", type=click.Choice(list(BEDS)))
 @click.option("--dir", "workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the drive files go (default: a temporary directory).")
+@json_option
 @library_errors
-def volumes_bed(name: str, workdir: Path | None) -> None:
-    from ..render.volumes import render_bed
+def volumes_bed(name: str, workdir: Path | None, as_json: bool) -> None:
+    from ..render.volumes import bed_json, render_bed
     from ..volumes.beds import running_bed
 
     with running_bed(name, workdir) as bed:
-        click.echo(render_bed(bed.spec, str(bed.path), [d.path for d in bed.devices], bed.cgroup), nl=False)
+        show = bed_json if as_json else render_bed
+        click.echo(show(bed.spec, str(bed.path), [d.path for d in bed.devices], bed.cgroup), nl=False)
         wait_for_ctrl_c("bed ready; Ctrl-C to remove it")
     say("bed removed")
 
@@ -80,17 +88,18 @@ def volumes_bed(name: str, workdir: Path | None) -> None:
 @click.option("--dry-run", is_flag=True, help="Print every command it would run and what the safety "
                                               "checks would refuse; touch nothing. Exits 1 when the real "
                                               "build would be refused.")
+@json_option
 @library_errors
 def volumes_build(devices: tuple[str, ...], raid0: bool, backend: str, chunk: int, fstype: str,
                   mount_options: str, queue: tuple[str, ...], mount_point: Path, destroy_data: tuple[str, ...],
-                  dry_run: bool) -> None:
+                  dry_run: bool, as_json: bool) -> None:
     """Build a volume on DEVICES (mkfs, optional RAID0, mount), keep it until
     Ctrl-C, then tear it down. Devices that are mounted, partitioned, hold a
     signature, swap or the root filesystem are refused unless named with
     --destroy-data."""
     refuse_inert_build(devices, raid0, backend, fstype)
     from ..blockdev.devices import resolve_device
-    from ..render.volumes import render_build_plan
+    from ..render.volumes import build_plan_json, render_build_plan, volume_json
     from ..volumes.layout import LayoutSpec, build_layout, parse_queue_settings, plan_layout
     from ..volumes.safety import refusals, refused_error
 
@@ -100,12 +109,15 @@ def volumes_build(devices: tuple[str, ...], raid0: bool, backend: str, chunk: in
     plan = plan_layout(spec, mount_point)
     if dry_run:
         problems = refusals(spec.devices, destroy_data)
-        click.echo(render_build_plan(plan, spec, problems), nl=False)
+        click.echo((build_plan_json if as_json else render_build_plan)(plan, spec, problems), nl=False)
         if problems:      # exit as the real build would: a dry run that passes means the build would go ahead
             raise refused_error(problems)
         return
     with build_layout(spec, mount_point, destroy_data) as vol:
-        click.echo(f"{vol.path}\t{vol.plan.backend}: {vol.plan.reason}")
+        if as_json:
+            click.echo(volume_json(str(vol.path), vol.plan), nl=False)
+        else:
+            click.echo(f"{vol.path}\t{vol.plan.backend}: {vol.plan.reason}")
         wait_for_ctrl_c("volume ready; Ctrl-C to tear it down")
     say("volume removed")
 
