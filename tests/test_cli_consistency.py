@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Commands that print no result, each with the reason. Every other command takes --json.
 NO_JSON = {
-    "agent": "hidden: the multi-node trace's agent writes its run to stdout as a tar stream, for `iotune trace --hosts`",
+    "agent": "hidden: the multi-node trace's agent writes its run to stdout as a tar stream, for `iotune trace "
+             "--hosts`",
 }
 
 

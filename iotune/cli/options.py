@@ -288,8 +288,8 @@ def drive_cap_option(note: str = "") -> Callable[[F], F]:
         fn = renamed_option("--cap", "--drive-cap", "drive_cap", type=RATE, metavar="RATE")(fn)
         return click.option("--drive-cap", "drive_cap", type=RATE, default=DRIVE_CAP_DEFAULT, show_default=True,
                             metavar="RATE",
-                            help=f"{note}{'b' if note else 'B'}andwidth cap of each scratch drive, each direction (cgroup blkio), "
-                                 f"e.g. 100MB/s or 1GB/s (decimal); 0 for none.")(fn)
+                            help=f"{note}{'b' if note else 'B'}andwidth cap of each scratch drive, each direction "
+                                 f"(cgroup blkio), e.g. 100MB/s or 1GB/s (decimal); 0 for none.")(fn)
     return decorate
 
 
@@ -345,8 +345,10 @@ def multinode_options(verb: str, detail: str) -> Callable[[F], F]:
 
 
 def refuse_remote_iotune(remote_iotune: str | None, multinode: bool, command: str) -> None:
+    from ..errors import UsageError
+
     if remote_iotune and not multinode:
-        raise click.UsageError(f"--remote-iotune is for a multi-node {command}: add --hosts, --hostfile or "
+        raise UsageError(f"--remote-iotune is for a multi-node {command}: add --hosts, --hostfile or "
                                f"--slurm, or drop --remote-iotune")
 
 

@@ -53,8 +53,8 @@ def schema(name: str | None, show_path: bool, documents: tuple[Path, ...], as_js
         return
     problems = {doc: _problems(_load(path), _load(doc)) for doc in documents}
     if as_json:
-        click.echo(json.dumps({"schema": path.stem, "documents": [
-            {"file": str(doc), "conforms": not found, "problems": found} for doc, found in problems.items()]}, indent=1))
+        verdicts = [{"file": str(doc), "conforms": not found, "problems": found} for doc, found in problems.items()]
+        click.echo(json.dumps({"schema": path.stem, "documents": verdicts}, indent=1))
     failures = [f"{doc}: {msg}" for doc, found in problems.items() for msg in found]
     if failures:
         raise CliError(f"does not conform to {path.stem}:\n  " + "\n  ".join(failures))
