@@ -280,12 +280,14 @@ def wait_for_ctrl_c(message: str) -> None:
 DRIVE_CAP_DEFAULT = "200MB/s"
 
 
-def drive_cap_option(note: str = "") -> Callable[[F], F]:
+def drive_cap_option(note: str = "", was_cap: bool = True) -> Callable[[F], F]:
     """--drive-cap RATE: the bandwidth cap of each scratch drive iotune
-    makes (cgroup blkio, each direction), 0 for none; `--cap`, its old
-    spelling in `demo` and `volumes scratch`, is kept hidden for one release."""
+    makes (cgroup blkio, each direction), 0 for none, one default. Where it
+    was spelled `--cap` (`demo`, `volumes scratch`: `was_cap`), that
+    spelling is kept hidden for one release."""
     def decorate(fn: F) -> F:
-        fn = renamed_option("--cap", "--drive-cap", "drive_cap", type=RATE, metavar="RATE")(fn)
+        if was_cap:
+            fn = renamed_option("--cap", "--drive-cap", "drive_cap", type=RATE, metavar="RATE")(fn)
         return click.option("--drive-cap", "drive_cap", type=RATE, default=DRIVE_CAP_DEFAULT, show_default=True,
                             metavar="RATE",
                             help=f"{note}{'b' if note else 'B'}andwidth cap of each scratch drive, each direction "

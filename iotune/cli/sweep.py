@@ -94,7 +94,7 @@ from .options import (SIZE, SettingType, chosen_format, csv_list, drive_cap_opti
               help="With --layouts: also search the filesystem, e.g. xfs,ext4,btrfs, each with the mount "
                    "options that matter for O_DIRECT swap files (ext4: ordered and data=writeback; btrfs: "
                    "nodatacow and copy-on-write), all ranked on one scale. Default: btrfs, noatime,nodatacow.")
-@drive_cap_option(note="With --layouts: ")
+@drive_cap_option(note="With --layouts: ", was_cap=False)
 @click.option("--netfs", is_flag=True,
               help="Also sweep the client knobs of the network filesystem holding --path: Lustre "
                    "(max_rpcs_in_flight, max_pages_per_rpc, the swap directory's striping) or NFS (rsize, wsize, "
