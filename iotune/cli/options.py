@@ -135,21 +135,6 @@ def csv_list(convert: Callable[[str], Any]) -> Callable[[Any, Any, str | None], 
     return parse
 
 
-def positive_int(text: str) -> int:
-    n = int(text)
-    if n < 1:
-        raise ValueError("values must be at least 1")
-    return n
-
-
-def bool_word(text: str) -> bool:
-    if text.lower() in ("true", "yes", "1"):
-        return True
-    if text.lower() in ("false", "no", "0"):
-        return False
-    raise ValueError("use true or false")
-
-
 def json_option(fn: F) -> F:
     """--json alone, for commands whose only other output is plain text
     (`iotune volumes`, `iotune schema`)."""
