@@ -185,8 +185,8 @@ def test_demo_traces_and_cleans_up(tmp_path: Path, monkeypatch: pytest.MonkeyPat
             yield cg
 
     monkeypatch.setattr(scratch, "blkio_cgroup", spy)
-    r = invoke("demo", "--workload", "fio", "--dir", str(tmp_path), "--cap", "200MB/s", "-o", str(tmp_path / "run"),
-               "--json")
+    r = invoke("demo", "--workload", "fio", "--dir", str(tmp_path), "--drive-cap", "200MB/s",
+               "-o", str(tmp_path / "run"), "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     mib = 1 << 20
@@ -232,5 +232,5 @@ def test_demo_cap_takes_a_rate(cap: str, monkeypatch: pytest.MonkeyPatch) -> Non
         raise IotuneError("stopped here")
 
     monkeypatch.setattr("iotune.demo.run_demo", run_demo)
-    r = invoke("demo", "--workload", "fio", "--cap", cap)
+    r = invoke("demo", "--workload", "fio", "--drive-cap", cap)
     assert (r.exit_code, r.stderr, seen) == (1, "Error: stopped here\n", [200_000_000])

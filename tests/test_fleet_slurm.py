@@ -233,7 +233,8 @@ def test_a_single_node_trace_in_a_multi_node_allocation_says_how_to_trace_every_
     assert r.exit_code == 2
     assert r.stderr == ("inside Slurm job 7 of 3 nodes, tracing this node only: add --slurm (and --path) to trace "
                         "every node\n"
-                        "Error: --remote-iotune is for a multi-node trace: add --hosts, --hostfile or --slurm\n")
+                        "Error: --remote-iotune is for a multi-node trace: add --hosts, --hostfile or --slurm, or drop "
+                        "--remote-iotune\n")
 
 
 def test_srun_transport() -> None:

@@ -245,4 +245,5 @@ def test_options_a_multi_node_sweep_does_not_take() -> None:
                         "(e.g. the job's nvme_path)\n")
     r = invoke("sweep", "--remote-iotune", "/x/iotune", "--path", "/x")
     assert r.exit_code == 2
-    assert r.stderr == "Error: --remote-iotune is for a multi-node sweep: add --hosts, --hostfile or --slurm\n"
+    assert r.stderr == ("Error: --remote-iotune is for a multi-node sweep: add --hosts, --hostfile or --slurm, or "
+                        "drop --remote-iotune\n")

@@ -187,7 +187,8 @@ def test_a_multi_node_trace_needs_a_path_or_device() -> None:
 def test_remote_iotune_without_hosts() -> None:
     r = invoke("trace", "--remote-iotune", "/x/iotune", "--", "true")
     assert r.exit_code == 2
-    assert r.stderr == "Error: --remote-iotune is for a multi-node trace: add --hosts, --hostfile or --slurm\n"
+    assert r.stderr == ("Error: --remote-iotune is for a multi-node trace: add --hosts, --hostfile or --slurm, or "
+                        "drop --remote-iotune\n")
 
 
 def test_hosts_listed_twice() -> None:

@@ -166,7 +166,7 @@ def test_cli_dry_run_touches_nothing(loops: list[str], monkeypatch: pytest.Monke
     from iotune.cli import cli
 
     monkeypatch.setattr(layout, "md_available", lambda: (False, MD_MISSING))    # the btrfs fallback's commands
-    args = ["volumes", "build", loops[0], loops[1], "--raid0", "-o", "noatime,nodatacow",
+    args = ["volumes", "build", loops[0], loops[1], "--raid0", "--mount-options", "noatime,nodatacow",
             "--mount-point", "/mnt/iotune-test", "--dry-run"]
     commands = [f"mkfs.btrfs -q -f --nodiscard -d raid0 -m raid1 {loops[0]} {loops[1]}",
                 f"mount -o noatime,nodatacow {loops[0]} /mnt/iotune-test"]

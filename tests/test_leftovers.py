@@ -125,7 +125,7 @@ def test_doctor_names_what_a_killed_scratch_left_and_fix_removes_only_that(tmp_p
     with foreign_drive(tmp_path) as foreign:
         run = tmp_path / "run"
         run.mkdir()
-        child = _iotune(["volumes", "scratch", "--drives", "2", "--size", "16M", "--cap", "50MB/s", "--dir",
+        child = _iotune(["volumes", "scratch", "--drives", "2", "--size", "16M", "--drive-cap", "50MB/s", "--dir",
                          str(run)], tmp_path, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         assert child.stdout is not None
         drives = [child.stdout.readline().rstrip("\n").split("\t") for _ in range(2)]
@@ -193,7 +193,7 @@ def _next_command_reclaims(probe: Path, tmpdir: Path) -> str:
     """Run a command that makes something (a scratch drive) until it has
     made it, then stop it: its start reclaimed what killed runs left."""
     probe.mkdir()
-    child = _iotune(["volumes", "scratch", "--size", "16M", "--cap", "0", "--dir", str(probe)], tmpdir,
+    child = _iotune(["volumes", "scratch", "--size", "16M", "--drive-cap", "0", "--dir", str(probe)], tmpdir,
                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert child.stderr is not None
     said = []

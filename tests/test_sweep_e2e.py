@@ -32,7 +32,7 @@ def small_fs(tmp_path: Path):
 def test_disk_full_fails_the_trial_and_keeps_the_journal(small_fs: Path, tmp_path: Path) -> None:
     out = tmp_path / "journal"
     r = CliRunner().invoke(cli, ["sweep", "--path", str(small_fs), "--profile", "quick", "--block-sizes", "1M",
-                                 "--queue-depths", "4", "--threads", "1", "--file-bytes", "16M",
+                                 "--queue-depths", "4", "--aio-threads", "1", "--file-bytes", "16M",
                                  "--confirm", "0", "-o", str(out), "--json"])
     assert r.exit_code == 1, r.output        # 3 x 16 MiB cannot fit in 32 MiB: nothing measurable
     trials = Journal(out / "journal.jsonl").trials

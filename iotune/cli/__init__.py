@@ -4,14 +4,26 @@ else in iotune imports this package."""
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
+
 import click
 
 from .. import __version__
 from . import demo, doctor, fleet, lint, plan, schema, sweep, trace, volumes
 
 
+def package_version() -> str:
+    """The installed distribution's version (importlib.metadata); iotune's
+    own __version__ when run from a source tree that is not installed."""
+    try:
+        return version("iotune")
+    except PackageNotFoundError:
+        return __version__
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="iotune")
+@click.version_option(package_version(), "--version", prog_name="iotune",
+                      message="%(prog)s %(version)s")
 def cli() -> None:
     """Profile and tune storage I/O for LLM training that offloads to NVMe.
 

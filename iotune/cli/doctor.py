@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import UsageError
-from .options import chosen_format, emit, format_option, library_errors, say
+from .options import chosen_format, emit, format_option, given, library_errors, model_size, model_size_options, say
 
 if TYPE_CHECKING:
     from ..doctor.job import Job
@@ -23,9 +23,7 @@ if TYPE_CHECKING:
               help="Also check that DIR (your nvme_path) supports O_DIRECT.")
 @click.option("--ds-config", "ds_config", type=click.Path(dir_okay=False, path_type=Path), default=None,
               metavar="FILE", help="Instead: will this DeepSpeed job's NVMe offload work here?")
-@click.option("--model", "model_size", default=None, metavar="PRESET",
-              help="With --ds-config: the model size preset (tiny … 16b), for space and memory.")
-@click.option("--params", type=click.IntRange(min=1), default=None, help="With --ds-config: or a parameter count.")
+@model_size_options(note="With --ds-config, for space and memory: ")
 @click.option("--gpus", type=click.IntRange(min=1), default=1, show_default=True,
               help="With --ds-config: data-parallel ranks on this machine.")
 @click.option("--aio-timeout", type=click.FloatRange(min=1), default=300.0, show_default=True, metavar="S",
@@ -33,7 +31,7 @@ if TYPE_CHECKING:
                    "takes minutes on a small machine).")
 @format_option
 @library_errors
-def doctor(fix: bool, odirect_path: str | None, ds_config: Path | None, model_size: str | None,
+def doctor(fix: bool, odirect_path: str | None, ds_config: Path | None, model_preset: str | None,
            params: int | None, gpus: int, aio_timeout: float, fmt: str, as_json: bool) -> None:
     """Check every prerequisite and print the fix for each failure.
 
@@ -49,10 +47,9 @@ def doctor(fix: bool, odirect_path: str | None, ds_config: Path | None, model_si
     from ..doctor.fixes import apply_fixes
     from ..model.reports import DoctorReport
 
-    if ds_config is None and (model_size or params):
-        raise UsageError("--model and --params go with --ds-config FILE")
+    refuse_without_ds_config(ds_config, model_preset, params, odirect_path)
     if ds_config is not None:
-        job = _job(ds_config, model_size, params, gpus)
+        job = _job(ds_config, model_preset, params, gpus)
 
         def checks() -> list[CheckResult]:
             from ..doctor.job import job_checks
@@ -71,16 +68,29 @@ def doctor(fix: bool, odirect_path: str | None, ds_config: Path | None, model_si
         sys.exit(1)
 
 
-def _job(path: Path, model_size: str | None, params: int | None, gpus: int) -> Job:
+def refuse_without_ds_config(ds_config: Path | None, model_preset: str | None, params: int | None,
+                             odirect_path: str | None) -> None:
+    """The job's options need the job (--ds-config); --path is the checks' own, which the job's replace."""
+    if ds_config is None:
+        if model_preset or params:
+            raise UsageError("--model and --params go with --ds-config FILE")
+        inert = [flag for flag, name in (("--gpus", "gpus"), ("--aio-timeout", "aio_timeout")) if given(name)]
+        if inert:
+            raise click.UsageError(f"{inert[0]} goes with --ds-config FILE (the job's checks): add --ds-config, "
+                                   f"or drop {inert[0]}")
+    elif odirect_path is not None:
+        raise click.UsageError("--ds-config checks O_DIRECT on the config's own nvme_path: drop --path (or drop "
+                               "--ds-config to check --path with the machine's checks)")
+
+
+def _job(path: Path, model_preset: str | None, params: int | None, gpus: int) -> Job:
     from ..doctor.job import Job
     from ..dsconfig import read_ds_config
-    from ..workloads.presets import get_preset, swappable_params
+    from ..workloads.presets import swappable_params
 
-    if model_size is not None and params is not None:
-        raise UsageError("give the model as --model PRESET or --params N, not both")
+    shape, params = model_size(model_preset, params, required=False)
     cfg = read_ds_config(path)
-    if model_size is None:
+    if shape is None:
         return Job(cfg, params, gpus=gpus)
-    shape = get_preset(model_size)
     return Job(cfg, shape.param_count(), swappable_params(shape),
                max(shape.vocab * shape.hidden, shape.hidden * shape.intermediate), gpus)

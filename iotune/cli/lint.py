@@ -9,15 +9,12 @@ import click
 
 from ..doctor.facts import ACCELERATORS
 from ..errors import UsageError
-from .options import chosen_format, emit, format_option, library_errors, say
+from .options import chosen_format, emit, format_option, library_errors, model_size, model_size_options, say
 
 
 @click.command()
 @click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--model", "model_size", default=None, metavar="PRESET",
-              help="Model size preset (tiny … 16b) for the capacity, buffer-size and pinned-memory checks.")
-@click.option("--params", type=click.IntRange(min=1), default=None,
-              help="Parameter count, for the nvme_path capacity and optimizer swap-buffer checks.")
+@model_size_options(note="For the capacity, buffer-size and pinned-memory checks: ")
 @click.option("--gpus", type=click.IntRange(min=1), default=1, show_default=True,
               help="Data-parallel ranks: each holds params / gpus of the optimizer state.")
 @click.option("--accelerator", type=click.Choice(["auto", *ACCELERATORS]), default="auto", show_default=True,
@@ -32,7 +29,7 @@ from .options import chosen_format, emit, format_option, library_errors, say
 @click.option("--strict", is_flag=True, help="Exit non-zero on warnings too.")
 @format_option
 @library_errors
-def lint(config: Path, model_size: str | None, params: int | None, gpus: int, accelerator: str, against: str,
+def lint(config: Path, model_preset: str | None, params: int | None, gpus: int, accelerator: str, against: str,
          expected_device: str | None, strict: bool, fmt: str, as_json: bool) -> None:
     """Check a DeepSpeed config the way DeepSpeed 0.19.8 reads it, each
     finding with its fix: keys and values DeepSpeed's config models refuse
@@ -56,7 +53,6 @@ def lint(config: Path, model_size: str | None, params: int | None, gpus: int, ac
     from ..errors import IotuneError
     from ..model.lint import LintFailure
     from ..model.reports import LintReport
-    from ..workloads.presets import get_preset
 
     out_fmt = chosen_format(fmt, as_json)
 
@@ -70,11 +66,8 @@ def lint(config: Path, model_size: str | None, params: int | None, gpus: int, ac
     try:
         duplicates: list[str] = []
         cfg = read_ds_config(config, duplicates)
-        largest = None
-        if model_size is not None:
-            shape = get_preset(model_size)
-            params = params or shape.param_count()
-            largest = max(shape.vocab * shape.hidden, shape.hidden * shape.intermediate)
+        shape, params = model_size(model_preset, params, required=False)
+        largest = max(shape.vocab * shape.hidden, shape.hidden * shape.intermediate) if shape else None
         acc, how = (accelerator, "given") if accelerator != "auto" else detect_accelerator()
         schema = choose_schema(against)
     except IotuneError as e:

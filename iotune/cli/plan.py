@@ -6,16 +6,14 @@ from pathlib import Path
 
 import click
 
-from ..errors import UsageError
-from .options import RATE, SIZE, chosen_format, emit, format_option, library_errors
+from .options import (RATE, SIZE, chosen_format, emit, endurance_options, format_option, given, library_errors,
+                      model_size, model_size_options)
 
 STRATEGIES = ["baseline", "cpu", "nvme-opt", "nvme-all", "zenflow"]
 
 
 @click.command()
-@click.option("--model", "model_size", default=None, metavar="PRESET",
-              help="A model shape: tiny, small, medium, wide, 1b, 3b, 8b, 16b.")
-@click.option("--params", type=click.IntRange(min=1), default=None, help="Or a parameter count.")
+@model_size_options()
 @click.option("--strategy", type=click.Choice(STRATEGIES), default="nvme-opt", show_default=True)
 @click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
 @click.option("--grad-accum", type=click.IntRange(min=1), default=1, show_default=True)
@@ -25,20 +23,18 @@ STRATEGIES = ["baseline", "cpu", "nvme-opt", "nvme-all", "zenflow"]
 @click.option("--drives", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--target-step", type=click.FloatRange(min=0, min_open=True), default=None, metavar="S",
               help="Storage time per step to aim for: prints the bandwidth and drives needed.")
-@click.option("--aio-block-size", type=SIZE, default=1 << 20, show_default=True,
-              help="Tensors under max(1 MiB, this) are not swapped.")
+@click.option("--aio-block-size", type=SIZE, default="1M", show_default=True,
+              help="With --model: tensors under max(1 MiB, this) are not swapped (a --params count has no "
+                   "tensors to leave out).")
 @click.option("--step-time", type=click.FloatRange(min=0, min_open=True), default=None, metavar="S",
               help="Seconds per optimizer step, for the SSD-endurance forecast (default: the storage time "
                    "per step at --drive-bandwidth, an upper bound on the write rate).")
-@click.option("--drive-tbw", type=SIZE, default=None, metavar="SIZE",
-              help="One drive's rated endurance (total bytes written), e.g. 600TB: days until it is reached.")
-@click.option("--drive-capacity", type=SIZE, default=None, metavar="SIZE",
-              help="One drive's capacity, e.g. 3.84TB, for drive writes per day (default: per TB).")
+@endurance_options(tbw_default="none, no days forecast", capacity_default="per TB")
 @click.option("--check", "check_run", type=click.Path(path_type=Path), default=None, metavar="RUN",
               help="Compare the prediction with a traced run of the same model and strategy.")
 @format_option
 @library_errors
-def plan(model_size: str | None, params: int | None, strategy: str, precision: str, grad_accum: int, gpus: int,
+def plan(model_preset: str | None, params: int | None, strategy: str, precision: str, grad_accum: int, gpus: int,
          drive_bandwidth: float | None, drives: int, target_step: float | None, aio_block_size: int,
          check_run: Path | None, fmt: str, as_json: bool, step_time: float | None = None,
          drive_tbw: int | None = None, drive_capacity: int | None = None) -> None:
@@ -57,15 +53,13 @@ def plan(model_size: str | None, params: int | None, strategy: str, precision: s
     from ..model.plan import PlanInput
     from ..model.reports import PlanReport
     from ..model.runfile import load_run
-    from ..workloads.presets import get_preset, swappable_params
+    from ..workloads.presets import swappable_params
 
-    if (model_size is None) == (params is None):
-        raise UsageError("give the model as --model PRESET or --params N (one of them)")
-    swappable = None
-    if model_size is not None:
-        shape = get_preset(model_size)
-        params = shape.param_count()
-        swappable = swappable_params(shape, max(1 << 20, aio_block_size))
+    shape, params = model_size(model_preset, params, required=True)
+    if shape is None and given("aio_block_size"):
+        raise click.UsageError("--aio-block-size decides which tensors of a --model shape are swapped; a --params "
+                               "count has no tensors: give --model PRESET, or drop --aio-block-size")
+    swappable = swappable_params(shape, max(1 << 20, aio_block_size)) if shape is not None else None
     inp = PlanInput(params=params or 0, strategy=strategy, precision=precision, grad_accum=grad_accum, gpus=gpus,
                     swappable_params=swappable, drive_bytes_per_s=drive_bandwidth, drives=drives,
                     target_step_s=target_step)

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from ..errors import UsageError
-from .options import CliError, library_errors
+from .options import CliError, json_option, library_errors
 
 
 @click.command()
@@ -20,8 +20,9 @@ from .options import CliError, library_errors
 @click.option("--validate", "documents", multiple=True, metavar="FILE",
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Check a JSON file against the schema (repeatable); exit 1 if one does not conform.")
+@json_option
 @library_errors
-def schema(name: str | None, show_path: bool, documents: tuple[Path, ...]) -> None:
+def schema(name: str | None, show_path: bool, documents: tuple[Path, ...], as_json: bool) -> None:
     """List the JSON Schemas, or print one (NAME: e.g. run, run-1, sweep).
 
     \b
@@ -35,18 +36,30 @@ def schema(name: str | None, show_path: bool, documents: tuple[Path, ...]) -> No
     if name is None:
         if show_path or documents:
             raise UsageError("--path and --validate need a schema NAME (iotune schema lists them)")
-        for n in schema_names():
-            click.echo(f"{n:<18} {_load(schema_path(n)).get('title', '')}")
+        listing = [(n, _load(schema_path(n)).get("title", "")) for n in schema_names()]
+        if as_json:
+            click.echo(json.dumps([{"name": n, "title": t} for n, t in listing], indent=1))
+        else:
+            click.echo("".join(f"{n:<18} {title}\n" for n, title in listing), nl=False)
         return
+    if show_path and documents:
+        raise click.UsageError("--path prints where the schema is, --validate checks files against it: give one")
     path = schema_path(name)
     if not documents:
-        click.echo(str(path) if show_path else path.read_text(), nl=show_path)
+        if show_path:
+            click.echo(json.dumps({"name": path.stem, "path": str(path)}) if as_json else str(path))
+        else:
+            click.echo(path.read_text(), nl=False)      # a schema is JSON already: the same with --json
         return
-    failures = [f"{doc}: {msg}" for doc in documents for msg in _problems(_load(path), _load(doc))]
+    problems = {doc: _problems(_load(path), _load(doc)) for doc in documents}
+    if as_json:
+        verdicts = [{"file": str(doc), "conforms": not found, "problems": found} for doc, found in problems.items()]
+        click.echo(json.dumps({"schema": path.stem, "documents": verdicts}, indent=1))
+    failures = [f"{doc}: {msg}" for doc, found in problems.items() for msg in found]
     if failures:
         raise CliError(f"does not conform to {path.stem}:\n  " + "\n  ".join(failures))
-    for doc in documents:
-        click.echo(f"{doc}: conforms to {path.stem}")
+    if not as_json:
+        click.echo("".join(f"{doc}: conforms to {path.stem}\n" for doc in documents), nl=False)
 
 
 def _load(path: Path) -> Any:

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
-from ..errors import UsageError
-from ..model.units import parse_size
 from ..volumes.beds import BEDS, DEFAULT_BED
 from .fleet import fleet_nodes, refuse_with_hosts, sweep_hosts
-from .options import (RATE, SIZE, bool_word, chosen_format, csv_list, emit, format_option, html_option,
-                      library_errors, out_option, positive_int, say, write_html)
+from .options import (SIZE, SettingType, chosen_format, csv_list, drive_cap_option, emit, format_option, given,
+                      html_option, library_errors, multinode_options, out_option, refuse_remote_iotune, renamed_option,
+                      say, setting_help, setting_list, write_html)
 
 
 @click.command()
@@ -31,27 +29,38 @@ from .options import (RATE, SIZE, bool_word, chosen_format, csv_list, emit, form
                    "ds-nvme-tune-grid) or a TOML file.")
 @click.option("--executor", type=click.Choice(["fio", "aio"]), default="fio", show_default=True,
               help="Measure with fio, or with DeepSpeed's own aio engine (aio_handle).")
-@click.option("--block-sizes", callback=csv_list(parse_size), default=None, metavar="LIST",
-              help="Override the profile, e.g. 256K,1M,4M.")
-@click.option("--queue-depths", callback=csv_list(positive_int), default=None, metavar="LIST",
-              help="Override the profile, e.g. 4,8,32.")
-@click.option("--threads", callback=csv_list(positive_int), default=None, metavar="LIST",
-              help="intra_op_parallelism values (fio: numjobs), e.g. 1,2,4.")
-@click.option("--single-submit", callback=csv_list(bool_word), default=None, metavar="LIST",
-              help="e.g. false or false,true.")
-@click.option("--overlap-events", callback=csv_list(bool_word), default=None, metavar="LIST")
-@click.option("--engines", callback=csv_list(str), default=None, metavar="LIST", help="fio: libaio,io_uring.")
+@click.option("--block-sizes", callback=setting_list("block_size"), default=None, metavar="LIST",
+              help=setting_help("block_size", "Override the profile's aio block_size values, e.g. 256K,1M,4M."))
+@click.option("--queue-depths", callback=setting_list("queue_depth"), default=None, metavar="LIST",
+              help=setting_help("queue_depth", "Override the profile's aio queue_depth values, e.g. 4,8,32."))
+@click.option("--aio-threads", callback=setting_list("intra_op_parallelism"), default=None, metavar="LIST",
+              help=setting_help("intra_op_parallelism",
+                                "Override the profile's aio intra_op_parallelism values (fio: numjobs), e.g. 1,2,4."))
+@renamed_option("--threads", "--aio-threads", "aio_threads", callback=setting_list("intra_op_parallelism"),
+                metavar="LIST")
+@click.option("--single-submit", callback=setting_list("single_submit"), default=None, metavar="LIST",
+              help=setting_help("single_submit", "Override the profile's aio single_submit values, e.g. false "
+                                                 "or false,true."))
+@click.option("--overlap-events", callback=setting_list("overlap_events"), default=None, metavar="LIST",
+              help=setting_help("overlap_events", "Override the profile's aio overlap_events values, e.g. true."))
+@click.option("--engines", callback=setting_list("engine"), default=None, metavar="LIST",
+              help=setting_help("engine", "fio's ioengines to compare, e.g. libaio,io_uring."))
 @click.option("--grid", is_flag=True, help="Measure every combination instead of the adaptive search.")
-@click.option("--repeats", type=click.IntRange(1, 50), default=None, help="Repeats of the finalists.")
-@click.option("--file-bytes", type=SIZE, default=None, metavar="SIZE", help="Bytes per tensor file per trial.")
-@click.option("--confirm", "confirm_top", type=click.IntRange(0, 10), default=None,
-              help="Candidates that run real training steps in alternating pairs with DeepSpeed's "
-                   "defaults; the steps decide (0: none, the executor's best is recommended).")
-@click.option("--steps", type=click.IntRange(1, 10_000), default=None,
-              help="Optimizer steps per training-step trial (the first is left out of the medians).")
-@click.option("--steps-timeout", "steps_timeout_s", type=click.FloatRange(min=1), default=None, metavar="SECONDS",
-              help="Wall-clock limit of one training-step trial; the job's process group is killed after it.  "
-                   "[default: 1800]")
+@click.option("--repeats", type=SettingType("repeats"), default=None, metavar="N",
+              help=setting_help("repeats", "Repeats of the finalists (of every point with --grid)."))
+@click.option("--file-bytes", type=SettingType("file_bytes"), default=None, metavar="SIZE",
+              help=setting_help("file_bytes", "Bytes per tensor file per trial, e.g. 32M."))
+@click.option("--confirm", "confirm_top", type=SettingType("confirm_top"), default=None, metavar="N",
+              help=setting_help("confirm_top", "Candidates that run real training steps in alternating pairs with "
+                                "DeepSpeed's defaults; the steps decide (0: none, the executor's best is "
+                                "recommended)."))
+@click.option("--steps", type=SettingType("steps"), default=None, metavar="N",
+              help=setting_help("steps", "Optimizer steps per training-step trial (the first is left out of the "
+                                         "medians)."))
+@click.option("--steps-timeout", "steps_timeout_s", type=SettingType("steps_timeout_s"), default=None,
+              metavar="SECONDS",
+              help=setting_help("steps_timeout_s", "Wall-clock limit of one training-step trial; the job's process "
+                                                   "group is killed after it (default: 1800)."))
 @click.option("--steps-cmd", default=None, metavar="CMD",
               help="Confirm on YOUR training job instead of the built-in one, e.g. "
                    "\"deepspeed train.py --deepspeed_config {config}\": each candidate's aio block is written into "
@@ -61,11 +70,12 @@ from .options import (RATE, SIZE, bool_word, chosen_format, csv_list, emit, form
 @click.option("--ds-config", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
               help="With --steps-cmd: your DeepSpeed config. Its NVMe offload is pointed at a scratch "
                    "directory under --path in each copy (the drive being tuned).")
-@click.option("--omp-threads", callback=csv_list(positive_int), default=None, metavar="LIST",
-              help="CPU-optimizer threads (OMP_NUM_THREADS) to compare on training steps, e.g. 1,2: the "
-                   "recommendation's optimizer-step time at each count, as a table, and the count to use. "
-                   f"This machine has {os.cpu_count()} cores: only 1..{os.cpu_count()} are meaningful here, more "
-                   "only oversubscribe them. Needs --confirm 1 or more.")
+@click.option("--omp-threads", callback=setting_list("omp_threads"), default=None, metavar="LIST",
+              help=setting_help("omp_threads",
+                                "CPU-optimizer threads (OMP_NUM_THREADS) to compare on training steps, e.g. 1,2: "
+                                "the recommendation's optimizer-step time at each count, as a table, and the count "
+                                "to use (0: the job's own default, OMP_NUM_THREADS unset). Counts above the "
+                                "machine's cores only oversubscribe them. Needs --confirm 1 or more."))
 @out_option("Journal directory (default iotune-sweeps/<profile>-<executor>-<drive id>, one per drive). "
             "An existing journal is resumed.")
 @click.option("--fresh", is_flag=True, help="Start over (the old journal is kept under a new name).")
@@ -84,24 +94,15 @@ from .options import (RATE, SIZE, bool_word, chosen_format, csv_list, emit, form
               help="With --layouts: also search the filesystem, e.g. xfs,ext4,btrfs, each with the mount "
                    "options that matter for O_DIRECT swap files (ext4: ordered and data=writeback; btrfs: "
                    "nodatacow and copy-on-write), all ranked on one scale. Default: btrfs, noatime,nodatacow.")
-@click.option("--drive-cap", type=RATE, default=100e6, show_default=True,
-              help="With --layouts: bandwidth cap per scratch drive, e.g. 100MB/s.")
+@drive_cap_option(note="With --layouts: ", was_cap=False)
 @click.option("--netfs", is_flag=True,
               help="Also sweep the client knobs of the network filesystem holding --path: Lustre "
                    "(max_rpcs_in_flight, max_pages_per_rpc, the swap directory's striping) or NFS (rsize, wsize, "
                    "nconnect, on a second mount of the export). Each is set, searched and set back; ranked "
                    "together.")
 @click.option("--dry-run", is_flag=True, help="With --netfs: print every command it would run, run none.")
-@click.option("--hosts", default=None, metavar="H1,H2,...",
-              help="Multi-node: run the same sweep on every host at once over ssh (--path on each host's own "
-                   "drive) and compare them: slow nodes, and whether they deserve different settings.")
-@click.option("--hostfile", type=click.Path(path_type=Path, dir_okay=False), default=None, metavar="FILE",
-              help="Multi-node: sweep every host of this DeepSpeed hostfile (`host slots=N` lines).")
-@click.option("--remote-iotune", default=None, metavar="PATH",
-              help="Multi-node: iotune's path on the hosts (default: the same path as here).")
-@click.option("--slurm", is_flag=True,
-              help="Multi-node, inside a Slurm allocation (sbatch, salloc): the same sweep on every node of the "
-                   "job at once, through `srun --overlap` steps.")
+@multinode_options("sweep", "the same sweep on each, of --path on each host's own drive, compared: slow nodes, and "
+                            "whether they deserve different settings")
 @click.option("--offload", is_flag=True,
               help="Tune the whole offload instead of the aio block: where optimizer state and parameters live, "
                    "sub_group_size, pipelining and the buffers each needs, parameter buffers, on real steps of the "
@@ -124,7 +125,7 @@ from .options import (RATE, SIZE, bool_word, chosen_format, csv_list, emit, form
 @html_option
 @library_errors
 def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any, queue_depths: Any,
-          threads: Any, single_submit: Any, overlap_events: Any, engines: Any, grid: bool,
+          aio_threads: Any, single_submit: Any, overlap_events: Any, engines: Any, grid: bool,
           repeats: int | None, file_bytes: int | None, confirm_top: int | None, steps: int | None,
           steps_timeout_s: float | None, steps_cmd: str | None, ds_config: Path | None, omp_threads: Any,
           out: Path | None, fresh: bool,
@@ -174,21 +175,26 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
                                  run_sweep_command)
 
     fmt = chosen_format(fmt, as_json)
+    refuse_inert(apply_to, in_place, layout_drives, netfs, dry_run, fmt, html_path, export_to, export_jobs)
     if offload:
         from .offload import refuse_offload_with, run_offload
         refuse_offload_with(layouts=layout_drives, netfs=netfs, hosts=hosts, hostfile=hostfile,
                             slurm=slurm, export=export_to, export_jobs=export_jobs, html=html_path,
-                            omp_threads=omp_threads, grid=grid)
+                            omp_threads=omp_threads, grid=grid, profile=given("profile"),
+                            executor=given("executor"), block_sizes=block_sizes, queue_depths=queue_depths,
+                            aio_threads=aio_threads, single_submit=single_submit, overlap_events=overlap_events,
+                            engines=engines, repeats=repeats, file_bytes=file_bytes, confirm=confirm_top,
+                            filesystems=filesystems, remote_iotune=remote_iotune, dry_run=dry_run)
         if bed is not None and target_dir is not None:
             raise click.UsageError("--bed excludes --path: give one of them")
         run_offload(target_dir, bed, offload_model, ds_config, fixes, max_host_memory, max_trials or 12, steps, out,
                     fresh, apply_to, in_place, fmt, what_if, steps_cmd, steps_timeout_s)
         return
     from .offload import refuse_without_offload
-    refuse_without_offload(fix=fixes, max_host_memory=max_host_memory, max_trials=max_trials, what_if=what_if)
+    refuse_without_offload(model=given("offload_model"), fix=fixes, max_host_memory=max_host_memory,
+                           max_trials=max_trials, what_if=what_if)
     fleet = fleet_nodes(hosts, hostfile, slurm, [], command="sweep")
-    if remote_iotune and not fleet:
-        raise UsageError("--remote-iotune is for a multi-node sweep: add --hosts, --hostfile or --slurm")
+    refuse_remote_iotune(remote_iotune, bool(fleet), "sweep")
     if fleet:
         refuse_with_hosts(bed=bed, layouts=layout_drives, filesystems=filesystems, apply=apply_to,
                           export=export_to, export_jobs=export_jobs, html=html_path)
@@ -199,6 +205,9 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
     if netfs and (layout_drives is not None or bed is not None or fleet):
         raise click.UsageError("--netfs sweeps the filesystem holding --path: it excludes --layouts, --bed and "
                                "--hosts")
+    if layout_drives is not None and target_dir is not None:
+        raise click.UsageError("--layouts sweeps scratch drives it builds, not --path: drop --path (or drop "
+                               "--layouts to sweep the drive holding --path)")
     if netfs and dry_run:
         from ..sweep.netfs import dry_run as netfs_dry_run
         if target_dir is None:
@@ -212,7 +221,7 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
         check_export_path(export_to)      # before the sweep, not after it
     args = SweepArgs(target_dir=target_dir, profile=profile, executor=executor,
                      overrides=SpaceOverrides(block_size=block_sizes, queue_depth=queue_depths,
-                                              intra_op_parallelism=threads, single_submit=single_submit,
+                                              intra_op_parallelism=aio_threads, single_submit=single_submit,
                                               overlap_events=overlap_events, engine=engines,
                                               omp_threads=omp_threads),
                      grid=grid, repeats=repeats, file_bytes=file_bytes, confirm_top=confirm_top, out=out,
@@ -255,3 +264,23 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
     write_html(outcome, html_path)
     if outcome.recommended is None or outcome.validation_error or outcome.confirm_error:
         sys.exit(1)
+
+
+def refuse_inert(apply_to: Path | None, in_place: bool, layout_drives: int | None, netfs: bool, dry_run: bool,
+                 fmt: str, html_path: Path | None, export_to: Path | None, export_jobs: Path | None) -> None:
+    """Options that would do nothing in this combination are refused, each with its fix."""
+    if in_place and apply_to is None:
+        raise click.UsageError("--in-place says where --apply writes: add --apply DS_CONFIG, or drop --in-place")
+    if given("drive_cap") and layout_drives is None:
+        raise click.UsageError("--drive-cap caps the scratch drives of --layouts: add --layouts N, or drop "
+                               "--drive-cap (a --path or --bed drive keeps its own speed)")
+    if layout_drives is not None or netfs:
+        which = "--layouts" if layout_drives is not None else "--netfs"
+        extra = next((flag for flag, value in (("--apply", apply_to), ("--export", export_to),
+                                               ("--export-jobs", export_jobs)) if value is not None), None)
+        if extra:
+            raise click.UsageError(f"{extra} works on one drive's sweep, and {which} ranks several layouts: drop "
+                                   f"{extra}, or sweep the chosen layout with --path")
+    if dry_run and (fmt == "json" or html_path is not None):
+        flag = "--json" if fmt == "json" else "--html"
+        raise click.UsageError(f"--dry-run prints the commands a --netfs sweep would run, as text: drop {flag}")

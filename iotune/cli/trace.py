@@ -19,8 +19,8 @@ from ..model.run import TraceRun
 from ..model.runfile import (check_can_save, default_run_dir, give_to_sudo_user, load_run, save_or_spare,
                               save_run_or_spare)
 from .fleet import fleet_nodes, trace_fleet_cli
-from .options import (chosen_format, emit, format_option, html_option, library_errors, out_option, report_options, say,
-                      write_html)
+from .options import (chosen_format, emit, format_option, given, html_option, library_errors, multinode_options,
+                      out_option, refuse_remote_iotune, refuse_width_with_json, report_options, say, write_html)
 from .verdict_inputs import gather_inputs, trace_report, verdict_options
 
 if TYPE_CHECKING:
@@ -62,16 +62,7 @@ def progress_printer() -> Callable[[float, int, int, int, int], None] | None:
                    "DeepSpeed swap I/O are then not reported).")
 @click.option("--linger", type=click.FloatRange(0, 3600), default=0.0, metavar="S",
               help="Keep tracing S seconds after the command ends (to catch delayed writeback).")
-@click.option("--hosts", default=None, metavar="H1,H2,...",
-              help="Multi-node: trace these hosts (an agent on each, over ssh); the command runs here.")
-@click.option("--hostfile", type=click.Path(path_type=Path, dir_okay=False), default=None, metavar="FILE",
-              help="Multi-node: trace every host of this DeepSpeed hostfile (`host slots=N` lines). A "
-                   "`deepspeed --hostfile FILE` command with several hosts implies it.")
-@click.option("--slurm", is_flag=True,
-              help="Multi-node inside a Slurm allocation (sbatch, salloc): trace every node of the job "
-                   "(an agent on each via srun --overlap); the command runs here.")
-@click.option("--remote-iotune", default=None, metavar="PATH",
-              help="Multi-node: iotune's path on the hosts (default: the same path as here).")
+@multinode_options("trace", "an agent on each traces the devices holding --path there; the command runs here")
 @out_option("Save the run here (default: ./iotune-runs/<time>-<command>).")
 @click.option("--no-save", is_flag=True, help="Do not save the run.")
 @click.option("--as-root", is_flag=True,
@@ -129,6 +120,7 @@ def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, du
     from ..trace.session import TraceOptions, trace_command, trace_window
 
     fmt = chosen_format(fmt, as_json)
+    refuse_width_with_json(fmt)
     argv = list(command)
     if argv and argv[0] == "--":
         argv = argv[1:]
@@ -137,6 +129,7 @@ def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, du
     if not argv and duration is None:
         raise UsageError("nothing to trace: give a command after `--` (iotune trace -- CMD ARGS...) "
                          "or a window with --duration S")
+    refuse_inert(bool(argv), out, no_save, linger, no_inject, as_root)
     nodes = fleet_nodes(hosts, hostfile, slurm, argv)
     if not no_save:
         check_can_save(out or RUNS_ROOT)     # before the command runs: no wasted run
@@ -145,8 +138,7 @@ def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, du
     if nodes:
         return trace_hosts(*nodes, devices, paths, with_lower, interval, no_inject, remote_iotune, as_root,
                            fmt, width, html_path, drive_tbw, drive_capacity, out, no_save, argv)
-    if remote_iotune:
-        raise UsageError("--remote-iotune is for a multi-node trace: add --hosts, --hostfile or --slurm")
+    refuse_remote_iotune(remote_iotune, False, "trace")
     inject = bool(argv) and not no_inject
     chosen, app = trace_targets(devices, paths, with_lower, app_layer)
     opts = TraceOptions(devices=chosen, interval_s=interval or (0.01 if inject else 1.0), linger_s=linger,
@@ -163,6 +155,18 @@ def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, du
     emit(judged, fmt, width, block_size)
     write_html(judged, html_path)
     end_with([unsaved] if unsaved else [], run.exit_status)    # after the report: it may be all that is left
+
+
+def refuse_inert(command: bool, out: Path | None, no_save: bool, linger: float, no_inject: bool,
+                 as_root: bool) -> None:
+    """Options that would do nothing in this combination are refused, each with its fix."""
+    if no_save and out is not None:
+        raise click.UsageError("-o/--out says where to save the run, and --no-save not to save it: drop one of them")
+    if not command:
+        for flag, set_ in (("--linger", given("linger")), ("--no-inject", no_inject), ("--as-root", as_root)):
+            if set_:
+                raise click.UsageError(f"{flag} is about the traced command, and --duration traces a time window "
+                                       f"with none: drop {flag}, or give a command after `--`")
 
 
 def notice(progress: Callable[[float, int, int, int, int], None] | None) -> Callable[[str], None]:
@@ -297,6 +301,7 @@ def report(run_path: Path, fmt: str, as_json: bool, block_size: int | None, widt
     verdict judged by today's rules. A multi-node run's directory (with
     fleet.json) gets the fleet report: per node, per rank, the slowest node
     of each step."""
+    refuse_width_with_json(chosen_format(fmt, as_json))
     if is_fleet_dir(run_path):
         return report_fleet(run_path, chosen_format(fmt, as_json), width, html_path, probe_ceiling, drive_tbw,
                             drive_capacity)

@@ -13,17 +13,13 @@ import click
 from ..errors import IotuneError
 from ..model.run import TraceRun
 from ..model.verdict import DeviceCeiling, TraceReport, VerdictInputs
-from .options import SIZE, F
+from .options import F, endurance_options
 
 
 def verdict_options(fn: F) -> F:
     """--ceiling, --drive-tbw, --drive-capacity: inputs of the trace verdict."""
-    fn = click.option("--drive-capacity", type=SIZE, default=None, metavar="SIZE",
-                      help="One drive's capacity, e.g. 3.84TB, for drive writes per day (default: the traced "
-                           "device's size).")(fn)
-    fn = click.option("--drive-tbw", type=SIZE, default=None, metavar="SIZE",
-                      help="The drive's rated endurance (total bytes written), e.g. 600TB, for the days until "
-                           "it is reached (default: estimated from its SMART/NVMe data, when it has any).")(fn)
+    fn = endurance_options(tbw_default="estimated from the drive's SMART/NVMe data, when it has any",
+                           capacity_default="the traced device's size")(fn)
     fn = click.option("--ceiling", "probe_ceiling", is_flag=True,
                       help="Measure each traced device's ceiling with a short fio probe (~9 s, writes 2 "
                            "temporary files on its filesystem) for the verdict; without it, the ceiling comes "

@@ -4,7 +4,9 @@ the bandwidth each aio setting should reach there."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from typing import Any
 
 from ..model.bed import DEEPSPEED_DEFAULT_POINT, AioPoint, BedSpec
 from ..model.layout import BuildPlan, Finding, LayoutSpec
@@ -56,3 +58,39 @@ def render_bed(spec: BedSpec, path: str, devices: Sequence[str], cgroup: str | N
              f"shows     {spec.behaviour}",
              f"cannot    {spec.cannot_show}", ""]
     return "\n".join(lines) + render_bed_table(spec)
+
+
+# --json of the `iotune volumes` commands: one JSON document on stdout, printed
+# as soon as the drives are up (they stay up until Ctrl-C), on one line so a
+# reader of the pipe can take it line by line.
+
+def _document(doc: dict[str, Any]) -> str:
+    return json.dumps(doc, sort_keys=True) + "\n"
+
+
+def build_plan_json(plan: BuildPlan, spec: LayoutSpec, refusals: Sequence[Finding] = ()) -> str:
+    """`iotune volumes build --dry-run --json`."""
+    return _document({"backend": plan.backend, "reason": plan.reason, "fstype": plan.fstype,
+                      "commands": [list(argv) for argv in plan.commands], "queue": dict(spec.queue),
+                      "refused": [{"device": r.device, "what": r.what} for r in refusals]})
+
+
+def volume_json(path: str, plan: BuildPlan) -> str:
+    """`iotune volumes build --json`: the volume as built."""
+    return _document({"mount": path, "backend": plan.backend, "reason": plan.reason, "fstype": plan.fstype,
+                      "source": plan.mount_source, "stripe_bytes": plan.stripe_bytes})
+
+
+def scratch_json(drives: Sequence[tuple[str, str, str | None]], cap_bytes_per_s: float) -> str:
+    """`iotune volumes scratch --json`: (device, image file, cgroup) per drive."""
+    return _document({"cap_bytes_per_s": cap_bytes_per_s,
+                      "drives": [{"device": d, "image": image, "cgroup": cg} for d, image, cg in drives]})
+
+
+def bed_json(spec: BedSpec, path: str, devices: Sequence[str], cgroup: str | None) -> str:
+    """`iotune volumes bed NAME --json`: the bed, where it is, and each
+    setting's expected bandwidth (bytes/s, one direction)."""
+    expected = [{**vars(p), "bytes_per_s": spec.expected_bytes_per_s(p),
+                 "deepspeed_defaults": p == DEEPSPEED_DEFAULT_POINT} for p in bed_points(spec)]
+    return _document({"bed": spec.to_json(), "mount": path, "devices": list(devices), "cgroup": cgroup,
+                      "ceiling_bytes_per_s": spec.ceiling_bytes_per_s(), "expected": expected})

@@ -20,6 +20,7 @@ from ..volumes.beds import DEFAULT_BED, bed_spec
 from .cmd_executor import UserJob, parse_user_job
 from .executor import Target
 from .pipeline import SweepRequest, run_sweep
+from .bounds import BOUNDS
 from .space import Profile, load_profile
 
 # The built-in drive: 200 MB/s and 800 IOPS caps, 4 ms per request with at most
@@ -68,18 +69,18 @@ class SweepArgs:
     ds_config: Path | None = None            # the user's DeepSpeed config (with steps_cmd)
 
 
+RUN_FLAGS = ("repeats", "file_bytes", "confirm_top", "steps", "steps_timeout_s")   # SweepArgs fields = RunSettings keys
+
+
 def build_profile(args: SweepArgs) -> Profile:
     prof = load_profile(args.profile)
-    space = replace(prof.space, **args.overrides.given())
-    run = prof.run
+    given = args.overrides.given()
+    run_given = {key: getattr(args, key) for key in RUN_FLAGS if getattr(args, key) is not None}
+    check_overrides(given, run_given)
+    space = replace(prof.space, **given)
+    run = replace(prof.run, **run_given)
     if args.grid:
         run = replace(run, search="grid")
-    for key in ("repeats", "file_bytes", "confirm_top", "steps", "steps_timeout_s"):
-        value = getattr(args, key)
-        if value is not None:
-            run = replace(run, **{key: value})
-    if run.file_bytes % 4096:
-        raise UsageError("--file-bytes must be a multiple of 4096 (O_DIRECT)")
     if args.executor == "aio" and space.engine != ("libaio",):
         if args.overrides.engine:
             raise UsageError(f"--engines {','.join(space.engine)}: the aio executor measures DeepSpeed's own "
@@ -88,6 +89,18 @@ def build_profile(args: SweepArgs) -> Profile:
     prof = replace(prof, space=space, run=run)
     check_dimensions(prof, args)
     return prof
+
+
+def check_overrides(space: dict[str, Any], run: dict[str, Any]) -> None:
+    """The command line's values against the bounds a profile's meet (the
+    CLI's parameter types check them already; SweepArgs built otherwise too)."""
+    for key, values in [*space.items(), *((k, (v,)) for k, v in run.items())]:
+        bound = BOUNDS[key]
+        for value in values:
+            try:
+                bound.check(value)
+            except ValueError as e:
+                raise UsageError(f"{bound.flag} {value}: {e}") from None
 
 
 def check_dimensions(prof: Profile, args: SweepArgs) -> None:
@@ -102,6 +115,12 @@ def check_dimensions(prof: Profile, args: SweepArgs) -> None:
     if needs_steps and prof.run.confirm_top <= 0:
         raise UsageError(f"{needs_steps[0]} is measured on training steps, and this sweep runs none "
                          f"(--confirm 0 / confirm_top = 0 in profile {prof.name}): give --confirm 1 or more")
+    step_settings = [flag for flag, value in (("--steps", args.steps), ("--steps-timeout", args.steps_timeout_s))
+                     if value is not None]
+    if step_settings and prof.run.confirm_top <= 0:
+        raise UsageError(f"{step_settings[0]} sets the training-step trials, and this sweep runs none "
+                         f"(--confirm 0 / confirm_top = 0 in profile {prof.name}): give --confirm 1 or more, or "
+                         f"drop {step_settings[0]}")
 
 
 @contextlib.contextmanager
@@ -166,6 +185,16 @@ def user_job(args: SweepArgs, prof: Profile) -> UserJob | None:
     return parse_user_job(args.steps_cmd, args.ds_config, prof.run.steps, prof.run.steps_timeout_s)
 
 
+def refuse_steps(args: SweepArgs, prof: Profile, runs_none: str) -> None:
+    """Options of the training-step trials, refused for a sweep that runs none."""
+    given = [what for what, value in (
+        ("--steps-cmd", bool(args.steps_cmd)), ("--ds-config", args.ds_config is not None),
+        ("--omp-threads", any(v > 0 for v in prof.space.omp_threads)), ("--confirm", bool(args.confirm_top)),
+        ("--steps", args.steps is not None), ("--steps-timeout", args.steps_timeout_s is not None)) if value]
+    if given:
+        raise UsageError(f"{given[0]} is for training steps, and {runs_none}: drop {given[0]}")
+
+
 def run_layouts_command(args: SweepArgs, drives: int, cap_bytes_per_s: int, say: Callable[[str], None],
                         on_trial: Callable[[Progress], None] | None = None,
                         filesystems: tuple[str, ...] | None = None) -> LayoutSweep:
@@ -175,12 +204,7 @@ def run_layouts_command(args: SweepArgs, drives: int, cap_bytes_per_s: int, say:
     from .layouts import effects, quick_profile, sweep_layouts
 
     prof = build_profile(args)
-    steps_only = [what for what, given in (("--steps-cmd", bool(args.steps_cmd)),
-                                           ("--omp-threads", any(v > 0 for v in prof.space.omp_threads)))
-                  if given]
-    if steps_only:
-        raise UsageError(f"{steps_only[0]} is measured on training steps, and --layouts runs none (it sweeps "
-                         f"scratch drives with the aio search only): use one or the other")
+    refuse_steps(args, prof, "--layouts runs none (it sweeps scratch drives with the aio search only)")
     prof = quick_profile(prof)
     out = args.out or Path("iotune-sweeps") / f"{prof.name}-{args.executor}-layouts"
     results = sweep_layouts(prof, args.executor, drives, cap_bytes_per_s, out, ("noatime", "nodatacow"),
@@ -197,10 +221,9 @@ def run_netfs_command(args: SweepArgs, say: Callable[[str], None],
 
     if args.target_dir is None:
         raise UsageError("--netfs sweeps the client knobs of the filesystem holding --path: give --path DIR")
-    if args.steps_cmd:
-        raise UsageError("--steps-cmd is measured on training steps, and --netfs runs none (the aio search in "
-                         "each variant): use one or the other")
-    prof = quick_profile(build_profile(args))
+    prof = build_profile(args)
+    refuse_steps(args, prof, "--netfs runs none (the aio search in each variant)")
+    prof = quick_profile(prof)
     out = args.out or Path("iotune-sweeps") / f"{prof.name}-{args.executor}-netfs"
     results = sweep_netfs(prof, args.executor, args.target_dir, out, args.fresh, say, on_trial)
     return LayoutSweep(tuple(results), effects(results))

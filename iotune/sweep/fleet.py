@@ -63,7 +63,7 @@ def remote_sweep_argv(args: SweepArgs, remote_iotune: str, journal: Path) -> lis
             "--profile", str(profile.resolve()) if profile.is_file() else args.profile, "-o", str(journal)]
     ov = args.overrides
     for flag, values in (("--block-sizes", ov.block_size), ("--queue-depths", ov.queue_depth),
-                         ("--threads", ov.intra_op_parallelism), ("--single-submit", ov.single_submit),
+                         ("--aio-threads", ov.intra_op_parallelism), ("--single-submit", ov.single_submit),
                          ("--overlap-events", ov.overlap_events), ("--engines", ov.engine),
                          ("--omp-threads", ov.omp_threads)):
         if values:

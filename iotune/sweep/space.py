@@ -1,5 +1,6 @@
 """The search space and run settings of a sweep, read from a profile
-(profiles/*.toml) and overridden by command-line flags."""
+(profiles/*.toml) and overridden by command-line flags; every value is
+checked against its bound in bounds.BOUNDS, as the flags are."""
 
 from __future__ import annotations
 
@@ -11,9 +12,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..resources import profile_names, profile_path
-from ..model.units import parse_size
-
-SIZE_KEYS = ("block_size",)
+from .bounds import check_setting
 
 
 @dataclass(frozen=True)
@@ -95,21 +94,8 @@ def _space(raw: dict[str, Any], path: Path, text: str) -> SearchSpace:
 
 
 def _convert(key: str, v: Any, path: Path, text: str) -> Any:
-    default = getattr(SearchSpace(), key)[0]
     try:
-        if key in SIZE_KEYS:
-            return parse_size(v) if isinstance(v, str) else int(v)
-        if isinstance(default, bool):
-            if not isinstance(v, bool):
-                raise ValueError("expected true or false (JSON/TOML booleans, not strings)")
-            return v
-        if isinstance(default, int):
-            if isinstance(v, bool) or not isinstance(v, int) or v < (0 if key == "omp_threads" else 1):
-                raise ValueError("expected a positive whole number")
-            return v
-        if key == "engine" and v not in ("libaio", "io_uring"):
-            raise ValueError("engine is libaio or io_uring")
-        return v
+        return check_setting(key, v)
     except ValueError as e:
         raise _bad(path, text, "space", key, f"{v!r}: {e}") from None
 
@@ -120,27 +106,8 @@ def _run(raw: dict[str, Any], path: Path, text: str) -> RunSettings:
     for key, v in raw.items():
         if key not in known:
             raise _bad(path, text, "run", key, f"unknown key; known: {', '.join(sorted(known))}")
-        if key == "search":
-            if v not in ("adaptive", "grid"):
-                raise _bad(path, text, "run", key, "expected \"adaptive\" or \"grid\"")
-            vals[key] = v
-        elif key == "file_bytes":
-            try:
-                vals[key] = parse_size(v) if isinstance(v, str) else int(v)
-            except ValueError as e:
-                raise _bad(path, text, "run", key, str(e)) from None
-            if vals[key] % 4096:
-                raise _bad(path, text, "run", key, "must be a multiple of 4096 (O_DIRECT)")
-        elif key == "noise_floor":
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
-                raise _bad(path, text, "run", key, "expected a fraction in [0, 1), e.g. 0.05")
-            vals[key] = float(v)
-        elif key in ("runtime_s", "ramp_s", "steps_timeout_s"):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                raise _bad(path, text, "run", key, "expected seconds >= 0, e.g. 2.0")
-            vals[key] = float(v)
-        elif isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise _bad(path, text, "run", key, "expected a whole number >= 0")
-        else:
-            vals[key] = v
+        try:
+            vals[key] = check_setting(key, v)
+        except ValueError as e:
+            raise _bad(path, text, "run", key, str(e)) from None
     return replace(RunSettings(), **vals)
