@@ -222,14 +222,18 @@ def _patch_swap_utils(module):
     _wrap_swap(module, "swap_out_tensors", "w")
 
 
-class _TimedHandle:
-    """An aio handle whose wait() is timed; everything else is the handle's."""
+class _Proxy:
+    """Everything of `inner` but what a subclass defines."""
 
     def __init__(self, inner):
         self._iotune_inner = inner
 
     def __getattr__(self, attr):
         return getattr(self._iotune_inner, attr)
+
+
+class _TimedHandle(_Proxy):
+    """An aio handle whose wait() is timed."""
 
     def wait(self, *args, **kwargs):
         t0 = time.monotonic_ns()
@@ -239,17 +243,11 @@ class _TimedHandle:
             _emit({"k": "wait", "s": _state["step"], "n": _state["phase"], "t0": t0, "t1": time.monotonic_ns()})
 
 
-class _TimedOp:
+class _TimedOp(_Proxy):
     """The loaded async_io op, making timed handles."""
 
-    def __init__(self, op):
-        self._iotune_op = op
-
-    def __getattr__(self, attr):
-        return getattr(self._iotune_op, attr)
-
     def aio_handle(self, *args, **kwargs):
-        return _TimedHandle(self._iotune_op.aio_handle(*args, **kwargs))
+        return _TimedHandle(self._iotune_inner.aio_handle(*args, **kwargs))
 
 
 def _patch_swapper(module):
@@ -257,15 +255,12 @@ def _patch_swapper(module):
     if builder is None:
         return
 
-    class _TimedBuilder:
+    class _TimedBuilder(_Proxy):
         def __init__(self, *args, **kwargs):
-            self._iotune_builder = builder(*args, **kwargs)
-
-        def __getattr__(self, attr):
-            return getattr(self._iotune_builder, attr)
+            super().__init__(builder(*args, **kwargs))
 
         def load(self, *args, **kwargs):
-            return _TimedOp(self._iotune_builder.load(*args, **kwargs))
+            return _TimedOp(self._iotune_inner.load(*args, **kwargs))
 
     module.AsyncIOBuilder = _TimedBuilder
 
