@@ -6,6 +6,7 @@ count, cgroup and time limit, and a server that dies must not cost a trial."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -50,7 +51,11 @@ def test_a_warm_run_computes_what_a_cold_run_computes_with_its_own_threads(tmp_p
                                 *train_args(tmp_path)], env=env, capture_output=True, text=True, timeout=600)
             assert (w.returncode, c.returncode) == (0, 0), (w.stderr[-2000:], c.stderr[-2000:])
             warm_steps, cold_steps = parse_steps(w.stdout), parse_steps(c.stdout)
-            assert [s.loss for s in warm_steps] == [s.loss for s in cold_steps] and len(warm_steps) == 3
+            # the same computation; a forked process's buffers sit at other addresses than a fresh one's, and
+            # vectorised float reductions may then sum in another order: equal to float32 rounding, not bitwise
+            assert len(warm_steps) == len(cold_steps) == 3
+            assert all(math.isclose(w_.loss, c_.loss, rel_tol=1e-6) for w_, c_ in zip(warm_steps, cold_steps)), \
+                ([s.loss for s in warm_steps], [s.loss for s in cold_steps])
             assert {s.omp_threads for s in warm_steps} == {s.omp_threads for s in cold_steps} == {int(threads)}
         assert children(warm.server.pid) == []          # each run was reaped  # type: ignore[union-attr]
 

@@ -315,8 +315,7 @@ def _reclaim_owner(d: Path) -> list[str]:
                 done.append(f"killed process {pid} ({_comm(pid)})")
     _wait_gone([p for p in owned_pids(d.name) if p not in daemons])
     done += _undo(entries)
-    for entry in read_entries(d):       # a deferred release (a loop device freed as its lazily unmounted
-        entry.settle()                  # filesystem lets go) may have finished while the rest was undone
+    _settle_deferred(d)
     if not any(d.glob("*.json")):
         shutil.rmtree(d, ignore_errors=True)
     return done
@@ -382,6 +381,20 @@ def unrecorded(blkio: Path = Path("/sys/fs/cgroup/blkio")) -> list[Entry]:
 def _all_owner_dirs() -> list[Path]:
     root = state_dir()
     return sorted(d for d in root.iterdir() if d.is_dir()) if root.is_dir() else []
+
+
+def _settle_deferred(d: Path) -> None:
+    """Drop the records of releases the kernel completes later (a loop
+    device freed once its lazily unmounted filesystem lets go), waiting for
+    them up to STOP_TIMEOUT_S; what is still there then stays recorded."""
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while True:
+        left = read_entries(d)
+        for entry in left:
+            entry.settle()
+        if not any(d.glob("*.json")) or time.monotonic() >= deadline:
+            return
+        time.sleep(0.05)
 
 
 def _wait_gone(pids: list[int]) -> None:

@@ -222,32 +222,27 @@ def _patch_swap_utils(module):
     _wrap_swap(module, "swap_out_tensors", "w")
 
 
-class _Proxy:
-    """Everything of `inner` but what a subclass defines."""
+def _timed_handles(op):
+    """Make the loaded async_io op's aio_handle a subclass whose wait() is
+    timed. The handles stay DeepSpeed's own objects (no proxy in between:
+    their lifetime and teardown are unchanged); done once per process."""
+    base = op.aio_handle
+    if getattr(base, "_iotune_timed", False):
+        return op
 
-    def __init__(self, inner):
-        self._iotune_inner = inner
+    class aio_handle(base):  # noqa: N801 - stands in for the op's own name
+        _iotune_timed = True
 
-    def __getattr__(self, attr):
-        return getattr(self._iotune_inner, attr)
+        def wait(self, *args, **kwargs):
+            t0 = time.monotonic_ns()
+            try:
+                return super().wait(*args, **kwargs)
+            finally:
+                _emit({"k": "wait", "s": _state["step"], "n": _state["phase"], "t0": t0,
+                       "t1": time.monotonic_ns()})
 
-
-class _TimedHandle(_Proxy):
-    """An aio handle whose wait() is timed."""
-
-    def wait(self, *args, **kwargs):
-        t0 = time.monotonic_ns()
-        try:
-            return self._iotune_inner.wait(*args, **kwargs)
-        finally:
-            _emit({"k": "wait", "s": _state["step"], "n": _state["phase"], "t0": t0, "t1": time.monotonic_ns()})
-
-
-class _TimedOp(_Proxy):
-    """The loaded async_io op, making timed handles."""
-
-    def aio_handle(self, *args, **kwargs):
-        return _TimedHandle(self._iotune_inner.aio_handle(*args, **kwargs))
+    op.aio_handle = aio_handle
+    return op
 
 
 def _patch_swapper(module):
@@ -255,14 +250,16 @@ def _patch_swapper(module):
     if builder is None:
         return
 
-    class _TimedBuilder(_Proxy):
-        def __init__(self, *args, **kwargs):
-            super().__init__(builder(*args, **kwargs))
-
+    class AsyncIOBuilder(builder):
         def load(self, *args, **kwargs):
-            return _TimedOp(self._iotune_inner.load(*args, **kwargs))
+            op = super().load(*args, **kwargs)
+            try:
+                return _timed_handles(op)
+            except Exception as e:  # noqa: BLE001 - never break the job: it runs untimed
+                sys.stderr.write(f"iotune: cannot time the aio handles' waits ({e})\n")
+                return op
 
-    module.AsyncIOBuilder = _TimedBuilder
+    module.AsyncIOBuilder = AsyncIOBuilder
 
 
 SWAPPERS = ("deepspeed.runtime.swap_tensor.partitioned_optimizer_swapper",
