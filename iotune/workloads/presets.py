@@ -38,8 +38,9 @@ PRESETS: dict[str, ModelShape] = {
     "tiny": ModelShape(vocab=1024, hidden=256, layers=4, heads=4, kv_heads=4, intermediate=688, seq_len=128),
     "small": ModelShape(vocab=1024, hidden=512, layers=4, heads=8, kv_heads=8, intermediate=1376, seq_len=128),
     "medium": ModelShape(vocab=4096, hidden=1024, layers=8, heads=16, kv_heads=8, intermediate=2752, seq_len=256),
-    # benchmark size: every 2-D weight (1536 x 1536 and up, 9.4 MB in fp32) exceeds the largest aio block
-    # searched (8 MiB), so a larger block changes how the same bytes move, never which tensors move
+    # benchmark size: every 2-D weight (1536 x 1536 and up, 9 MiB in fp32) exceeds an 8 MiB aio block, so up
+    # to 8 MiB a larger block changes how the same bytes move, not which tensors move (a 16 MiB block keeps
+    # the 1536 x 1536 gradients in RAM: the gain split says so)
     "wide": ModelShape(vocab=4096, hidden=1536, layers=1, heads=12, kv_heads=12, intermediate=4096, seq_len=128),
     # the sizes of Xinnor's published offload benchmark (need the hardware)
     "1b": ModelShape(vocab=128256, hidden=2048, layers=16, heads=32, kv_heads=8, intermediate=8192, seq_len=4096),
