@@ -172,24 +172,26 @@ def test_layouts_past_one_drive_need_md_unless_btrfs(tmp_path: Path, monkeypatch
 
 
 # Copy-on-write direct writes on btrfs are held back by the filesystem itself (new extents and
-# checksums per write), not by the drive: measured here at 310-345 MB/s whatever the cap above it
-# (400, 600, 800 and 1600 MB/s, 2026-11-24; 215 MB/s with both cores busy). At a 400 MB/s cap that
-# left copy-on-write at 0.78-0.86 of nodatacow, too close for a test. At 600 MB/s it is 0.35-0.6 and
-# nodatacow still reaches the cap with both cores busy (576-678 MB/s); at 800 MB/s it did not then.
-# The limit is the CPU's, not a constant: on a quiet machine (2026-11-26, CI-style run) copy-on-write
-# wrote 517 MB/s against nodatacow's 660, 0.78. So the test compares the two layouts of one run with
-# each other, never with a figure in MB/s: copy-on-write clearly slower (under 0.9 of nodatacow's
-# writes), reads tied, whatever this machine's CPU or load makes of the absolute rates.
-COW_CAP = 600 * MB
-COW_SLOWER = 0.9
+# checksums per write), not by the drive, and where that limit lies is the CPU's business: measured
+# here at 310-345 MB/s (2026-11-24), 460-660 MB/s on a quiet and on a loaded machine (2026-11-26).
+# At a 600 MB/s cap that left copy-on-write anywhere from 0.35 to 1.04 of nodatacow: a CI run failed
+# on it. At 1000 and 1200 MB/s caps nodatacow's writes reach the cap (1100-1380 MB/s, quiet and with
+# both cores busy) and copy-on-write's stay at 0.38-0.55 of them (12 runs, 2026-11-26). Reads above
+# about 1 GB/s are the CPU's too and scatter (0.92-1.45 between the two layouts of one run), so the
+# test asks what copy-on-write is known to do: cost writes, and cost reads far less than writes.
+# The two layouts of one run are compared with each other, never with a figure in MB/s.
+COW_CAP = 1200 * MB
+COW_SLOWER = 0.75       # copy-on-write's writes against nodatacow's, measured 0.38-0.55
+READS_SPARED = 0.25     # how much closer the reads stay than the writes, measured 0.37 or more
 
 
 @pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
 def test_filesystem_dimension_ranks_nodatacow_above_cow(tmp_path: Path) -> None:
     """btrfs with copy-on-write writes new extents and checksums on every
-    direct write: on a drive capped at 600 MB/s its writes stay below
-    nodatacow's in the same run (the filesystem's own limit, ENVIRONMENT.md);
-    reads tie. Both layouts are measured in this run and compared by ratio."""
+    direct write: on a drive capped at 1200 MB/s its writes stay well below
+    nodatacow's in the same run (the filesystem's own limit, ENVIRONMENT.md),
+    and its reads lose far less. Both layouts are measured in this run and
+    compared by ratio."""
     (tmp_path / "p.toml").write_text(
         '[space]\nblock_size = ["1M"]\nqueue_depth = [8]\nintra_op_parallelism = [1]\nsingle_submit = [false]\n'
         'overlap_events = [true]\n[run]\nsearch = "grid"\nrepeats = 1\nconfirm_top = 0\nfile_bytes = "8M"\n'
@@ -201,9 +203,11 @@ def test_filesystem_dimension_ranks_nodatacow_above_cow(tmp_path: Path) -> None:
     assert [(x["layout"], x["mount_options"]) for x in doc["layouts"]] == [
         ("btrfs-1", ["noatime", "nodatacow"]), ("btrfs-cow-1", ["noatime"])]
     nocow, cow = (x["outcome"]["ranking"][0] for x in doc["layouts"])
-    # the same run's two layouts against each other: copy-on-write's writes clearly slower, reads tied
-    assert cow["write_bytes_per_s"] / nocow["write_bytes_per_s"] < COW_SLOWER, (cow, nocow)
-    assert cow["read_bytes_per_s"] / nocow["read_bytes_per_s"] == pytest.approx(1.0, rel=0.10), (cow, nocow)
+    # the same run's two layouts against each other: copy-on-write's writes clearly slower, its reads far less so
+    writes = cow["write_bytes_per_s"] / nocow["write_bytes_per_s"]
+    reads = cow["read_bytes_per_s"] / nocow["read_bytes_per_s"]
+    assert writes < COW_SLOWER, (cow, nocow)
+    assert reads > writes + READS_SPARED, (cow, nocow)
     assert doc["layout_ranking"] == ["btrfs-1", "btrfs-cow-1"]
     assert doc["filesystem_effect"] == pytest.approx(nocow["median"] / cow["median"], rel=1e-12)
     assert doc["dominant"] == "filesystem"
