@@ -46,7 +46,7 @@ sys.path.insert(0, str(HERE.parent))
 from sweep_vs_ds_nvme_tune import (  # noqa: E402
     VENV_BIN, LoadMeter, Recorder, describe, one_steps_run, run_ds_nvme_tune, say, spread)
 
-from iotune.blockdev.proc import prefer_interpreter_tools  # noqa: E402
+from iotune.host.proc import prefer_interpreter_tools  # noqa: E402
 from iotune.model.aio import DEEPSPEED_AIO_DEFAULTS  # noqa: E402
 from iotune.model.sweep import SweepPoint  # noqa: E402
 from iotune.sweep.executor import Target  # noqa: E402

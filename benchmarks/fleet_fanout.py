@@ -1,5 +1,5 @@
 """Issue 11's benchmark: what the multi-node fan-out of `iotune trace` costs
-on the one-machine bed (iotune.volumes.nodes): per host, the time from the
+on the one-machine bed (tests.beds.nodes): per host, the time from the
 ssh start to its agent's ready line (ssh login + probe compile and attach),
 the time from the stop to its run having arrived, and the bytes sent back;
 and the whole trace's wall time against the same command run untraced.
@@ -32,9 +32,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from iotune.blockdev.remote import SshTransport, ssh_options_from_env  # noqa: E402
+from iotune.remote.ssh import SshTransport, ssh_options_from_env  # noqa: E402
 from iotune.trace.fleet import FleetOptions, trace_fleet  # noqa: E402
-from iotune.volumes.nodes import NodeBed, node_bed  # noqa: E402
+from tests.beds.nodes import NodeBed, node_bed  # noqa: E402
 
 MB = 1_000_000
 CAP = 120 * MB

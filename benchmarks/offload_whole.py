@@ -51,7 +51,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from iotune.blockdev.ledger import temp_dir  # noqa: E402
+from iotune.host.ledger import temp_dir  # noqa: E402
 from iotune.model.offload import JobShape, OffloadKnobs, host_memory  # noqa: E402
 from iotune.sweep.offload_search import (BuiltinRunner, Journal, apply_changes, knob_changes,  # noqa: E402
                                          search_offload)

@@ -47,7 +47,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from iotune.blockdev.cgroup import Throttle, blkio_cgroup  # noqa: E402
+from iotune.host.cgroup import Throttle, blkio_cgroup  # noqa: E402
 from iotune.blockdev.devices import resolve_device  # noqa: E402
 from iotune.errors import IotuneError  # noqa: E402
 from iotune.model.sweep import SweepPoint  # noqa: E402

@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from iotune.model.sweep_result import Ranked  # noqa: E402
-from iotune.blockdev.cgroup import join_cgroup_preexec  # noqa: E402
+from iotune.host.cgroup import join_cgroup_preexec  # noqa: E402
 from iotune.model.aio import DEEPSPEED_AIO_DEFAULTS  # noqa: E402
 from iotune.model.drive import DriveLimits  # noqa: E402
 from iotune.model.sweep import SweepPoint, Trial  # noqa: E402

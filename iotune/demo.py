@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .blockdev.devices import BlockDevice
-from .blockdev.proc import not_installed
+from .host.proc import not_installed
 from .errors import IotuneError
 from .model.run import TraceRun
 from .trace.session import TraceOptions, trace_command

@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # iotune from this checkout
 
-from iotune.blockdev import dsops  # noqa: E402
+from iotune.opbuild import dsops  # noqa: E402
 from iotune.doctor.opscheck import needed_ops  # noqa: E402
 from iotune.workloads.fastops import BUILDERS  # noqa: E402
 

@@ -22,7 +22,7 @@ log() { printf 'setup: %s\n' "$*" >&2; }
 APT_PKGS=(python3-bpfcc bpfcc-tools libbpf-tools bpftool linux-headers-amd64 fio libaio-dev xfsprogs btrfs-progs e2fsprogs util-linux fdisk procps gcc fuse3 libfuse3-dev pkg-config chromium openssh-server pdsh)
 # Slurm's packages start their services on install, and slurmctld's and slurmd's
 # fail without /etc/slurm/slurm.conf (failing the install): the tests' Slurm bed
-# (iotune/volumes/slurmbed.py) runs its own munged, slurmctld and slurmds instead.
+# (iotune/tests/beds/slurm.py) runs its own munged, slurmctld and slurmds instead.
 APT_PKGS+=(munge slurmctld slurmd slurm-client)
 missing=()
 for p in "${APT_PKGS[@]}"; do

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from iotune.blockdev.devices import BlockDevice, resolve_device
-from iotune.blockdev.proc import prefer_interpreter_tools
+from iotune.host.proc import prefer_interpreter_tools
 from iotune.volumes.parts import reset_loop_queue
 
 # Every process the tests start (DeepSpeed launchers and ranks included) builds

@@ -1,4 +1,4 @@
-"""The one-machine multi-node bed as pytest fixtures (iotune.volumes.nodes):
+"""The one-machine multi-node bed as pytest fixtures (tests.beds.nodes):
 three "nodes" 127.0.0.2-4, sshd each in its own mount namespace, with
 /mnt/iotune-nvme their own ext4 scratch drive capped at 120, 120 and
 15 MB/s (the last is the slow node). Built once per test module (in well
@@ -8,7 +8,7 @@ loop devices or cgroups. Import the fixture into a test module to use it:
     from tests.nodebed import nodebed, needs_nodebed  # noqa: F401
 
 What the bed cannot show (one kernel: no network contention, one page
-cache, one clock) is in iotune.volumes.nodes' docstring."""
+cache, one clock) is in tests.beds.nodes' docstring."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from iotune.volumes.nodes import NodeBed, node_bed
+from tests.beds.nodes import NodeBed, node_bed
 
 MB = 1_000_000
 CAPS = (120 * MB, 120 * MB, 15 * MB)   # 15: storage-bound in the DeepSpeed run on 2 busy cores (at 40 it is not)

@@ -1,5 +1,5 @@
 """A real Slurm cluster on one machine as a pytest fixture
-(iotune.volumes.slurmbed): munged, slurmctld and one slurmd per node of the
+(tests.beds.slurm): munged, slurmctld and one slurmd per node of the
 module's node bed (tests/nodebed.py), each slurmd in its node's mount
 namespace and blkio cgroup, so a job step on node n3 sees node 127.0.0.3's
 capped drive at /mnt/iotune-nvme. Slurm node n<K> is bed node 127.0.0.K.
@@ -17,8 +17,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from iotune.volumes.nodes import NodeBed
-from iotune.volumes.slurmbed import TOOLS, SlurmBed, slurm_bed
+from tests.beds.nodes import NodeBed
+from tests.beds.slurm import TOOLS, SlurmBed, slurm_bed
 from tests.nodebed import missing_for_nodebed
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from iotune.blockdev import oplocks
+from iotune.opbuild import oplocks
 from iotune.cli import cli
 from iotune.doctor import jobfacts
 from iotune.doctor.job import Job, job_checks

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from iotune.blockdev.dsops import installed_ops as _installed_ops
+from iotune.opbuild.dsops import installed_ops as _installed_ops
 from iotune.workloads.fastops import ops_to_build, prebuilt_ops, reusable_library
 
 

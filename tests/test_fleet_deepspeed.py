@@ -23,7 +23,7 @@ from iotune.analysis.fleet import fleet_report, node_view
 from iotune.model.fleet import FleetRun, load_fleet
 from iotune.model.fleet_report import FleetNodeRow
 from iotune.model.verdict import STARTUP_DOMINATED, STORAGE_BOUND
-from iotune.volumes.nodes import NodeBed
+from tests.beds.nodes import NodeBed
 from tests.conftest import needs_deepspeed
 from tests.nodebed import SLOW, needs_nodebed, needs_pdsh, nodebed  # noqa: F401
 from tests.test_fleet_trace import ROOT, remote_iotune  # noqa: F401

@@ -23,13 +23,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from iotune.blockdev.slurm import SrunTransport, expand_hostlist
+from iotune.remote.slurm import SrunTransport, expand_hostlist
 from iotune.cli import cli
 from iotune.cli.fleet import deepspeed_option
 from iotune.model.fleet import FleetRun, load_fleet
 from iotune.trace.attribution import INJECT_DIR
-from iotune.blockdev.kinds import namespace_pids
-from iotune.volumes.slurmbed import SlurmBed
+from iotune.host.kinds import namespace_pids
+from tests.beds.slurm import SlurmBed
 from tests.nodebed import nodebed  # noqa: F401
 from tests.slurmbed import needs_slurmbed, slurmbed  # noqa: F401
 

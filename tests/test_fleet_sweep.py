@@ -28,7 +28,7 @@ from iotune.model.sweep import SweepPoint
 from iotune.model.sweep_result import Ranked, SweepOutcome
 from iotune.render.registry import render
 from iotune.render.sweep import sweep_json
-from iotune.volumes.nodes import NodeBed
+from tests.beds.nodes import NodeBed
 from tests.nodebed import CAPS, SLOW, needs_nodebed, nodebed  # noqa: F401
 
 from .conftest import needs_fio

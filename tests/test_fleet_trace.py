@@ -23,8 +23,8 @@ from iotune.cli.fleet import deepspeed_hostfile
 from iotune.model.fleet import FleetRun, load_fleet
 from iotune.trace.agent import claim_events, node_identity
 from iotune.trace.fleet import read_hostfile
-from iotune.blockdev.kinds import namespace_pids
-from iotune.volumes.nodes import NodeBed
+from iotune.host.kinds import namespace_pids
+from tests.beds.nodes import NodeBed
 from tests.nodebed import needs_nodebed, nodebed  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -381,7 +381,7 @@ def test_a_node_whose_ssh_connection_goes_silent_is_given_up_and_the_others_kept
 
 
 def test_ssh_gives_up_a_silent_connection_and_the_users_options_win() -> None:
-    from iotune.blockdev.remote import ssh_argv
+    from iotune.remote.ssh import ssh_argv
 
     argv = ssh_argv("h1", ["iotune", "agent"], ("-o", "ServerAliveInterval=1"))
     assert argv[:3] == ["ssh", "-o", "ServerAliveInterval=1"]       # ssh keeps the first value given

@@ -1,7 +1,7 @@
 """A hard kill leaves nothing behind.
 
 SIGKILL cannot be caught, so iotune keeps a ledger of what it makes
-(iotune/blockdev/ledger.py). Each command that makes loop devices, mounts,
+(iotune/host/ledger.py). Each command that makes loop devices, mounts,
 cgroups, scratch files, FUSE daemons or processes is killed here with
 SIGKILL at random moments, several times; after the next command that makes
 something (or `iotune doctor --fix`) nothing of iotune's may remain, and a
@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from iotune.blockdev import ledger
-from iotune.blockdev.kinds import mount_points, namespace_pids
+from iotune.host import ledger
+from iotune.host.kinds import mount_points, namespace_pids
 
 from .conftest import ext4_mount, needs_deepspeed, needs_fio, needs_root
 
@@ -282,8 +282,8 @@ def test_a_killed_training_demo_leaves_no_training_process(tmp_path: Path) -> No
 BED_HOLDER = """
 import sys
 from pathlib import Path
-from iotune.volumes.nodes import node_bed
-from iotune.volumes.slurmbed import slurm_bed
+from tests.beds.nodes import node_bed
+from tests.beds.slurm import slurm_bed
 with node_bed([0, 50_000_000], shared_path=Path(sys.argv[1]), size_bytes=64 << 20) as bed:
     if sys.argv[2] == "slurm":
         with slurm_bed(bed) as cluster:

@@ -1,4 +1,4 @@
-"""blockdev.mountinfo: the one mountinfo parser, on lines as the kernel
+"""fs.mountinfo: the one mountinfo parser, on lines as the kernel
 writes them (octal escapes in the path fields, optional fields before the
 lone "-"), and on a real mount point whose name needs every escape."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from iotune.blockdev import mountinfo
-from iotune.blockdev.mountinfo import MountEntry, parse, unescape
+from iotune.fs import mountinfo
+from iotune.fs.mountinfo import MountEntry, parse, unescape
 
 from .conftest import needs_root_for
 

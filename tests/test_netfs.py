@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from iotune.blockdev import netfs
+from iotune.fs import netfs
 from iotune.cli import cli
 from iotune.errors import IotuneError
 from iotune.model.netfs import KnobVariant

@@ -1,4 +1,4 @@
-"""The one-machine multi-node bed (iotune.volumes.nodes, tests/nodebed.py):
+"""The one-machine multi-node bed (tests.beds.nodes, tests/nodebed.py):
 each node sees its own drive at the shared path, the drives run at their
 configured caps, and nothing is left behind afterwards, even on failure."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from iotune.blockdev.kinds import namespace_pids
-from iotune.volumes.nodes import NodeBed, node_bed
+from iotune.host.kinds import namespace_pids
+from tests.beds.nodes import NodeBed, node_bed
 from tests.conftest import needs_fio
 from tests.nodebed import CAPS, MB, needs_nodebed, nodebed  # noqa: F401
 

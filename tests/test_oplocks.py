@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from iotune.blockdev import oplocks
+from iotune.opbuild import oplocks
 from iotune.cli import cli
 from iotune.model.journal import read_journal
 from iotune.model.sweep import SweepPoint, Trial
@@ -146,7 +146,7 @@ class Lines:
     """A process's stderr, line by line as it comes (a reader thread)."""
 
     def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self.proc, self.seen = proc, []
+        self.proc, self.seen, self.pending = proc, [], []
         self._q: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -157,6 +157,12 @@ class Lines:
         self._q.put(None)
 
     def wait_for(self, want: Callable[[str], bool], deadline: float, what: str) -> str:
+        """The first line wanted that no earlier wait took, whether it came
+        before this call or comes by the deadline: the job's own lines and
+        iotune's may arrive in either order."""
+        for i, line in enumerate(self.pending):
+            if want(line):
+                return self.pending.pop(i)
         while True:
             try:
                 line = self._q.get(timeout=max(0.0, deadline - time.monotonic()))
@@ -167,6 +173,7 @@ class Lines:
             self.seen.append(line)
             if want(line):
                 return line
+            self.pending.append(line)
 
 
 def start_trace(tmp_path: Path, *job_args: str, trace_args: tuple[str, ...] = ()) -> subprocess.Popen[str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from iotune.blockdev import dsops
+from iotune.opbuild import dsops
 from iotune.doctor.opscheck import NAME, check_deepspeed_ops
 
 from .conftest import needs_deepspeed

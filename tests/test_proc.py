@@ -1,4 +1,4 @@
-"""blockdev.proc: the one way iotune runs system commands."""
+"""host.proc: the one way iotune runs system commands."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from iotune.blockdev.proc import (last_line, not_installed, prefer_interpreter_tools, run, run_in_own_group,
+from iotune.host.proc import (last_line, not_installed, prefer_interpreter_tools, run, run_in_own_group,
                                  terminate)
 from iotune.errors import IotuneError
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from iotune.blockdev.cgroup import join_cgroup_preexec
+from iotune.host.cgroup import join_cgroup_preexec
 from iotune.blockdev.devices import resolve_device
 
 from .conftest import needs_root
@@ -90,7 +90,7 @@ def test_blkio_cgroup_sets_caps_and_moves_stragglers_out(loop_drive) -> None:
     """The one way iotune makes a throttled cgroup: the caps as given, and on
     exit a process still inside is moved to the root cgroup, not left
     holding the cgroup (which could then never be removed)."""
-    from iotune.blockdev.cgroup import BLKIO, Throttle, blkio_cgroup
+    from iotune.host.cgroup import BLKIO, Throttle, blkio_cgroup
 
     sleeper = None
     try:
@@ -114,7 +114,7 @@ def test_blkio_cgroup_sets_caps_and_moves_stragglers_out(loop_drive) -> None:
 
 @needs_root
 def test_blkio_cgroup_names_a_bad_device() -> None:
-    from iotune.blockdev.cgroup import BLKIO, Throttle, blkio_cgroup
+    from iotune.host.cgroup import BLKIO, Throttle, blkio_cgroup
     from iotune.errors import IotuneError
 
     with pytest.raises(IotuneError, match=r"cannot set blkio.throttle.read_bps_device to 5 for device 999:999: "):

@@ -39,7 +39,7 @@ def drive(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 def traced(drive: Any, out: Path, argv: list[str], *trace_args: str) -> tuple[dict[str, Any], Verdict, str]:
     """`iotune trace --json` of argv with everything in the drive's cgroup:
     (the JSON document, its verdict, stderr)."""
-    from iotune.blockdev.cgroup import join_cgroup_preexec
+    from iotune.host.cgroup import join_cgroup_preexec
 
     r = subprocess.run([sys.executable, "-m", "iotune", "trace", "--json", "-o", str(out), "-d", drive.device.name,
                         *trace_args, "--", *argv], capture_output=True, text=True, timeout=900,

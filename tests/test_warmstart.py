@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from iotune.blockdev.cgroup import Throttle, blkio_cgroup
-from iotune.blockdev.proc import run_in_own_group
+from iotune.host.cgroup import Throttle, blkio_cgroup
+from iotune.host.proc import run_in_own_group
 from iotune.model.steps import parse_steps
 from iotune.model.sweep import SweepPoint
 from iotune.sweep.executor import Target

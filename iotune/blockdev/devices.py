@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
-from . import mountinfo
+from ..fs import mountinfo
 
 SYS_DEV_BLOCK = Path("/sys/dev/block")
 SYS_BLOCK = Path("/sys/block")

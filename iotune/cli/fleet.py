@@ -20,7 +20,7 @@ from ..model.fleet import FleetRun
 from .options import emit, library_errors, say
 
 if TYPE_CHECKING:
-    from ..blockdev.remote import Transport
+    from ..remote.ssh import Transport
     from ..sweep.command import SweepArgs
 
 DEEPSPEED_LAUNCHERS = ("deepspeed", "ds")
@@ -57,8 +57,8 @@ def fleet_nodes(hosts: str | None, hostfile: Path | None, slurm: bool,
     command), or the hosts of --hosts,
     --hostfile or a DeepSpeed launcher's hostfile via ssh; None for a
     single-node trace."""
-    from ..blockdev.remote import SshTransport, ssh_options_from_env
-    from ..blockdev.slurm import SrunTransport, slurm_allocation
+    from ..remote.ssh import SshTransport, ssh_options_from_env
+    from ..remote.slurm import SrunTransport, slurm_allocation
 
     verb = {"trace": "tracing", "sweep": "sweeping"}[command]
 

@@ -24,7 +24,7 @@ from .options import (chosen_format, emit, format_option, given, html_option, li
 from .verdict_inputs import gather_inputs, trace_report, verdict_options
 
 if TYPE_CHECKING:
-    from ..blockdev.remote import Transport
+    from ..remote.ssh import Transport
 
 
 def progress_printer() -> Callable[[float, int, int, int, int], None] | None:

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from ..blockdev import ledger
-from ..blockdev.directio import direct_io_problem
-from ..blockdev.proc import not_installed, run
+from ..host import ledger
+from ..fs.directio import direct_io_problem
+from ..host.proc import not_installed, run
 from ..errors import IotuneError
 from ..model.checks import CheckResult
 from ..trace import kernel
@@ -149,7 +149,7 @@ LEFTOVERS = "leftovers"
 
 def check_leftovers() -> CheckResult:
     """What killed iotune runs left: loop devices, mounts, cgroups, files,
-    daemons and processes whose maker is gone (see blockdev/ledger.py)."""
+    daemons and processes whose maker is gone (see host/ledger.py)."""
     if os.geteuid() != 0:
         return CheckResult(LEFTOVERS, "skip", "needs root (reads other processes' environments)")
     found = ledger.leftovers()

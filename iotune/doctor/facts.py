@@ -12,9 +12,9 @@ import os
 import resource
 import shutil
 
-from ..blockdev import mountinfo
-from ..blockdev.directio import direct_io_problem
-from ..blockdev.proc import CAP_IPC_LOCK, has_cap
+from ..fs import mountinfo
+from ..fs.directio import direct_io_problem
+from ..host.proc import CAP_IPC_LOCK, has_cap
 from ..model.lint import LintEnv, PathFacts
 
 ACCELERATORS = ("cuda", "cpu", "xpu", "npu", "mps", "hpu", "mlu", "sdaa", "supa", "klxpu")   # DeepSpeed 0.19.8

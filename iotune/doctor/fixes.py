@@ -8,8 +8,8 @@ import platform
 import site
 from pathlib import Path
 
-from ..blockdev import ledger
-from ..blockdev.proc import run
+from ..host import ledger
+from ..host.proc import run
 from ..errors import PrivilegeError
 from ..model.checks import CheckResult
 from ..trace import kernel

@@ -16,8 +16,8 @@ from ..analysis.lint import lint, locked_buffers, swap_paths
 from ..analysis.lint.memory import mib
 from ..analysis.lint.view import aio_block, as_int, model_dtype
 from ..analysis.planner import make_plan
-from ..blockdev import oplocks
-from ..blockdev.directio import direct_io_problem
+from ..opbuild import oplocks
+from ..fs.directio import direct_io_problem
 from ..model.checks import CheckResult
 from ..model.lint import LintEnv, PathFacts
 from ..model.plan import PlanInput

@@ -1,7 +1,7 @@
 """Machine facts `iotune doctor --ds-config` judges a job by: does
 DeepSpeed's async_io op load (asked in a subprocess with a time limit, so a
 hang cannot hang doctor), the container's memory limit, who else uses the
-nvme_path (op-build locks: blockdev.oplocks)."""
+nvme_path (op-build locks: opbuild.oplocks)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..blockdev.oplocks import open_files
-from ..blockdev.proc import prefer_interpreter_tools
+from ..opbuild.oplocks import open_files
+from ..host.proc import prefer_interpreter_tools
 
 AIO_PROBE = """
 import json

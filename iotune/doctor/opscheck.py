@@ -6,15 +6,15 @@ than the library, or another DeepSpeed install's venv rebuilt the shared
 extension directory; a rebuild killed midway leaves a lock every later job
 waits on. Ops prebuilt into the DeepSpeed package never compile. This check
 passes only for those, and otherwise names what would compile and why, with
-the command that prebuilds them. Files only (blockdev.dsops): no torch import."""
+the command that prebuilds them. Files only (opbuild.dsops): no torch import."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from ..blockdev import dsops
-from ..blockdev.oplocks import extension_roots
+from ..opbuild import dsops
+from ..opbuild.oplocks import extension_roots
 from ..model.checks import CheckResult
 
 NAME = "DeepSpeed ops prebuilt"

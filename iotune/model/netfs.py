@@ -1,7 +1,7 @@
 """Network and parallel filesystems as the sweep sees them: the mount that
 holds the swap directory, a named set of client knob values (a variant),
 and the exact commands that set and restore them (a plan). Plain data;
-blockdev.netfs finds mounts and makes plans, sweep.netfs runs them."""
+fs.netfs finds mounts and makes plans, sweep.netfs runs them."""
 
 from __future__ import annotations
 

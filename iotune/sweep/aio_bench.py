@@ -24,7 +24,7 @@ DeepSpeed 0.19.8 behaviour this guards against (checked on this machine):
   past the end of a file, wait() with nothing pending, a failed mlock. Hence
   the checks before any I/O, and wait() only after a successful submit.
 - A failed open makes async_pwrite/async_pread return -1 and print the errno
-  on stderr, so O_DIRECT support is probed first (blockdev.directio, which
+  on stderr, so O_DIRECT support is probed first (fs.directio, which
   stays stdlib-only so this child need not import more), to say why.
 - On the CPU build a tensor that is not page-locked is staged through an
   mlocked bounce buffer of its full size per request: with or without --pin,
@@ -46,15 +46,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..blockdev.directio import direct_io_problem
+from ..fs.directio import direct_io_problem
 from ..model.sweep import SweepPoint
 from .executor import Target
-from ..blockdev.proc import prefer_interpreter_tools
+from ..host.proc import prefer_interpreter_tools
 
 DIRECT_IO_ALIGN_BYTES = 4096     # O_DIRECT: offsets and lengths aligned to the logical block (<= 4 KiB)
 MAX_BLOCK_SIZE = 2**31 - 1       # aio_handle takes block_size as a C int
 POISON_BYTE = 0xA5               # read buffers are filled with it, so bytes never read are caught
-DIRECT_IO_UNSUPPORTED = "the filesystem does not support O_DIRECT"     # blockdev.directio's wording
+DIRECT_IO_UNSUPPORTED = "the filesystem does not support O_DIRECT"     # fs.directio's wording
 CAP_IPC_LOCK = 14                # capability bit that lifts RLIMIT_MEMLOCK
 
 
@@ -170,7 +170,7 @@ def check_place(config: BenchConfig) -> None:
 
 
 def _probe_direct_io(directory: Path) -> None:
-    """The one O_DIRECT probe (blockdev.directio, stdlib only), its answer as a BenchError."""
+    """The one O_DIRECT probe (fs.directio, stdlib only), its answer as a BenchError."""
     problem = direct_io_problem(str(directory))
     if problem is None:
         return

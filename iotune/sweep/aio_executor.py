@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..blockdev.cgroup import join_cgroup_preexec
-from ..blockdev.oplocks import BuildLockHang, hang_guard
-from ..blockdev.proc import communicate_watching, kill_group, last_line
+from ..host.cgroup import join_cgroup_preexec
+from ..opbuild.oplocks import BuildLockHang, hang_guard
+from ..host.proc import communicate_watching, kill_group, last_line
 from ..model.sweep import Measurement, SweepPoint
 from ..resources import package_root
 from .aio_bench import BenchConfig, swap_paths

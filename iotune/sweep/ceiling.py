@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from ..blockdev.devices import BlockDevice, mount_point_of
-from ..blockdev.directio import direct_io_problem
+from ..fs.directio import direct_io_problem
 from ..blockdev.identity import device_identities, journal_drive_matches
 from ..errors import IotuneError, RecordError
 from ..model.journal import read_journal

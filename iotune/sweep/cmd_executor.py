@@ -22,7 +22,7 @@ iotune.resources, so nothing here imports trace):
 - metric: the median step and optimizer-step time over the steps after
   the first (per step the slowest rank).
 - build locks: until every rank completed a step, a DeepSpeed op-build
-  lock that nobody holds or builds under (blockdev.oplocks.LockWatch) ends
+  lock that nobody holds or builds under (opbuild.oplocks.LockWatch) ends
   the trial within seconds, failed with the lock named, and stops the
   sweep: the job would wait on it until the time limit, and so would every
   later trial.
@@ -47,10 +47,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..blockdev.cgroup import join_cgroup_preexec
-from ..blockdev.ledger import private_tmp, temp_dir
-from ..blockdev.oplocks import LockWatch, build_locks, extension_roots, hang_note, release_locks_left_since
-from ..blockdev.proc import kill_group, kill_session, last_line
+from ..host.cgroup import join_cgroup_preexec
+from ..host.ledger import private_tmp, temp_dir
+from ..opbuild.oplocks import LockWatch, build_locks, extension_roots, hang_note, release_locks_left_since
+from ..host.proc import kill_group, kill_session, last_line
 from ..dsconfig import read_ds_config
 from ..errors import UsageError
 from ..model.hook_events import (

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from ..blockdev.proc import prefer_interpreter_tools
+from ..host.proc import prefer_interpreter_tools
 
 
 def check(fragment: dict) -> None:

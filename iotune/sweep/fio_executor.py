@@ -17,8 +17,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from ..blockdev.cgroup import join_cgroup_preexec
-from ..blockdev.proc import last_line, not_installed, run_in_own_group
+from ..host.cgroup import join_cgroup_preexec
+from ..host.proc import last_line, not_installed, run_in_own_group
 from ..model.sweep import Measurement, SweepPoint
 from ..model.sweep_result import Ranked
 from .executor import Target, TrialFailed

@@ -3,7 +3,7 @@ once, each over its own `ssh HOST iotune sweep --json ...` (or `srun
 --overlap --nodelist=NODE ...` inside a Slurm allocation), each node's JSON
 outcome saved as it arrives (analysis.fleet_sweep compares them).
 
-Transport (blockdev.remote.Transport): one plain ssh per node
+Transport (remote.ssh.Transport): one plain ssh per node
 (PDSH_SSH_ARGS_APPEND's options, as pdsh and DeepSpeed's launcher use), not
 pdsh, or one srun step per node: each node's outcome comes back as its own
 stdout document with its own exit status.
@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..blockdev.proc import last_line, terminate
-from ..blockdev.remote import SshTransport, Transport
+from ..host.proc import last_line, terminate
+from ..remote.ssh import SshTransport, Transport
 from ..errors import IotuneError
 from ..model.fleet_sweep import NodeSweep, node_sweep_from_doc
 from .command import SweepArgs

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from ..blockdev.cgroup import Throttle, blkio_cgroup
+from ..host.cgroup import Throttle, blkio_cgroup
 from ..errors import UsageError
 from ..model.layout import BuildPlan
 from ..model.sweep_result import Effects, LayoutResult, Progress

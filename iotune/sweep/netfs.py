@@ -1,6 +1,6 @@
 """Network and parallel filesystem client knobs as a sweep dimension
 (`iotune sweep --path DIR --netfs`): each variant sets the client's knobs
-(blockdev.netfs), runs the aio search in its trial directory, and sets them
+(fs.netfs), runs the aio search in its trial directory, and sets them
 back; all variants are ranked on the same scale, as --layouts ranks
 filesystems. The first variant is the mount as it is.
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ..blockdev import netfs
+from ..fs import netfs
 from ..errors import UsageError
 from ..model.netfs import KnobPlan, KnobVariant, NetMount
 from ..model.sweep_result import LayoutResult, Progress

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
-from ..blockdev.ledger import temp_dir
-from ..blockdev.proc import last_line
+from ..host.ledger import temp_dir
+from ..host.proc import last_line
 from ..errors import IotuneError, UsageError
 from ..model.hook_events import (JobTensors, read_events, read_io_waits, read_memory, read_tensors,
                                  step_timings)

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..blockdev.directio import direct_io_problem
-from ..blockdev.oplocks import stale_lock_problem
+from ..fs.directio import direct_io_problem
+from ..opbuild.oplocks import stale_lock_problem
 from ..errors import UsageError
 from ..model.journal import SweepEnv
 from ..model.sweep import Trial

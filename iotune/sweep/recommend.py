@@ -21,8 +21,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from ..blockdev.oplocks import BuildLockHang, hang_guard, release_locks_left_since
-from ..blockdev.proc import run_in_own_group
+from ..opbuild.oplocks import BuildLockHang, hang_guard, release_locks_left_since
+from ..host.proc import run_in_own_group
 from ..dsconfig import read_ds_config
 from ..model.aio import AioSettings
 from ..model.sweep import SweepPoint, Trial

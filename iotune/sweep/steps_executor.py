@@ -11,7 +11,7 @@ target's cgroup. If the warm-start server cannot start, runs are exec'd as
 before and the executor says so once.
 
 A run that waits on a DeepSpeed op-build lock nobody holds or builds under
-(blockdev.oplocks.LockWatch, checked every WATCH_EVERY_S) is stopped within
+(opbuild.oplocks.LockWatch, checked every WATCH_EVERY_S) is stopped within
 seconds and fails with the lock named; that failure stops the sweep, since
 every later run would wait on it too."""
 
@@ -26,10 +26,10 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from ..blockdev.cgroup import join_cgroup_preexec
-from ..blockdev.ledger import private_tmp, temp_dir
-from ..blockdev.oplocks import BuildLockHang, hang_guard, release_locks_left_since
-from ..blockdev.proc import last_line, run_in_own_group
+from ..host.cgroup import join_cgroup_preexec
+from ..host.ledger import private_tmp, temp_dir
+from ..opbuild.oplocks import BuildLockHang, hang_guard, release_locks_left_since
+from ..host.proc import last_line, run_in_own_group
 from ..model.offload import GainSplit, JobShape, OffloadKnobs, gain_split
 from ..model.steps import parse_steps
 from ..model.sweep import Measurement, SweepPoint

@@ -11,7 +11,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-from ..blockdev.cgroup import join_cgroup_preexec
+from ..host.cgroup import join_cgroup_preexec
 from ..errors import CommandNotExecutable, CommandNotFound, UsageError
 
 

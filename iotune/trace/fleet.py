@@ -3,9 +3,9 @@ traces that host's devices while a command runs here (typically DeepSpeed's
 own launcher, which starts the ranks on the hosts itself); then each host's
 run is gathered into one FleetRun (model.fleet).
 
-Transport (blockdev.remote.Transport): one local process per agent, `ssh
+Transport (remote.ssh.Transport): one local process per agent, `ssh
 HOST`, or inside a Slurm allocation `srun --overlap --nodelist NODE`
-(blockdev.slurm), not pdsh nor one srun step over every node. Each agent
+(remote.slurm), not pdsh nor one srun step over every node. Each agent
 needs its own stdin (closing it is the stop signal), its own binary stdout
 (the run comes back as a tar stream) and its own exit status (to tell which
 node failed); pdsh merges every host's output line by line with a "host: "
@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..blockdev.remote import SshTransport, Transport
+from ..remote.ssh import SshTransport, Transport
 from ..errors import IotuneError, UsageError
 from ..model.fleet import FleetRun, NodeRun, node_status
 from ..model.hook_events import EVENTS_ENV

@@ -1,7 +1,7 @@
 """The agents of a multi-node trace as seen from the gathering host: one
 local process per node running `iotune agent ...` there through a transport
 (`ssh HOST`, or `srun --nodelist NODE` inside a Slurm allocation:
-blockdev.remote, blockdev.slurm), its stdout read by a thread (the ready
+remote.ssh, remote.slurm), its stdout read by a thread (the ready
 line, later the run as a tar stream), its stderr kept in a file for the
 error messages. trace.fleet drives them; trace.agent is the other end."""
 
@@ -18,8 +18,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..blockdev.proc import terminate
-from ..blockdev.remote import Transport, ssh_connection_lost
+from ..host.proc import terminate
+from ..remote.ssh import Transport, ssh_connection_lost
 from ..errors import IotuneError
 from .agent import READY_KEY, SCHEDULER_NODE_KEY, untar_directory
 

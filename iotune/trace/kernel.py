@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from ..blockdev.proc import CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, effective_caps, has_cap, not_installed, run
+from ..host.proc import CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, effective_caps, has_cap, not_installed, run
 from ..errors import IotuneError, PrivilegeError, ProbeError
 
 TRACEFS_DIRS = (Path("/sys/kernel/tracing"), Path("/sys/kernel/debug/tracing"))

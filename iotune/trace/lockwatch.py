@@ -1,4 +1,4 @@
-"""A traced job and DeepSpeed's op-build locks (blockdev.oplocks).
+"""A traced job and DeepSpeed's op-build locks (opbuild.oplocks).
 
 A DeepSpeed job that loads an op whose build lock was left by a killed build
 waits forever, printing nothing. `iotune trace` therefore:
@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..blockdev.oplocks import BuildLock, LockWatch, hang_note, stale_lock_problem, stale_locks
+from ..opbuild.oplocks import BuildLock, LockWatch, hang_note, stale_lock_problem, stale_locks
 from ..errors import UsageError
 from ..model.hook_events import completed_steps
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from .. import __version__
 from ..blockdev.devices import BlockDevice, describe, lower_devices, name_for_kdev, size_bytes
-from ..blockdev.ledger import note, opened_ledger, private_tmp, temp_dir
-from ..blockdev.oplocks import BuildLock
+from ..host.ledger import note, opened_ledger, private_tmp, temp_dir
+from ..opbuild.oplocks import BuildLock
 from ..blockdev.targets import queue_limits
 from ..model.run import DeviceStats, HostInfo, TimelinePoint, TraceRun
 from . import child as childproc

@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..blockdev.cgroup import Throttle, blkio_cgroup
+from ..host.cgroup import Throttle, blkio_cgroup
 from ..blockdev.devices import BlockDevice
-from ..blockdev.ledger import note
-from ..blockdev.proc import running
+from ..host.ledger import note
+from ..host.proc import running
 from ..errors import UsageError
 from ..model.bed import DEEPSPEED_DEFAULT_POINT as DEFAULT
 from ..model.bed import AioPoint, BedSpec

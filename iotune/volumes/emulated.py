@@ -45,11 +45,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..blockdev import mountinfo
-from ..blockdev.cgroup import Throttle, blkio_cgroup
+from ..fs import mountinfo
+from ..host.cgroup import Throttle, blkio_cgroup
 from ..blockdev.devices import BlockDevice
-from ..blockdev.ledger import note, note_process
-from ..blockdev.proc import terminate
+from ..host.ledger import note, note_process
+from ..host.proc import terminate
 from ..errors import IotuneError, UsageError
 from ..model.drive import DriveLimits
 from .parts import MKFS, attach_loop, create_file, format_and_mount, require_root

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..blockdev.devices import SYS_BLOCK, BlockDevice, resolve_device
-from ..blockdev.ledger import note
-from ..blockdev.proc import run
+from ..host.ledger import note
+from ..host.proc import run
 from ..errors import IotuneError, UsageError
 from ..model.layout import BuildPlan, LayoutSpec
 from .parts import unmount

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 from ..blockdev.devices import BlockDevice, resolve_device
-from ..blockdev.kinds import loop_identity
-from ..blockdev.ledger import note, temp_dir
-from ..blockdev.proc import run
+from ..host.kinds import loop_identity
+from ..host.ledger import note, temp_dir
+from ..host.proc import run
 from ..errors import PrivilegeError, UsageError
 
 MKFS = {

@@ -17,7 +17,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from ..blockdev import mountinfo
+from ..fs import mountinfo
 from ..blockdev.devices import SYS_BLOCK, BlockDevice, devices_for_path, resolve_device
 from ..errors import IotuneError
 from ..model.layout import Finding

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..blockdev.cgroup import BLKIO, Throttle, blkio_cgroup
+from ..host.cgroup import BLKIO, Throttle, blkio_cgroup
 from ..blockdev.devices import BlockDevice
 from ..errors import IotuneError
 from .parts import MKFS, attach_loop, create_file, format_and_mount, require_root, workdir

@@ -30,9 +30,9 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from ..blockdev import dsops
-from ..blockdev.dsops import reusable_library
-from ..blockdev.oplocks import extension_roots
+from ..opbuild import dsops
+from ..opbuild.dsops import reusable_library
+from ..opbuild.oplocks import extension_roots
 
 OPS = ("cpu_adam", "pin_memory", "async_io", "deepspeed_shm_comm")
 # the accelerator's builder class for each op (get_accelerator().create_op_builder(NAME))

@@ -32,7 +32,7 @@ from typing import Any
 
 from pathlib import Path
 
-from iotune.blockdev.directio import direct_io_problem
+from iotune.fs.directio import direct_io_problem
 from iotune.dsconfig import read_ds_config
 from iotune.errors import IotuneError, UsageError
 from iotune.model.aio import DEEPSPEED_AIO_DEFAULTS, AioSettings, OffloadBuffers
@@ -40,7 +40,7 @@ from iotune.model.steps import STEP_PREFIX
 from iotune.workloads.data import token_blocks
 from iotune.workloads.presets import PRESETS, ModelShape
 from iotune.workloads.strategies import NVME_STRATEGIES, STRATEGIES, WorkloadSpec, ds_config
-from iotune.blockdev.proc import prefer_interpreter_tools, process_memory
+from iotune.host.proc import prefer_interpreter_tools, process_memory
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -36,8 +36,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..blockdev.cgroup import join_cgroup_preexec
-from ..blockdev.proc import WATCH_EVERY_S, kill_session, prefer_interpreter_tools
+from ..host.cgroup import join_cgroup_preexec
+from ..host.proc import WATCH_EVERY_S, kill_session, prefer_interpreter_tools
 
 MAX_MESSAGE = 1 << 20
 READY_TIMEOUT_S = 600.0          # a DeepSpeed without prebuilt ops may build them on the first start

@@ -1,0 +1,1 @@
+"""Derived figures from model records: summaries, tables, pandas frames."""

@@ -1,0 +1,124 @@
+"""DeepSpeed's config keys and types as a plain table, generated from its own
+pydantic models (and the `aio` defaults it reads with get_scalar_param), so
+lint can check a config when DeepSpeed is not importable.
+
+Regenerate after a DeepSpeed upgrade (a test compares the committed table
+with the one generated from the installed DeepSpeed):
+
+    python -m iotune.analysis.lint.dstable > iotune/analysis/lint/ds_schema_0_19_8.py
+"""
+
+from __future__ import annotations
+
+import enum
+import pprint
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from .dsimport import import_deepspeed
+
+# the committed tables (modules next to this one), newest last; lint without
+# DeepSpeed uses the newest
+TABLE_MODULES = {"0.19.8": "ds_schema_0_19_8"}
+# config sections validated by a DeepSpeed model, by their place in the config
+SECTIONS = {"zero_optimization": "DeepSpeedZeroConfig"}
+
+
+def committed_table(version: str | None = None) -> dict[str, Any]:
+    """The committed table for `version` (the newest when None or unknown)."""
+    import importlib
+
+    module = TABLE_MODULES.get(version or "", TABLE_MODULES[list(TABLE_MODULES)[-1]])
+    return dict(importlib.import_module(f"{__package__}.{module}").TABLE)
+
+
+def generate_table() -> dict[str, Any]:
+    """The table for the installed DeepSpeed (imports it: seconds)."""
+    deepspeed = import_deepspeed()
+    from deepspeed.runtime import config as ds_config  # type: ignore[import-untyped]
+    from deepspeed.runtime.swap_tensor.aio_config import AIO_DEFAULT_DICT  # type: ignore[import-untyped]
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig  # type: ignore[import-untyped]
+
+    models: dict[str, Any] = {}
+    _describe_model(DeepSpeedZeroConfig, models)
+    return {
+        "deepspeed_version": str(deepspeed.__version__),
+        "sections": dict(SECTIONS),
+        "models": models,
+        "aio": dict(AIO_DEFAULT_DICT),
+        "removed_zero_keys": dict(getattr(ds_config, "_REMOVED_ZERO_CONFIG_KEYS", {})),
+    }
+
+
+def _describe_model(model: Any, models: dict[str, Any]) -> str:
+    name = str(model.__name__)
+    if name in models:
+        return name
+    models[name] = {}      # placeholder against recursion
+    out = {}
+    for field_name, info in model.model_fields.items():
+        spec: dict[str, Any] = _describe_type(info.annotation, models)
+        if info.alias:
+            spec["alias"] = info.alias
+        spec["default"] = _plain(info.default_factory() if info.default_factory is not None else info.default)
+        for meta in info.metadata:
+            for bound in ("ge", "gt", "le", "lt"):
+                if getattr(meta, bound, None) is not None:
+                    spec[bound] = _plain(getattr(meta, bound))
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        if extra.get("deprecated"):
+            spec["deprecated"] = str(extra.get("new_param", ""))
+        out[field_name] = spec
+    models[name] = out
+    return name
+
+
+def _describe_type(annotation: Any, models: dict[str, Any]) -> dict[str, Any]:
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 1:
+            return {**_describe_type(inner[0], models), "optional": type(None) in args}
+        return {"type": "union", "of": [_describe_type(a, models)["type"] for a in inner],
+                "optional": type(None) in args}
+    if origin in (list, typing.List):  # noqa: UP006
+        return {"type": "list", "of": _describe_type(args[0], models)["type"] if args else "any"}
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return {"type": "enum", "values": [_plain(m.value) for m in annotation]}
+    if isinstance(annotation, type) and hasattr(annotation, "model_fields"):
+        return {"type": "model", "model": _describe_model(annotation, models)}
+    simple = {bool: "bool", int: "int", float: "float", str: "str", Path: "path"}
+    return {"type": simple.get(annotation, "any")}
+
+
+def _plain(value: Any) -> Any:
+    """JSON-like Python values only (DeepSpeed's pp_int and enums unwrapped)."""
+    if isinstance(value, enum.Enum):
+        return _plain(value.value)
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if hasattr(value, "model_dump"):
+        return _plain(value.model_dump())
+    return str(value)
+
+
+def table_module_source(table: dict[str, Any]) -> str:
+    return ('"""Generated by `python -m iotune.analysis.lint.dstable` from DeepSpeed '
+            f'{table["deepspeed_version"]}\'s\nconfig models; do not edit by hand."""\n\n'
+            "from typing import Any\n\n"
+            f"TABLE: dict[str, Any] = {pprint.pformat(table, width=110, sort_dicts=True)}\n")
+
+
+if __name__ == "__main__":          # regenerate: python -m iotune.analysis.lint.dstable > ds_schema_<version>.py
+    sys.stdout.write(table_module_source(generate_table()))

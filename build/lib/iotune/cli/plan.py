@@ -1,0 +1,69 @@
+"""`iotune plan`: capacity, traffic and drives for a planned job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .options import (RATE, SIZE, chosen_format, emit, endurance_options, format_option, given, library_errors,
+                      model_size, model_size_options)
+
+STRATEGIES = ["baseline", "cpu", "nvme-opt", "nvme-all", "zenflow"]
+
+
+@click.command()
+@model_size_options()
+@click.option("--strategy", type=click.Choice(STRATEGIES), default="nvme-opt", show_default=True)
+@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16", show_default=True)
+@click.option("--grad-accum", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--gpus", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Data-parallel ranks over all nodes.")
+@click.option("--drive-bandwidth", type=RATE, default=None, help="One drive's bandwidth, e.g. 3GB/s.")
+@click.option("--drives", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--target-step", type=click.FloatRange(min=0, min_open=True), default=None, metavar="S",
+              help="Storage time per step to aim for: prints the bandwidth and drives needed.")
+@click.option("--aio-block-size", type=SIZE, default="1M", show_default=True,
+              help="With --model: tensors under max(1 MiB, this) are not swapped (a --params count has no "
+                   "tensors to leave out).")
+@click.option("--step-time", type=click.FloatRange(min=0, min_open=True), default=None, metavar="S",
+              help="Seconds per optimizer step, for the SSD-endurance forecast (default: the storage time "
+                   "per step at --drive-bandwidth, an upper bound on the write rate).")
+@endurance_options(tbw_default="none, no days forecast", capacity_default="per TB")
+@click.option("--check", "check_run", type=click.Path(path_type=Path), default=None, metavar="RUN",
+              help="Compare the prediction with a traced run of the same model and strategy.")
+@format_option
+@library_errors
+def plan(model_preset: str | None, params: int | None, strategy: str, precision: str, grad_accum: int, gpus: int,
+         drive_bandwidth: float | None, drives: int, target_step: float | None, aio_block_size: int,
+         check_run: Path | None, fmt: str, as_json: bool, step_time: float | None = None,
+         drive_tbw: int | None = None, drive_capacity: int | None = None) -> None:
+    """NVMe capacity, GB moved per step, storage time and drives needed for
+    an offloaded training job, from the 18-bytes-per-parameter accounting.
+
+    \b
+    Examples:
+      iotune plan --model 16b --strategy nvme-opt --drive-bandwidth 3GB/s --drives 3
+      iotune plan --params 8000000000 --strategy nvme-all --gpus 8 --target-step 5 --drive-bandwidth 6GB/s
+      iotune plan --model tiny --strategy nvme-opt --check iotune-runs/<run>
+    """
+    from ..analysis.calibration import check
+    from ..analysis.endurance import plan_endurance
+    from ..analysis.planner import make_plan
+    from ..model.plan import PlanInput
+    from ..model.reports import PlanReport
+    from ..model.runfile import load_run
+    from ..workloads.presets import swappable_params
+
+    shape, params = model_size(model_preset, params, required=True)
+    if shape is None and given("aio_block_size"):
+        raise click.UsageError("--aio-block-size decides which tensors of a --model shape are swapped; a --params "
+                               "count has no tensors: give --model PRESET, or drop --aio-block-size")
+    swappable = swappable_params(shape, max(1 << 20, aio_block_size)) if shape is not None else None
+    inp = PlanInput(params=params or 0, strategy=strategy, precision=precision, grad_accum=grad_accum, gpus=gpus,
+                    swappable_params=swappable, drive_bytes_per_s=drive_bandwidth, drives=drives,
+                    target_step_s=target_step)
+    result = make_plan(inp)
+    rows = tuple(check(result, load_run(check_run))) if check_run else None
+    wear = plan_endurance(result, step_time, drive_tbw, drive_capacity)
+    emit(PlanReport(result, rows, wear), chosen_format(fmt, as_json))

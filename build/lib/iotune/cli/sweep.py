@@ -1,0 +1,286 @@
+"""`iotune sweep`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..volumes.beds import BEDS, DEFAULT_BED
+from .fleet import fleet_nodes, refuse_with_hosts, sweep_hosts
+from .options import (SIZE, SettingType, chosen_format, csv_list, drive_cap_option, emit, format_option, given,
+                      html_option, library_errors, multinode_options, out_option, refuse_remote_iotune, renamed_option,
+                      say, setting_help, setting_list, write_html)
+
+
+@click.command()
+@click.option("--path", "target_dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
+              help="A directory on the drive to tune (your nvme_path). Default: a built-in emulated "
+                   "drive with known limits.")
+@click.option("--bed", type=click.Choice(list(BEDS)), default=None, metavar="NAME",
+              help="Sweep a built-in test bed (an emulated drive with known limits, torn down afterwards) "
+                   f"instead of --path; default {DEFAULT_BED}. "
+                   + ". ".join(f"{b.name}: {b.summary}" for b in BEDS.values())
+                   + ". Details and expected bandwidths: `iotune volumes bed --help`.")
+@click.option("--profile", default="default", show_default=True,
+              help="Search space and run settings: a name from profiles/ (default, quick, "
+                   "ds-nvme-tune-grid) or a TOML file.")
+@click.option("--executor", type=click.Choice(["fio", "aio"]), default="fio", show_default=True,
+              help="Measure with fio, or with DeepSpeed's own aio engine (aio_handle).")
+@click.option("--block-sizes", callback=setting_list("block_size"), default=None, metavar="LIST",
+              help=setting_help("block_size", "Override the profile's aio block_size values, e.g. 256K,1M,4M."))
+@click.option("--queue-depths", callback=setting_list("queue_depth"), default=None, metavar="LIST",
+              help=setting_help("queue_depth", "Override the profile's aio queue_depth values, e.g. 4,8,32."))
+@click.option("--aio-threads", callback=setting_list("intra_op_parallelism"), default=None, metavar="LIST",
+              help=setting_help("intra_op_parallelism",
+                                "Override the profile's aio intra_op_parallelism values (fio: numjobs), e.g. 1,2,4."))
+@renamed_option("--threads", "--aio-threads", "aio_threads", callback=setting_list("intra_op_parallelism"),
+                metavar="LIST")
+@click.option("--single-submit", callback=setting_list("single_submit"), default=None, metavar="LIST",
+              help=setting_help("single_submit", "Override the profile's aio single_submit values, e.g. false "
+                                                 "or false,true."))
+@click.option("--overlap-events", callback=setting_list("overlap_events"), default=None, metavar="LIST",
+              help=setting_help("overlap_events", "Override the profile's aio overlap_events values, e.g. true."))
+@click.option("--engines", callback=setting_list("engine"), default=None, metavar="LIST",
+              help=setting_help("engine", "fio's ioengines to compare, e.g. libaio,io_uring."))
+@click.option("--grid", is_flag=True, help="Measure every combination instead of the adaptive search.")
+@click.option("--repeats", type=SettingType("repeats"), default=None, metavar="N",
+              help=setting_help("repeats", "Repeats of the finalists (of every point with --grid)."))
+@click.option("--file-bytes", type=SettingType("file_bytes"), default=None, metavar="SIZE",
+              help=setting_help("file_bytes", "Bytes per tensor file per trial, e.g. 32M."))
+@click.option("--confirm", "confirm_top", type=SettingType("confirm_top"), default=None, metavar="N",
+              help=setting_help("confirm_top", "Candidates that run real training steps in alternating pairs with "
+                                "DeepSpeed's defaults; the steps decide (0: none, the executor's best is "
+                                "recommended)."))
+@click.option("--steps", type=SettingType("steps"), default=None, metavar="N",
+              help=setting_help("steps", "Optimizer steps per training-step trial (the first is left out of the "
+                                         "medians)."))
+@click.option("--steps-timeout", "steps_timeout_s", type=SettingType("steps_timeout_s"), default=None,
+              metavar="SECONDS",
+              help=setting_help("steps_timeout_s", "Wall-clock limit of one training-step trial; the job's process "
+                                                   "group is killed after it (default: 1800)."))
+@click.option("--steps-cmd", default=None, metavar="CMD",
+              help="Confirm on YOUR training job instead of the built-in one, e.g. "
+                   "\"deepspeed train.py --deepspeed_config {config}\": each candidate's aio block is written into "
+                   "a copy of --ds-config, whose path replaces {config}. Step times come from a startup hook "
+                   "(DeepSpeedEngine.step); the job is stopped after --steps optimizer steps. Journal default: "
+                   "iotune-sweeps/<profile>-<executor>-cmd-<drive id>.")
+@click.option("--ds-config", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+              help="With --steps-cmd: your DeepSpeed config. Its NVMe offload is pointed at a scratch "
+                   "directory under --path in each copy (the drive being tuned).")
+@click.option("--omp-threads", callback=setting_list("omp_threads"), default=None, metavar="LIST",
+              help=setting_help("omp_threads",
+                                "CPU-optimizer threads (OMP_NUM_THREADS) to compare on training steps, e.g. 1,2: "
+                                "the recommendation's optimizer-step time at each count, as a table, and the count "
+                                "to use (0: the job's own default, OMP_NUM_THREADS unset). Counts above the "
+                                "machine's cores only oversubscribe them. Needs --confirm 1 or more."))
+@out_option("Journal directory (default iotune-sweeps/<profile>-<executor>-<drive id>, one per drive). "
+            "An existing journal is resumed.")
+@click.option("--fresh", is_flag=True, help="Start over (the old journal is kept under a new name).")
+@click.option("--apply", "apply_to", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              metavar="DS_CONFIG", help="Write DS_CONFIG with the recommendation applied to "
+                                        "DS_CONFIG's name + .iotune.json.")
+@click.option("--in-place", is_flag=True, help="With --apply: overwrite DS_CONFIG instead.")
+@click.option("--export", "export_to", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              metavar="FILE", help="All trials as a table: .csv or .parquet.")
+@click.option("--export-jobs", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
+              help="Write the fio job file of every ranked point into DIR.")
+@click.option("--layouts", "layout_drives", type=click.IntRange(1, 8), default=None, metavar="N",
+              help="Also sweep storage layouts: RAID0 over 1..N capped scratch drives (btrfs raid0 where md "
+                   "is missing), the search on each, ranked together.")
+@click.option("--filesystems", callback=csv_list(str), default=None, metavar="LIST",
+              help="With --layouts: also search the filesystem, e.g. xfs,ext4,btrfs, each with the mount "
+                   "options that matter for O_DIRECT swap files (ext4: ordered and data=writeback; btrfs: "
+                   "nodatacow and copy-on-write), all ranked on one scale. Default: btrfs, noatime,nodatacow.")
+@drive_cap_option(note="With --layouts: ", was_cap=False)
+@click.option("--netfs", is_flag=True,
+              help="Also sweep the client knobs of the network filesystem holding --path: Lustre "
+                   "(max_rpcs_in_flight, max_pages_per_rpc, the swap directory's striping) or NFS (rsize, wsize, "
+                   "nconnect, on a second mount of the export). Each is set, searched and set back; ranked "
+                   "together.")
+@click.option("--dry-run", is_flag=True, help="With --netfs: print every command it would run, run none.")
+@multinode_options("sweep", "the same sweep on each, of --path on each host's own drive, compared: slow nodes, and "
+                            "whether they deserve different settings")
+@click.option("--offload", is_flag=True,
+              help="Tune the whole offload instead of the aio block: where optimizer state and parameters live, "
+                   "sub_group_size, pipelining and the buffers each needs, parameter buffers, on real steps of the "
+                   "built-in workload (--model), within the host's memory; candidates that would break one of "
+                   "DeepSpeed's bounds or not fit are refused with the numbers, never run.")
+@click.option("--model", "offload_model", default="small", show_default=True, metavar="PRESET",
+              help="With --offload: the built-in model the steps train (tiny, small, medium; wide: every weight larger than an 8 MiB aio block).")
+@click.option("--fix", "fixes", multiple=True, metavar="KEY=VALUE",
+              help="With --offload: pin a knob, in DeepSpeed's dotted names, e.g. "
+                   "zero_optimization.offload_optimizer.device=nvme (repeat per knob).")
+@click.option("--max-host-memory", type=SIZE, default=None, metavar="SIZE",
+              help="With --offload: host memory one rank may use for offload (default: half of MemAvailable).")
+@click.option("--what-if", "what_if", default=None, metavar="KEY=V1,V2,...",
+              help="With --offload: run the chosen config at each value of a knob that changes the training itself "
+                   "(grad_accum, micro_batch) and report samples/s, the optimizer's share of the step and drive bytes "
+                   "per sample; never searched, never applied. E.g. grad_accum=1,4,8.")
+@click.option("--max-trials", type=click.IntRange(1, 100), default=None, metavar="N",
+              help="With --offload: candidates run on real steps, cheapest by the cost model first  [default: 12]")
+@format_option
+@html_option
+@library_errors
+def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any, queue_depths: Any,
+          aio_threads: Any, single_submit: Any, overlap_events: Any, engines: Any, grid: bool,
+          repeats: int | None, file_bytes: int | None, confirm_top: int | None, steps: int | None,
+          steps_timeout_s: float | None, steps_cmd: str | None, ds_config: Path | None, omp_threads: Any,
+          out: Path | None, fresh: bool,
+          apply_to: Path | None, in_place: bool, export_to: Path | None, export_jobs: Path | None,
+          layout_drives: int | None, drive_cap: float, fmt: str, as_json: bool, bed: str | None = None,
+          filesystems: Any = None, html_path: Path | None = None, hosts: str | None = None,
+          hostfile: Path | None = None, remote_iotune: str | None = None, netfs: bool = False,
+          dry_run: bool = False, slurm: bool = False, offload: bool = False, offload_model: str = "small",
+          fixes: tuple[str, ...] = (), max_host_memory: int | None = None, max_trials: int | None = None,
+          what_if: str | None = None) -> None:
+    """Tune DeepSpeed's aio settings (block size, queue depth, threads, submit
+    modes) for a drive, and hand over a config DeepSpeed accepts as pasted.
+
+    Each point writes and reads back tensor-sized files with O_DIRECT, the
+    way ZeRO-Infinity's swapper does. The default adaptive search measures
+    block size, then queue depth, then threads and submit modes around the
+    best, then repeats the finalists and DeepSpeed's defaults (inside the
+    noise the faster median still leads). The best candidates then run real
+    training steps in alternating pairs with DeepSpeed's defaults, and one
+    is recommended only if its optimizer step is faster beyond the noise;
+    otherwise the defaults are. Every trial is journaled as it ends: Ctrl-C
+    and re-run resumes where it stopped.
+
+    \b
+    Examples:
+      sudo iotune sweep                                  built-in emulated drive
+      sudo iotune sweep --bed latency-bound              a test bed where the defaults lose
+      sudo iotune sweep --layouts 2 --filesystems xfs,ext4,btrfs
+      sudo iotune sweep --path /mnt/nvme/swap --profile quick
+      sudo iotune sweep --path /mnt/nvme/swap --executor aio --apply ds_config.json
+      sudo iotune sweep --path /mnt/nvme/swap --ds-config ds_config.json \\
+          --steps-cmd "deepspeed train.py --deepspeed_config {config}" --omp-threads 1,2
+      sudo iotune sweep --hostfile hosts --path /mnt/nvme/swap --profile quick
+      iotune sweep --slurm --path /mnt/nvme/swap --profile quick       (in an sbatch script)
+      sudo iotune sweep --path /lustre/swap --netfs --dry-run
+
+    Multi-node (--hosts or --hostfile): the sweep runs on every host at
+    once over ssh (iotune at the same path there, or --remote-iotune); each
+    node's outcome and the fleet's report are saved in -o (default
+    iotune-sweeps/fleet-<profile>-<time>; re-run with the same -o to resume
+    every node). The report flags nodes whose measured ceiling is more than
+    their noise below the median, and says whether the nodes deserve
+    different settings.
+    """
+    from ..render.progress import sweep_progress
+    from ..sweep.command import (SpaceOverrides, SweepArgs, run_layouts_command, run_netfs_command,
+                                 run_sweep_command)
+
+    fmt = chosen_format(fmt, as_json)
+    refuse_inert(apply_to, in_place, layout_drives, netfs, dry_run, fmt, html_path, export_to, export_jobs)
+    if offload:
+        from .offload import refuse_offload_with, run_offload
+        refuse_offload_with(layouts=layout_drives, netfs=netfs, hosts=hosts, hostfile=hostfile,
+                            slurm=slurm, export=export_to, export_jobs=export_jobs, html=html_path,
+                            omp_threads=omp_threads, grid=grid, profile=given("profile"),
+                            executor=given("executor"), block_sizes=block_sizes, queue_depths=queue_depths,
+                            aio_threads=aio_threads, single_submit=single_submit, overlap_events=overlap_events,
+                            engines=engines, repeats=repeats, file_bytes=file_bytes, confirm=confirm_top,
+                            filesystems=filesystems, remote_iotune=remote_iotune, dry_run=dry_run)
+        if bed is not None and target_dir is not None:
+            raise click.UsageError("--bed excludes --path: give one of them")
+        run_offload(target_dir, bed, offload_model, ds_config, fixes, max_host_memory, max_trials or 12, steps, out,
+                    fresh, apply_to, in_place, fmt, what_if, steps_cmd, steps_timeout_s)
+        return
+    from .offload import refuse_without_offload
+    refuse_without_offload(model=given("offload_model"), fix=fixes, max_host_memory=max_host_memory,
+                           max_trials=max_trials, what_if=what_if)
+    fleet = fleet_nodes(hosts, hostfile, slurm, [], command="sweep")
+    refuse_remote_iotune(remote_iotune, bool(fleet), "sweep")
+    if fleet:
+        refuse_with_hosts(bed=bed, layouts=layout_drives, filesystems=filesystems, apply=apply_to,
+                          export=export_to, export_jobs=export_jobs, html=html_path)
+    if bed is not None and (target_dir is not None or layout_drives is not None):
+        raise click.UsageError("--bed excludes --path and --layouts: it sweeps a built-in test bed; give one of them")
+    if dry_run and not netfs:
+        raise click.UsageError("--dry-run goes with --netfs (it prints the knob commands a --netfs sweep runs)")
+    if netfs and (layout_drives is not None or bed is not None or fleet):
+        raise click.UsageError("--netfs sweeps the filesystem holding --path: it excludes --layouts, --bed and "
+                               "--hosts")
+    if layout_drives is not None and target_dir is not None:
+        raise click.UsageError("--layouts sweeps scratch drives it builds, not --path: drop --path (or drop "
+                               "--layouts to sweep the drive holding --path)")
+    if netfs and dry_run:
+        from ..sweep.netfs import dry_run as netfs_dry_run
+        if target_dir is None:
+            raise click.UsageError("--netfs needs --path DIR on the network filesystem to tune")
+        click.echo("\n".join(netfs_dry_run(target_dir)))
+        return
+    if filesystems and layout_drives is None:
+        raise click.UsageError("--filesystems needs --layouts N (use --layouts 1 for one scratch drive)")
+    if export_to is not None:
+        from ..analysis.sweep_frames import check_export_path
+        check_export_path(export_to)      # before the sweep, not after it
+    args = SweepArgs(target_dir=target_dir, profile=profile, executor=executor,
+                     overrides=SpaceOverrides(block_size=block_sizes, queue_depth=queue_depths,
+                                              intra_op_parallelism=aio_threads, single_submit=single_submit,
+                                              overlap_events=overlap_events, engine=engines,
+                                              omp_threads=omp_threads),
+                     grid=grid, repeats=repeats, file_bytes=file_bytes, confirm_top=confirm_top, out=out,
+                     fresh=fresh, bed=bed, steps=steps, steps_timeout_s=steps_timeout_s, steps_cmd=steps_cmd,
+                     ds_config=ds_config)
+    if fleet:
+        if sweep_hosts(*fleet, args, remote_iotune, fmt):
+            sys.exit(1)
+        return
+    try:
+        with sweep_progress() as on_trial:
+            if layout_drives is not None or netfs:
+                layouts = (run_netfs_command(args, say, on_trial) if netfs else
+                           run_layouts_command(args, layout_drives or 1, int(drive_cap), say, on_trial,
+                                               tuple(filesystems) if filesystems else None))
+                emit(layouts, fmt)
+                write_html(layouts, html_path)
+                return
+            outcome, target = run_sweep_command(args, say, on_trial)
+    except KeyboardInterrupt:
+        say("interrupted: every finished trial is in the journal; run the same command again to resume")
+        sys.exit(130)
+    if export_to is not None:
+        from ..analysis.sweep_frames import export_trials
+        export_trials(Path(outcome.journal), export_to)
+        say(f"trials exported to {export_to}")
+    if export_jobs is not None:
+        from ..sweep.fio_executor import export_jobfiles
+        say(f"{export_jobfiles(outcome.ranking, target, export_jobs)} fio job files in {export_jobs}")
+    if apply_to is not None and outcome.fragment:
+        from dataclasses import replace
+        from ..sweep.recommend import DS_AIO_KEYS, apply_to_file
+        written, dropped = apply_to_file(apply_to, outcome.fragment, in_place)
+        say(f"wrote {written}")
+        if dropped:
+            say(f"left out aio keys DeepSpeed ignores: {', '.join(dropped)} "
+                f"(it reads {', '.join(DS_AIO_KEYS)})")
+        outcome = replace(outcome, applied_to=str(written), dropped_aio_keys=dropped)
+    emit(outcome, fmt)
+    write_html(outcome, html_path)
+    if outcome.recommended is None or outcome.validation_error or outcome.confirm_error:
+        sys.exit(1)
+
+
+def refuse_inert(apply_to: Path | None, in_place: bool, layout_drives: int | None, netfs: bool, dry_run: bool,
+                 fmt: str, html_path: Path | None, export_to: Path | None, export_jobs: Path | None) -> None:
+    """Options that would do nothing in this combination are refused, each with its fix."""
+    if in_place and apply_to is None:
+        raise click.UsageError("--in-place says where --apply writes: add --apply DS_CONFIG, or drop --in-place")
+    if given("drive_cap") and layout_drives is None:
+        raise click.UsageError("--drive-cap caps the scratch drives of --layouts: add --layouts N, or drop "
+                               "--drive-cap (a --path or --bed drive keeps its own speed)")
+    if layout_drives is not None or netfs:
+        which = "--layouts" if layout_drives is not None else "--netfs"
+        extra = next((flag for flag, value in (("--apply", apply_to), ("--export", export_to),
+                                               ("--export-jobs", export_jobs)) if value is not None), None)
+        if extra:
+            raise click.UsageError(f"{extra} works on one drive's sweep, and {which} ranks several layouts: drop "
+                                   f"{extra}, or sweep the chosen layout with --path")
+    if dry_run and (fmt == "json" or html_path is not None):
+        flag = "--json" if fmt == "json" else "--html"
+        raise click.UsageError(f"--dry-run prints the commands a --netfs sweep would run, as text: drop {flag}")

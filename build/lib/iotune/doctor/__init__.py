@@ -1,0 +1,1 @@
+"""`iotune doctor`: every prerequisite, checked, with the fix for each."""

@@ -1,0 +1,257 @@
+"""`iotune doctor --ds-config`: will this job's NVMe offload work here?
+One CheckResult per question, each with its fix. The config rules are
+`iotune lint`'s, the space and memory figures `iotune plan`'s; what this
+adds is what only the machine can answer: the async_io op loading, O_DIRECT
+at DeepSpeed's alignment, free space, locked memory against `ulimit -l` and
+the container's limit, another job on the same nvme_path, and op-build
+locks a killed build left behind."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from ..analysis.lint import lint, locked_buffers, swap_paths
+from ..analysis.lint.memory import mib
+from ..analysis.lint.view import aio_block, as_int, model_dtype
+from ..analysis.planner import make_plan
+from ..opbuild import oplocks
+from ..fs.directio import direct_io_problem
+from ..model.checks import CheckResult
+from ..model.lint import LintEnv, PathFacts
+from ..model.plan import PlanInput
+from . import jobfacts
+from ..workloads.fastops import prebuilt_ops
+from .facts import gather
+
+AIO_ALIGNED_BYTES = 1024        # DeepSpeed pads swap I/O to this x intra_op_parallelism
+AIO_FIX = ("apt-get install libaio-dev (RHEL: yum install libaio-devel), then the op builds on first use; libaio "
+           "elsewhere: set CFLAGS=-I<prefix>/include LDFLAGS=-L<prefix>/lib; or prebuild it: "
+           "DS_BUILD_AIO=1 DS_BUILD_PIN_MEMORY=1 LDFLAGS='-Wl,--no-as-needed -laio' pip install --force-reinstall "
+           "--no-deps --no-build-isolation --no-cache-dir deepspeed (or iotune's scripts/setup.sh)")
+LINT_OWN = ("nvme-path-", "pinned-")   # lint rules doctor answers with its own checks
+
+
+@dataclass(frozen=True)
+class Job:
+    """The job as doctor sees it: its config and, when given, the model size."""
+
+    cfg: dict[str, Any]
+    params: int | None = None
+    swappable_params: int | None = None
+    largest_param_numel: int | None = None
+    gpus: int = 1
+
+
+def job_checks(job: Job, aio_timeout_s: float = 300.0, env: dict[str, str] | None = None) -> list[CheckResult]:
+    paths = swap_paths(job.cfg)
+    lint_env = gather(list(paths), job.params, job.largest_param_numel, None, job.gpus)
+    locks = oplocks.build_locks(oplocks.extension_roots(env))
+    out = [check_config(job, lint_env), check_async_io(locks, aio_timeout_s, env)]
+    if not paths:
+        out.append(CheckResult("nvme_path", "skip", "the config swaps nothing to NVMe (no nvme offload at stage 3)"))
+    for path, users in paths.items():
+        facts = lint_env.paths[path]
+        out += [check_direct_io(job, path, facts), check_space(job, path, users, facts), check_sharing(path)]
+    out += check_memory(job, lint_env)
+    out += [check_lock(lock) for lock in locks] or [CheckResult("op-build locks", "ok", "none in the torch "
+                                                                "extensions cache")]
+    return out
+
+
+def check_config(job: Job, env: LintEnv) -> CheckResult:
+    found = [f for f in lint(job.cfg, env) if not f.rule.startswith(LINT_OWN)]
+    errors = [f for f in found if f.severity == "error"]
+    if errors:
+        more = f" (and {len(errors) - 1} more: run `iotune lint`)" if len(errors) > 1 else ""
+        return CheckResult("ds_config", "fail", f"{errors[0].where}: {errors[0].message}{more}", errors[0].fix)
+    if found:
+        return CheckResult("ds_config", "warn", f"{found[0].where}: {found[0].message}"
+                           + (f" (+{len(found) - 1} more)" if len(found) > 1 else ""), "see `iotune lint`")
+    return CheckResult("ds_config", "ok", "DeepSpeed accepts it (iotune lint finds nothing)")
+
+
+def check_async_io(locks: list[oplocks.BuildLock], timeout_s: float, env: dict[str, str] | None) -> CheckResult:
+    name = "async_io op"
+    if prebuilt_ops(("async_io", "pin_memory")) != ["async_io", "pin_memory"]:   # a JIT load: locks matter
+        lock = _lock_problem(name, locks)
+        if lock is not None:
+            return lock
+    probe = jobfacts.probe_async_io(timeout_s, env)
+    if probe.loaded:
+        how = "prebuilt into DeepSpeed: nothing compiled" if probe.prebuilt else "libaio found, op built"
+        return CheckResult(name, "ok", f"AsyncIOBuilder().load() works ({how})")
+    return _probe_failure(name, probe)
+
+
+def _lock_problem(name: str, locks: list[oplocks.BuildLock]) -> CheckResult | None:
+    """A JIT load of the op would wait on one of these build locks."""
+    stale = [lk for lk in locks if lk.op == "async_io" and lk.stale]
+    if stale:
+        return CheckResult(name, "fail", f"loading it would wait forever on the stale build lock {stale[0].path}",
+                           f"rm {stale[0].path}", fixable=True, target=stale[0].path)
+    building = [lk for lk in locks if lk.op == "async_io" and not lk.orphaned]
+    if building:
+        pid = (building[0].builders or building[0].holders)[0]
+        return CheckResult(name, "warn", f"being built right now by pid {pid} ({jobfacts.command_of(pid)}): a job "
+                           "started now waits for it", "rerun `iotune doctor --ds-config` when the build is done")
+    return None
+
+
+def _probe_failure(name: str, probe: jobfacts.AioProbe) -> CheckResult:
+    if probe.timed_out:
+        return CheckResult(name, "fail", f"AsyncIOBuilder().load() gave {probe.error}: a build is running or "
+                           "waiting on a lock", "wait for the build, or find its lock under the torch extensions "
+                           "cache ($TORCH_EXTENSIONS_DIR or ~/.cache/torch_extensions) and remove it")
+    if "No module named 'deepspeed" in probe.error:
+        return CheckResult(name, "skip", "DeepSpeed is not installed in this Python", "pip install deepspeed")
+    if probe.compatible is False:
+        return CheckResult(name, "fail", "libaio not found: AsyncIOBuilder.is_compatible() cannot link io_submit "
+                           "with -laio, so NVMe offload fails at startup", AIO_FIX)
+    return CheckResult(name, "fail", f"AsyncIOBuilder().load() failed: {probe.error}",
+                       "an old or broken libaio, or a failed build: " + AIO_FIX)
+
+
+def _aligned_bytes(cfg: dict[str, Any]) -> int:
+    return AIO_ALIGNED_BYTES * max(as_int(aio_block(cfg).get("intra_op_parallelism", 1)) or 1, 1)
+
+
+def check_direct_io(job: Job, path: str, facts: PathFacts) -> CheckResult:
+    name = f"O_DIRECT on {path}"
+    where = facts.checked or path
+    if facts.unmounted_mount_point:
+        return CheckResult(name, "fail", f"under {facts.unmounted_mount_point}, an fstab mount point that is not "
+                           "mounted", f"mount {facts.unmounted_mount_point} first")
+    if facts.not_a_directory or not facts.writable:
+        return CheckResult(name, "fail", f"{where} is not a writable directory", "give nvme_path a writable directory")
+    if facts.direct_io_problem:
+        return CheckResult(name, "fail", f"{where}: {facts.direct_io_problem}",
+                           "put nvme_path on ext4, xfs or btrfs on a block device (not tmpfs, ramfs or most FUSE)")
+    align = _aligned_bytes(job.cfg)
+    small = direct_io_problem(where, align)
+    if small:
+        return CheckResult(name, "fail", f"{where}: {small}; DeepSpeed pads swap I/O only to {align} B",
+                           "raise aio.intra_op_parallelism so 1024 x it is a multiple of the drive's logical "
+                           "block size, or use a drive formatted with 512 B sectors")
+    return CheckResult(name, "ok", f"{where}: O_DIRECT works at 4 KiB and at DeepSpeed's {align} B alignment")
+
+
+def nvme_bytes(job: Job, users: list[str]) -> int | None:
+    """What the plan puts on this nvme_path, for the offloads that use it."""
+    if not job.params:
+        return None
+    dtype = model_dtype(job.cfg).value or "bf16"
+    plan = make_plan(PlanInput(params=job.params, strategy="nvme-all", precision=dtype, gpus=1,
+                               swappable_params=job.swappable_params))
+    nvme = plan.memory["NVMe"]
+    total = 0.0
+    if "offload_optimizer" in users:
+        total += sum(v for k, v in nvme.items() if k != "weights")
+    if "offload_param" in users:
+        total += nvme.get("weights", 0.0)
+    return int(total)
+
+
+def check_space(job: Job, path: str, users: list[str], facts: PathFacts) -> CheckResult:
+    name = f"free space on {path}"
+    need = nvme_bytes(job, users)
+    if need is None:
+        return CheckResult(name, "skip", "model size unknown", "give --model or --params")
+    if facts.free_bytes is None:
+        return CheckResult(name, "skip", "cannot see the filesystem under it")
+    reusable = sum(size for _, size in jobfacts.swap_dirs(path)) if os.path.isdir(path) else 0
+    have = facts.free_bytes + reusable
+    note = f" + {mib(reusable)} in swap files DeepSpeed rewrites" if reusable else ""
+    detail = f"{mib(facts.free_bytes)} free{note}; the plan puts {mib(need)} there ({', '.join(users)})"
+    if have < need:
+        return CheckResult(name, "fail", detail, "free space, or point nvme_path at a larger volume "
+                           "(`iotune plan` for the breakdown)")
+    return CheckResult(name, "ok", detail)
+
+
+def check_sharing(path: str) -> CheckResult:
+    name = f"nvme_path shared? {path}"
+    if not os.path.isdir(path):
+        return CheckResult(name, "ok", "does not exist yet: no other job uses it")
+    users = jobfacts.open_under(path)
+    if users:
+        pid, files = next(iter(sorted(users.items())))
+        return CheckResult(name, "fail", f"pid {pid} ({jobfacts.command_of(pid)}) holds {len(files)} file(s) open "
+                           f"under it, e.g. {files[0]}: two jobs write the same rank<N> swap files",
+                           "give each job its own nvme_path (a subdirectory per job)")
+    dirs = jobfacts.swap_dirs(path)
+    if dirs:
+        size = sum(s for _, s in dirs)
+        return CheckResult(name, "warn", f"swap directories of an earlier job ({len(dirs)}, {mib(size)}, e.g. "
+                           f"{dirs[0][0]}); no process has them open now", "if that job runs elsewhere (another "
+                           "container or node on shared storage), give each job its own nvme_path")
+    return CheckResult(name, "ok", "no other process has files open under it, no earlier swap files")
+
+
+def check_memory(job: Job, env: LintEnv) -> list[CheckResult]:
+    buffers = locked_buffers(job.cfg, env)
+    pinned = sum(b.bytes for b in buffers)
+    if not pinned:
+        return []
+    what = "; ".join(b.describe() for b in buffers)
+    out = [_memlock(env, pinned, what)]
+    ranks = max(job.gpus, 1)
+    host = float(pinned) * ranks
+    if job.params:
+        dtype = model_dtype(job.cfg).value or "bf16"
+        plan = make_plan(PlanInput(params=job.params, strategy="nvme-opt", precision=dtype, gpus=ranks,
+                                   pinned_buffer_bytes=pinned))
+        host = sum(plan.memory["CPU"].values()) * ranks
+    limits = [(env.ram_bytes, "RAM")] if env.ram_bytes else []
+    cg = jobfacts.cgroup_memory_limit()
+    if cg:
+        limits.append((cg[0], f"the container's limit ({cg[1]})"))
+    if not limits:
+        return out
+    limit, which = min(limits)
+    text = (f"{mib(host)} of host memory for {ranks} rank(s) ({'fp32 gradients + ' if job.params else ''}swap "
+            f"buffers {mib(pinned)} per rank) against {mib(limit)}, {which}")
+    status = "fail" if host > limit else "warn" if host > 0.8 * limit else "ok"
+    out.append(CheckResult("host memory", status, text, "lower buffer_count / buffer_size / sub_group_size, "
+                           "or raise the memory limit"))
+    return out
+
+
+def _memlock(env: LintEnv, pinned: int, what: str) -> CheckResult:
+    name = "locked memory (ulimit -l)"
+    if env.memlock_bytes is None:
+        return CheckResult(name, "ok", f"unlimited; swap buffers lock {mib(pinned)} ({what})")
+    if env.can_lock_unlimited:
+        return CheckResult(name, "ok", f"ulimit -l {mib(env.memlock_bytes)}, not enforced (CAP_IPC_LOCK); swap "
+                           f"buffers lock {mib(pinned)}")
+    if pinned > env.memlock_bytes:
+        return CheckResult(name, "fail", f"swap buffers lock {mib(pinned)} ({what}), over ulimit -l "
+                           f"{mib(env.memlock_bytes)}: pinning them fails", "raise the memlock limit for the "
+                           "training user (ulimit -l unlimited; docker run --ulimit memlock=-1), or lower "
+                           "buffer_count / buffer_size / sub_group_size")
+    return CheckResult(name, "ok", f"swap buffers lock {mib(pinned)} of ulimit -l {mib(env.memlock_bytes)}")
+
+
+LOCK_WHAT = ("torch creates this lock while it compiles DeepSpeed's {op} op on first use and removes it when the "
+             "build ends; ")
+
+
+def check_lock(lock: oplocks.BuildLock) -> CheckResult:
+    name = f"op-build lock ({lock.op})"
+    age = f"{lock.age_s / 60:.0f} min old"
+    what = LOCK_WHAT.format(op=lock.op)
+    if not lock.orphaned:
+        pid = (lock.builders or lock.holders)[0]
+        return CheckResult(name, "warn", f"{lock.path}: {age}, held by pid {pid} ({jobfacts.command_of(pid)}): "
+                           f"{what}a job loading {lock.op} waits until it is done",
+                           "let the build finish; jobs wait for it")
+    if lock.stale:
+        return CheckResult(name, "fail", f"{lock.path}: {age}, no build running: {what}a killed build left it, "
+                           f"and every load of {lock.op} waits on it forever, silently",
+                           f"rm {lock.path}", fixable=True, target=lock.path)
+    return CheckResult(name, "warn", f"{lock.path}: {age}, no process here holds it or builds under it: {what}"
+                       f"a build killed midway leaves it, and every load of {lock.op} then waits on it forever, "
+                       f"silently (or a build on another machine sharing this directory holds it)",
+                       f"rm {lock.path} if no build elsewhere shares this directory (after "
+                       f"{oplocks.STALE_LOCK_AFTER_S / 60:.0f} min, --fix does)")

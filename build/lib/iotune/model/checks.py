@@ -1,0 +1,24 @@
+"""Results of `iotune doctor`'s prerequisite checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    status: str          # ok | fail | warn | skip
+    detail: str
+    fix: str = ""        # what to do about a failure, as a command or a sentence
+    fixable: bool = False   # `iotune doctor --fix` can apply `fix`
+    fixed: bool = False     # --fix was applied and the check now passes
+    target: str = ""        # the file a fix acts on (a stale lock to remove), if any
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("ok", "skip", "warn")
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(vars(self))

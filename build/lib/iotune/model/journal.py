@@ -1,0 +1,104 @@
+"""The sweep journal's file format, read in one place (the sweep resumes from
+it, analysis exports it).
+
+An append-only JSON-lines file. Line 1 is a header:
+{"kind": "header", "version": 1, "env": {...}}; every later line is
+{"kind": "trial", ...Trial.to_json()}. A crash or Ctrl-C leaves at most a
+partial last line, which reading skips.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ..errors import RecordError
+from .record import from_fields
+from .sweep import Trial
+
+JOURNAL_VERSION = 1
+
+
+@dataclass(frozen=True)
+class SweepEnv:
+    """What a journal's trials ran on and with (its header). A journal is
+    resumed only by a sweep whose RESUME_FIELDS are equal: the same trials
+    on the same drive."""
+
+    RESUME_FIELDS: ClassVar[tuple[str, ...]] = ("drive", "executor", "file_bytes", "files", "runtime_s",
+                                                "steps_cmd")
+
+    kernel: str = ""
+    target: str = ""                                    # the directory trials ran in
+    executor: str = ""
+    # the drive's identity, not where it is mounted: filesystem UUID and device ids
+    # (blockdev.identity), or an emulated drive's limits, or a layout
+    drive: dict[str, Any] = field(default_factory=dict)
+    fio: str = ""                                       # fio --version, when fio was there
+    file_bytes: int = 0
+    files: int = 0
+    runtime_s: float | None = None
+    started_at: str = ""
+    steps_cmd: dict[str, Any] = field(default_factory=dict)   # --steps-cmd's job ({}: the built-in workload)
+
+    def differs_from(self, other: SweepEnv) -> tuple[str, object, object] | None:
+        """The first resume field whose value differs: (name, ours, theirs)."""
+        for name in self.RESUME_FIELDS:
+            if getattr(self, name) != getattr(other, name):
+                return name, getattr(self, name), getattr(other, name)
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SweepEnv:
+        return from_fields(cls, data)
+
+
+@dataclass(frozen=True)
+class JournalContents:
+    env: SweepEnv | None = None          # None: the file has no header yet
+    trials: tuple[Trial, ...] = ()
+
+
+def read_journal(path: Path) -> JournalContents:
+    """Header and trials of the journal at `path`; RecordError naming the file,
+    line and fix for a journal from a newer iotune or a corrupt trial line."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise RecordError(f"cannot read the sweep journal {path}: {e.strerror}") from None
+    return read_journal_lines(text.splitlines(), path)
+
+
+def read_journal_lines(lines: list[str], path: Path) -> JournalContents:
+    env: SweepEnv | None = None
+    trials: list[Trial] = []
+    for n, line in enumerate(lines, 1):
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue     # a partial line left by a crash
+        if not isinstance(rec, dict):
+            raise _corrupt(path, n, "not a JSON object")
+        if rec.get("kind") == "header":
+            version = rec.get("version", 1)
+            if not isinstance(version, int) or version > JOURNAL_VERSION:
+                raise RecordError(f"{path}:{n}: journal version {version!r} was written by a newer iotune "
+                                  f"(this one reads version {JOURNAL_VERSION}): upgrade iotune, or start a new "
+                                  f"journal with --fresh (the old one is kept) or another --out")
+            env = SweepEnv.from_json(rec.get("env") or {})
+        elif rec.get("kind") == "trial":
+            try:
+                trials.append(Trial.from_json(rec))
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                raise _corrupt(path, n, f"not a trial record ({type(e).__name__}: {e})") from None
+    return JournalContents(env, tuple(trials))
+
+
+def _corrupt(path: Path, line: int, why: str) -> RecordError:
+    return RecordError(f"{path}:{line}: {why}; the sweep journal is damaged: fix or delete that line to resume, "
+                       f"or start a new journal with --fresh (the old one is kept) or another --out")

@@ -1,0 +1,108 @@
+"""Records of the whole-offload search (`iotune sweep --offload`): the
+dimensions searched and left out, the candidates refused, the trials on
+real steps and the outcome. Produced by iotune.sweep.offload_search,
+rendered by iotune.render.offload."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .offload import GainSplit, OffloadKnobs
+
+
+@dataclass(frozen=True)
+class Dimension:
+    key: str                    # DeepSpeed's dotted key
+    values: tuple[Any, ...]
+    why_not: str = ""           # set: left out, and why
+
+
+@dataclass(frozen=True)
+class Refused:
+    knobs: OffloadKnobs
+    reasons: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"knobs": asdict(self.knobs), "reasons": list(self.reasons)}
+
+
+@dataclass(frozen=True)
+class OffloadTrial:
+    key: str                          # the candidate's changed keys, as JSON
+    changes: dict[str, Any]           # DeepSpeed dotted key -> value, against the base config
+    status: str                       # ok | failed
+    error: str = ""
+    samples_per_s: float = 0.0        # median over the steps after the first
+    optimizer_step_s: float = 0.0
+    step_s: float = 0.0               # median over the steps after the first
+    locked_bytes: int = 0             # the job's VmLck after its steps (the largest seen)
+    predicted_locked_bytes: int = 0
+    rss_bytes: int = 0
+    seconds: float = 0.0
+    role: str = "search"              # search | pair-candidate | pair-base | what-if
+    tokens_per_s: float = 0.0         # samples/s x sequence length, where it is known (the built-in model); else 0
+    swap_bytes: dict[str, int] = field(default_factory=dict)   # category -> bytes swapped per steady step (hook)
+    predicted_swap_bytes: int = 0     # the offload model's bytes per steady step (optimizer state and gradients)
+    io_wait_s: float = 0.0            # median per steady step: the training thread blocked on swap I/O (exposed stall)
+
+    @property
+    def swapped_bytes(self) -> int:
+        return sum(self.swap_bytes.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def short_changes(changes: dict[str, Any]) -> str:
+    """`offload_optimizer.device=cpu, sub_group_size=1000000`: the keys' last parts, enough to tell them apart."""
+    def name(key: str) -> str:
+        parts = key.split(".")
+        return ".".join(parts[-2:]) if parts[-1] in ("device", "buffer_count") else parts[-1]
+    return ", ".join(f"{name(k)}={v}" for k, v in changes.items()) or "the job's own config"
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """One value of a knob that changes the training maths (gradient
+    accumulation, micro-batch), run on the chosen config: reported, never
+    searched or applied."""
+
+    key: str                          # DeepSpeed's key, e.g. gradient_accumulation_steps
+    value: int
+    status: str                       # ok | failed
+    error: str = ""
+    samples_per_s: float = 0.0
+    optimizer_share: float = 0.0      # time in DeepSpeedEngine.step() / step time
+    nvme_bytes_per_sample: float = 0.0    # the offload model's bytes per optimizer step, read + written, per sample
+
+
+@dataclass(frozen=True)
+class OffloadOutcome:
+    model: str                                # what ran: "the built-in tiny model", or the user's command
+    base_changes: dict[str, Any]              # what the job's config changes from DeepSpeed's defaults
+    searched: tuple[Dimension, ...]
+    skipped: tuple[Dimension, ...]
+    refused: tuple[Refused, ...]
+    trials: tuple[OffloadTrial, ...]
+    best: OffloadTrial | None                 # the fastest search trial
+    ratios: tuple[float, ...]                 # candidate / base samples per second, per pair
+    verdict: str                              # faster | within noise | slower | none
+    journal: str
+    config: dict[str, Any] = field(default_factory=dict)     # the recommended config (the base if none)
+    reasons: dict[str, str] = field(default_factory=dict)    # changed key -> why
+    what_if: tuple[WhatIf, ...] = ()
+    gain: GainSplit | None = None             # the recommendation's gain over the base, split by cause
+
+    @property
+    def recommended(self) -> dict[str, Any]:
+        return self.best.changes if self.best is not None and self.verdict == "faster" else {}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.model, "base_changes": self.base_changes,
+                "searched": [asdict(d) for d in self.searched], "skipped": [asdict(d) for d in self.skipped],
+                "refused": [r.to_json() for r in self.refused], "trials": [t.to_json() for t in self.trials],
+                "best": self.best.to_json() if self.best else None, "ratios": list(self.ratios),
+                "verdict": self.verdict, "recommended": self.recommended, "reasons": self.reasons,
+                "config": self.config, "journal": self.journal, "what_if": [asdict(w) for w in self.what_if],
+                "gain": {**asdict(self.gain), "sentence": self.gain.sentence()} if self.gain else None}

@@ -1,0 +1,49 @@
+"""Inputs and outputs of `iotune plan`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class PlanInput:
+    params: int                              # parameters of the model
+    strategy: str = "nvme-opt"               # cpu | nvme-opt | nvme-all | zenflow | baseline
+    precision: str = "bf16"                  # training dtype of the weights: bf16 | fp16 | fp32
+    grad_accum: int = 1
+    gpus: int = 1                            # data-parallel ranks in total (all nodes)
+    zenflow_topk: float = 0.1
+    swappable_params: int | None = None      # params in tensors large enough to be swapped (None: all)
+    drive_bytes_per_s: float | None = None   # measured bandwidth of one drive (read/write harmonic)
+    drives: int = 1
+    target_step_s: float | None = None
+    pinned_buffer_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Bytes per optimizer step on NVMe, per rank, by category and direction."""
+
+    read: dict[str, float] = field(default_factory=dict)
+    write: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def total_read(self) -> float:
+        return sum(self.read.values())
+
+    @property
+    def total_write(self) -> float:
+        return sum(self.write.values())
+
+
+@dataclass(frozen=True)
+class Plan:
+    inp: PlanInput
+    memory: dict[str, dict[str, float]]        # tier -> component -> bytes (per rank)
+    nvme_capacity_bytes: float                 # per rank
+    per_optimizer_step: Traffic                # per rank
+    per_training_step: Traffic                 # per rank, averaged over grad_accum micro-steps
+    storage_s_per_step: float | None           # at drives x drive bandwidth
+    bandwidth_for_target: float | None         # bytes/s to keep storage time at the target step time
+    drives_for_target: int | None
+    bottleneck: str

@@ -1,0 +1,198 @@
+"""What a sweep produces: ranked points, the outcome of one sweep, progress
+events, and the layout sweep's results. Plain data; the ranking logic that
+fills these lives in sweep/."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .offload import GainSplit
+from .sweep import SweepPoint, Trial
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """One point's measurements over its repeats, by one executor."""
+
+    point: SweepPoint
+    executor: str
+    scores: tuple[float, ...]          # one per successful repeat (bytes/s or 1/step_s)
+    failed: int
+    median: float
+    spread: float                      # (max - min) / median over repeats, 0 for one repeat
+    read_bytes_per_s: float
+    write_bytes_per_s: float
+    step_s: float | None = None
+    optimizer_step_s: float | None = None
+
+    @property
+    def cost(self) -> tuple[int, int, int]:
+        """Cheaper first: pinned staging memory, threads, queue depth."""
+        p = self.point
+        return (p.pinned_bytes(), p.intra_op_parallelism, p.queue_depth)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "point": self.point.to_json(), "key": self.point.key()}
+
+
+NOTHING_TO_GAIN = "the defaults already saturate this drive; nothing to gain"
+SLOWER_ON_STEPS = "no candidate beat DeepSpeed's defaults on real steps"
+
+
+@dataclass(frozen=True)
+class StepGain:
+    """The best candidate against DeepSpeed's defaults on real optimizer
+    steps, from alternating pairs (candidate, then the defaults). Each ratio
+    is default / candidate optimizer-step time of one pair: above 1, the
+    candidate is faster. verdict: "faster" (beyond `noise`, recommended),
+    "within noise" or "slower" (the defaults are recommended)."""
+
+    candidate: SweepPoint
+    ratios: tuple[float, ...]
+    median: float
+    min: float
+    max: float
+    pairs: int
+    noise: float                         # the band the median had to clear: max(floor, max - min)
+    verdict: str
+    candidate_optimizer_step_s: float    # medians over the pairs
+    default_optimizer_step_s: float
+    split: GainSplit | None = None       # the gain by cause (less I/O, faster I/O), where the job's tensors are known
+
+    @property
+    def recommended(self) -> bool:
+        return self.verdict == "faster"
+
+    def sentence(self) -> str:
+        """What the steps showed, in the words the report prints."""
+        d = 1 if self.median >= 2 else 2       # 2.1× [2.0–2.2], 1.07× [1.06–1.08]
+        spread = f"[{self.min:.{d}f}–{self.max:.{d}f}], {self.pairs} pair{'s' if self.pairs != 1 else ''}"
+        if self.recommended:
+            return f"optimizer step {self.median:.{d}f}× faster than DeepSpeed's defaults {spread}"
+        measured = (f"the best candidate's optimizer step ran at {self.median:.{d}f}× the defaults' speed "
+                    f"{spread}: {self.verdict}, noise ±{100 * self.noise:.0f}%")
+        if self.verdict == "slower":
+            return (f"{SLOWER_ON_STEPS} ({measured}); keeping DeepSpeed's defaults. A faster fio or aio "
+                    f"score did not carry over to this job's steps")
+        return f"{NOTHING_TO_GAIN} ({measured})"
+
+    def to_json(self) -> dict[str, Any]:
+        split = {**asdict(self.split), "sentence": self.split.sentence()} if self.split else None
+        return {**asdict(self), "candidate": self.candidate.to_json(), "sentence": self.sentence(), "split": split}
+
+
+@dataclass(frozen=True)
+class SweepOutcome:
+    """Everything a finished sweep reports."""
+
+    target: str                                # the directory trials ran in
+    profile: str
+    executor: str                              # fio | aio
+    ranking: list[Ranked]                      # the executor's ranking, best first
+    confirmed: list[Ranked]                    # steps executor: candidates and the default
+    recommended: SweepPoint | None
+    default: Ranked | None                     # DeepSpeed's default aio settings, same executor
+    ceiling_bytes_per_s: float | None          # the drive's limit (known, or measured)
+    ceiling_source: str                        # "known limits" | "measured: ..."
+    fragment: dict[str, object]                # DeepSpeed JSON to paste
+    validation_error: str | None               # None: DeepSpeed accepted it
+    trials: int
+    trials_run_now: int
+    failed: int
+    journal: str
+    step_gain: StepGain | None = None          # the steps' verdict on the best candidate vs the defaults
+    applied_to: str = ""                       # --apply: the config written
+    dropped_aio_keys: tuple[str, ...] = ()     # --apply: the user's aio keys DeepSpeed ignores, left out
+    confirm_error: str = ""                    # every training-step trial failed: the first reason
+    threads: list[Ranked] = field(default_factory=list)   # the recommendation at each OMP_NUM_THREADS
+    omp_threads_best: int = 0                  # the thread count to use (0: not measured)
+
+    def tied_with_first(self) -> list[Ranked]:
+        """The ranked points (after the first) the executor cannot tell apart
+        from the first: within the noise (MIN_NOISE or their spread)."""
+        if not self.ranking:
+            return []
+        return [r for r in self.ranking[1:] if tie(self.ranking[0], r)]
+
+    def recommended_row(self) -> Ranked | None:
+        """The recommendation's row in the executor's ranking."""
+        if self.recommended is None:
+            return None
+        key = self.recommended.key()
+        return next((r for r in self.ranking if r.point.key() == key), None)
+
+
+# Two configs within 5% are never told apart: run-to-run variation of storage
+# measurements (throttle bursts, writeback, device housekeeping) is of that order.
+MIN_NOISE = 0.05
+
+
+def tie(a: Ranked, b: Ranked, noise: float = MIN_NOISE) -> bool:
+    """True when a and b differ by less than the noise of either."""
+    if a.median <= 0 or b.median <= 0:
+        return False
+    band = max(noise, a.spread, b.spread)
+    return abs(a.median - b.median) <= band * max(a.median, b.median)
+
+
+def gain(best: Ranked | None, default: Ranked | None) -> float | None:
+    """best / default on the executor's score (bandwidth or 1/step time)."""
+    if best is None or default is None or default.median <= 0:
+        return None
+    return best.median / default.median
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One trial done (or taken from the journal), for progress displays."""
+
+    done: int
+    planned: int
+    trial: Trial
+    reused: bool          # taken from the journal, not run now
+
+
+@dataclass(frozen=True)
+class LayoutResult:
+    name: str
+    drives: int
+    backend: str
+    reason: str
+    outcome: SweepOutcome
+    fstype: str = ""                           # the filesystem the trials ran on ("": not recorded)
+    mount_options: tuple[str, ...] = ()
+
+    def best(self) -> float:
+        """The best point's score (0 when nothing was measured)."""
+        r = self.outcome.ranking
+        return r[0].median if r and r[0].scores else 0.0
+
+
+@dataclass(frozen=True)
+class Effects:
+    layout: float      # best score of the best layout / best score of the worst layout
+    aio: float         # largest best/worst ratio of aio settings within one layout
+    filesystem: float = 1.0    # largest best/worst ratio of (filesystem, mount options) at one drive count
+    drives: float = 1.0        # largest best/worst ratio of drive counts for one (filesystem, options)
+
+    @property
+    def dominant(self) -> str:
+        """The dimension with the largest effect: "layout" (the drive count,
+        or the whole layout when only one filesystem was tried), "filesystem"
+        or "aio settings"; ties go to the first."""
+        effects = {"layout": self.layout if self.filesystem <= 1.0 else self.drives,
+                   "filesystem": self.filesystem, "aio settings": self.aio}
+        return max(effects, key=lambda k: effects[k])
+
+
+@dataclass(frozen=True)
+class LayoutSweep:
+    """`iotune sweep --layouts N`: every layout's sweep, and what mattered."""
+
+    results: tuple[LayoutResult, ...]
+    effects: Effects
+
+    def ranking(self) -> list[str]:
+        """Layout names, best first by their best point's score (same scale for all)."""
+        return [r.name for r in sorted(self.results, key=lambda r: -r.best())]

@@ -1,0 +1,113 @@
+"""The report of a multi-node run: the fleet's verdict, one row per node
+(failed and lost nodes with their error), one per rank, and the slowest
+node of each step."""
+
+from __future__ import annotations
+
+import io
+import json
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from ..model.fleet_report import FleetReport
+from . import units
+from .base import Renderer
+
+
+def _s(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f} s"
+
+
+def _mb(v: float | None) -> str:
+    return "-" if v is None else f"{v / 1e6:,.1f}"
+
+
+def header(r: FleetReport) -> Text:
+    f = r.fleet
+    what = " ".join(f.command) or "(no command recorded)"
+    if len(what) > 60:
+        what = what[:59] + "…"
+    ok = sum(n.status == "ok" for n in r.nodes)
+    t = Text()
+    t.append("iotune multi-node run", style="bold")
+    t.append(f" · {what} · {len(r.nodes)} node(s), {ok} ok · via {f.transport or 'unknown transport'} · "
+             f"{units.seconds(r.wall_s)} · started {f.started_at or 'unknown'}\n")
+    t.append("Verdict: ", style="bold")
+    t.append(r.summary + "\n", style="bold")
+    t.append(f"  aggregate {r.aggregate_bytes_per_s / 1e9:.3f} GB/s: {units.volume(r.block_bytes)} read and "
+             f"written on the ok nodes in {units.seconds(r.wall_s)} (GB = 10^9 bytes)\n")
+    return t
+
+
+def node_table(r: FleetReport) -> Table:
+    table = Table(title="Nodes (medians over steady steps; MB = 10^6 bytes, block bytes on the node's "
+                        "traced devices)", title_justify="left", show_edge=False, pad_edge=False)
+    for col in ("node", "status", "ranks", "steps", "step", "optimizer step", "MB read/step",
+                "MB written/step", "swap MB/step", "MB/s busy", "verdict"):
+        table.add_column(col, justify="left" if col in ("node", "status", "ranks", "verdict") else "right")
+    for n in r.nodes:
+        verdict = (n.limit or "-") if n.status == "ok" else n.error or "no reason recorded"
+        table.add_row(n.host, n.status, ",".join(map(str, n.ranks)) or "-", str(n.steps), _s(n.step_s),
+                      _s(n.optimizer_s), _mb(n.read_bytes_per_step), _mb(n.write_bytes_per_step),
+                      _mb(n.swap_bytes_per_step), _mb(n.busy_bytes_per_s), verdict)
+    return table
+
+
+def rank_table(r: FleetReport) -> RenderableType:
+    if not r.ranks:
+        return Text("")
+    table = Table(title="Ranks (ok nodes; medians over steady steps)", title_justify="left",
+                  show_edge=False, pad_edge=False)
+    for col in ("node", "rank", "steps", "step", "optimizer step", "swap MB/step"):
+        table.add_column(col, justify="left" if col == "node" else "right")
+    for k in r.ranks:
+        table.add_row(k.host, str(k.rank), str(k.steps), _s(k.step_s), _s(k.optimizer_s),
+                      _mb(k.swap_bytes_per_step))
+    return table
+
+
+def step_table(r: FleetReport) -> RenderableType:
+    if not r.steps:
+        return Text("No step was recorded on two or more ok nodes.\n")
+    table = Table(title="Slowest node per step (durations on each node's own clock)", title_justify="left",
+                  show_edge=False, pad_edge=False)
+    for col in ("step", "nodes", "slowest", "its step", "others (median)", "gap", "gap %"):
+        table.add_column(col, justify="left" if col == "slowest" else "right")
+    for s in r.steps:
+        table.add_row(str(s.step), str(s.nodes), s.host, _s(s.step_s), _s(s.others_s), _s(s.gap_s),
+                      "-" if s.gap_pct is None else f"{s.gap_pct:+.1f} %")
+    return table
+
+
+def node_verdicts(r: FleetReport) -> Text:
+    t = Text()
+    for n in r.nodes:
+        if n.verdict:
+            t.append(f"  {n.host}: ", style="bold")
+            t.append(n.verdict + "\n")
+    return t
+
+
+def render_fleet(r: FleetReport, width: int = 140) -> str:
+    buf = io.StringIO()
+    Console(file=buf, width=width, color_system=None, highlight=False).print(
+        Group(header(r), node_table(r), Text(""), node_verdicts(r), rank_table(r), Text(""), step_table(r)))
+    return buf.getvalue()
+
+
+class FleetConsole(Renderer):
+    record_type, format, file_extension = FleetReport, "console", "txt"
+
+    def render(self, record: FleetReport) -> str:
+        return render_fleet(record, self.options.width or 140)
+
+
+class FleetJson(Renderer):
+    record_type, format, file_extension = FleetReport, "json", "json"
+
+    def render(self, record: FleetReport) -> str:
+        return json.dumps(record.to_json(), indent=1) + "\n"
+
+

@@ -1,0 +1,93 @@
+"""`iotune plan`'s screen."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from dataclasses import asdict
+from typing import Any
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from ..model.reports import CheckRow
+from ..model.plan import Plan
+from ..model.verdict import Finding
+from . import units
+
+
+def _gb(v: float) -> str:
+    return f"{v / 1e9:,.2f}" if v >= 1e8 or v == 0 else f"{v / 1e9:,.4f}"
+
+
+def render_plan(plan: Plan, width: int = 110) -> str:
+    inp = plan.inp
+    count = f"{inp.params / 1e9:.2f} B" if inp.params >= 1e9 else f"{inp.params / 1e6:.2f} M"
+    head = Text(f"Plan: {count} parameters, {inp.strategy}, {inp.precision}, "
+                f"{inp.gpus} rank(s), gradient accumulation {inp.grad_accum} (GB = 10^9 bytes, per rank)\n",
+                style="bold")
+    mem = Table(title="Memory per tier", title_justify="left", show_edge=False, pad_edge=False)
+    for col in ("tier", "component", "GB"):
+        mem.add_column(col, justify="right" if col == "GB" else "left")
+    for tier, parts in plan.memory.items():
+        for comp, b in parts.items():
+            if b:
+                mem.add_row(tier, comp, _gb(b))
+        mem.add_row(tier, "total", _gb(sum(parts.values())), style="bold")
+    io_t = Table(title="NVMe traffic per optimizer step", title_justify="left", show_edge=False, pad_edge=False)
+    for col in ("category", "GB read", "GB written"):
+        io_t.add_column(col, justify="left" if col == "category" else "right")
+    t = plan.per_optimizer_step
+    for cat in t.read:
+        io_t.add_row(cat, _gb(t.read[cat]), _gb(t.write.get(cat, 0.0)))
+    io_t.add_row("total", _gb(t.total_read), _gb(t.total_write), style="bold")
+    lines = Text()
+    lines.append(f"NVMe capacity needed: {_gb(plan.nvme_capacity_bytes)} GB per rank\n")
+    if inp.grad_accum > 1:
+        lines.append(f"Per training (micro-)step: {_gb(plan.per_training_step.total_read)} GB read, "
+                     f"{_gb(plan.per_training_step.total_write)} GB written\n")
+    if plan.storage_s_per_step is not None and inp.drive_bytes_per_s:
+        lines.append(f"Storage time per optimizer step: {plan.storage_s_per_step:.2f} s at {inp.drives} × "
+                     f"{units.rate(inp.drive_bytes_per_s)} MB/s\n")
+    if plan.bandwidth_for_target is not None:
+        lines.append(f"For {inp.target_step_s:g} s of storage per step: {units.rate(plan.bandwidth_for_target)} MB/s"
+                     + (f" = {plan.drives_for_target} drive(s)" if plan.drives_for_target else "") + "\n")
+    lines.append(plan.bottleneck + "\n", style="italic")
+    buf = io.StringIO()
+    Console(file=buf, width=width, color_system=None).print(Group(head, mem, Text(""), io_t, Text(""), lines))
+    return buf.getvalue()
+
+
+def render_check(rows: list[CheckRow], width: int = 110) -> str:
+    t = Table(title="Prediction vs trace, per optimizer step (MB = 10^6 bytes)", title_justify="left",
+              show_edge=False, pad_edge=False)
+    for col in ("category", "dir", "predicted", "measured", "error"):
+        t.add_column(col, justify="left" if col in ("category", "dir") else "right")
+    for r in rows:
+        err = r.error_pct
+        t.add_row(r.category, r.direction, units.volume(r.predicted_bytes), units.volume(r.measured_bytes),
+                  "-" if err is None else f"{err:+.2f}%")
+    buf = io.StringIO()
+    Console(file=buf, width=width, color_system=None).print(t)
+    buf.write("block level also carries filesystem metadata and journal writes, which the model does not predict\n")
+    return buf.getvalue()
+
+
+def render_endurance(f: Finding | None) -> str:
+    """The plan's endurance line (nothing when the plan writes nothing to NVMe)."""
+    return f"Endurance: {f.headline}\n  rule: {f.rule}\n" if f is not None else ""
+
+
+def plan_json(plan: Plan, rows: list[CheckRow] | None = None, endurance: Finding | None = None) -> str:
+    doc: dict[str, Any] = asdict(plan)
+    doc["endurance"] = endurance.to_json() if endurance is not None else None
+    if rows is not None:
+        # null where the error has no finite value (nothing measured): JSON has no Infinity
+        doc["check"] = [{**asdict(r), "error_pct": _finite(r.error_pct)} for r in rows]
+    return json.dumps(doc, indent=1, allow_nan=False) + "\n"
+
+
+def _finite(v: float | None) -> float | None:
+    return v if v is not None and math.isfinite(v) else None

@@ -1,0 +1,2 @@
+"""AIO tuning: search space, executors (fio, DeepSpeed aio, training steps),
+journal with resume, search and recommendation."""

@@ -1,0 +1,229 @@
+"""`iotune sweep` as the CLI runs it: profile plus overrides, the target
+(the user's directory, or a built-in emulated drive with known limits, torn
+down afterwards), then the sweep itself."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from ..model.sweep_result import LayoutSweep, Progress, SweepOutcome
+from ..blockdev.identity import drive_identity
+from ..errors import UsageError
+from ..model.drive import DriveLimits
+from ..volumes.beds import DEFAULT_BED, bed_spec
+from .cmd_executor import UserJob, parse_user_job
+from .executor import Target
+from .pipeline import SweepRequest, run_sweep
+from .bounds import BOUNDS
+from .space import Profile, load_profile
+
+# The built-in drive: 200 MB/s and 800 IOPS caps, 4 ms per request with at most
+# 8 served at once. Block size matters (IOPS cap), and so does queue depth for
+# small blocks (latency): sensible configs reach 200 MB/s, bad ones a fraction.
+# It is the test bed `builtin` (iotune.volumes.beds); `--bed NAME` picks another.
+BUILTIN_BED = DEFAULT_BED
+BUILTIN_LIMITS: DriveLimits = bed_spec(BUILTIN_BED).member
+BUILTIN_SIZE = bed_spec(BUILTIN_BED).size_bytes
+BUILTIN_RUNTIME_S = 2.0     # used when the profile sets none
+BUILTIN_RAMP_S = 0.5
+
+
+@dataclass(frozen=True)
+class SpaceOverrides:
+    """Search-space values given on the command line (None: the profile's)."""
+
+    block_size: tuple[int, ...] | None = None
+    queue_depth: tuple[int, ...] | None = None
+    intra_op_parallelism: tuple[int, ...] | None = None
+    single_submit: tuple[bool, ...] | None = None
+    overlap_events: tuple[bool, ...] | None = None
+    engine: tuple[str, ...] | None = None
+    omp_threads: tuple[int, ...] | None = None
+
+    def given(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name)}
+
+
+@dataclass(frozen=True)
+class SweepArgs:
+    target_dir: Path | None
+    profile: str = "default"
+    executor: str = "fio"
+    overrides: SpaceOverrides = SpaceOverrides()
+    grid: bool = False
+    repeats: int | None = None
+    file_bytes: int | None = None
+    confirm_top: int | None = None
+    out: Path | None = None
+    fresh: bool = False
+    bed: str | None = None          # a named test bed (volumes.beds) when no target_dir; None: builtin
+    steps: int | None = None                 # training steps per confirmation trial
+    steps_timeout_s: float | None = None     # wall-clock limit per training-step trial
+    steps_cmd: str | None = None             # the user's training command, with {config}
+    ds_config: Path | None = None            # the user's DeepSpeed config (with steps_cmd)
+
+
+RUN_FLAGS = ("repeats", "file_bytes", "confirm_top", "steps", "steps_timeout_s")   # SweepArgs fields = RunSettings keys
+
+
+def build_profile(args: SweepArgs) -> Profile:
+    prof = load_profile(args.profile)
+    given = args.overrides.given()
+    run_given = {key: getattr(args, key) for key in RUN_FLAGS if getattr(args, key) is not None}
+    check_overrides(given, run_given)
+    space = replace(prof.space, **given)
+    run = replace(prof.run, **run_given)
+    if args.grid:
+        run = replace(run, search="grid")
+    if args.executor == "aio" and space.engine != ("libaio",):
+        if args.overrides.engine:
+            raise UsageError(f"--engines {','.join(space.engine)}: the aio executor measures DeepSpeed's own "
+                             f"engine, which is libaio only; drop --engines, or use --executor fio")
+        space = replace(space, engine=("libaio",))     # DeepSpeed's aio is libaio only
+    prof = replace(prof, space=space, run=run)
+    check_dimensions(prof, args)
+    return prof
+
+
+def check_overrides(space: dict[str, Any], run: dict[str, Any]) -> None:
+    """The command line's values against the bounds a profile's meet (the
+    CLI's parameter types check them already; SweepArgs built otherwise too)."""
+    for key, values in [*space.items(), *((k, (v,)) for k, v in run.items())]:
+        bound = BOUNDS[key]
+        for value in values:
+            try:
+                bound.check(value)
+            except ValueError as e:
+                raise UsageError(f"{bound.flag} {value}: {e}") from None
+
+
+def check_dimensions(prof: Profile, args: SweepArgs) -> None:
+    """Refuse what this sweep could not vary or run, rather than ignore it."""
+    if args.ds_config is not None and not args.steps_cmd:
+        raise UsageError("--ds-config is the DeepSpeed config of --steps-cmd's job: give --steps-cmd too "
+                         "(to write a recommendation into a config, use --apply)")
+    needs_steps = [what for what, given in (
+        ("--steps-cmd", bool(args.steps_cmd)),
+        ("CPU-optimizer threads (--omp-threads, or omp_threads in the profile)",
+         any(v > 0 for v in prof.space.omp_threads))) if given]
+    if needs_steps and prof.run.confirm_top <= 0:
+        raise UsageError(f"{needs_steps[0]} is measured on training steps, and this sweep runs none "
+                         f"(--confirm 0 / confirm_top = 0 in profile {prof.name}): give --confirm 1 or more")
+    step_settings = [flag for flag, value in (("--steps", args.steps), ("--steps-timeout", args.steps_timeout_s))
+                     if value is not None]
+    if step_settings and prof.run.confirm_top <= 0:
+        raise UsageError(f"{step_settings[0]} sets the training-step trials, and this sweep runs none "
+                         f"(--confirm 0 / confirm_top = 0 in profile {prof.name}): give --confirm 1 or more, or "
+                         f"drop {step_settings[0]}")
+
+
+@contextlib.contextmanager
+def sweep_target(args: SweepArgs, prof: Profile, say: Callable[[str], None]) -> Iterator[tuple[Target, float | None]]:
+    """(target, known ceiling in bytes/s or None)."""
+    if args.target_dir is not None:
+        yield Target(args.target_dir, prof.run.file_bytes, prof.run.files, None, prof.run.runtime_s,
+                     prof.run.ramp_s), None
+        return
+    from ..volumes.beds import bed_trouble, running_bed
+
+    with running_bed(args.bed or BUILTIN_BED) as bed:
+        what = "built-in emulated drive" if bed.spec.name == BUILTIN_BED else f"test bed {bed.spec.name}"
+        devices = ", ".join(d.path for d in bed.devices)
+        say(f"sweep: {what} {devices}: {bed.spec.describe()}, at {bed.path}")
+        # time-based trials: blkio throttling lets a burst through at the start of each
+        # direction, which ramp time leaves out, so trials measure the steady rate
+        runtime, ramp = prof.run.runtime_s or BUILTIN_RUNTIME_S, prof.run.ramp_s or BUILTIN_RAMP_S
+        yield (Target(bed.path, prof.run.file_bytes, prof.run.files, bed.cgroup, runtime, ramp,
+                      trouble=lambda: bed_trouble(bed)), bed.ceiling_bytes_per_s)
+
+
+def drive_of(args: SweepArgs) -> dict[str, object]:
+    """The identity of the drive the sweep runs on: the filesystem and
+    device(s) holding --path (not the path: the same drive mounted elsewhere
+    is the same drive), or the test bed's limits."""
+    if args.target_dir is None:
+        if args.bed in (None, BUILTIN_BED):
+            return {"emulated": BUILTIN_LIMITS.to_json()}
+        spec = bed_spec(args.bed)
+        return {"bed": spec.name, "emulated": spec.member.to_json(), "drives": spec.drives}
+    if not args.target_dir.is_dir():
+        return {"path": str(args.target_dir)}      # refused by the pipeline, with its reason
+    return drive_identity(str(args.target_dir))
+
+
+def default_out(profile: str, executor: str, drive: dict[str, object]) -> Path:
+    """iotune-sweeps/<profile>-<executor>-<drive hash>: each drive resumes its own journal."""
+    digest = hashlib.sha1(json.dumps(drive, sort_keys=True).encode()).hexdigest()[:8]
+    return Path("iotune-sweeps") / f"{profile}-{executor}-{digest}"
+
+
+def run_sweep_command(args: SweepArgs, say: Callable[[str], None],
+                      on_trial: Callable[[Progress], None] | None = None) -> tuple[SweepOutcome, Target]:
+    if args.bed is not None and args.target_dir is not None:
+        raise UsageError("--bed and --path exclude each other: --bed sweeps a built-in test bed, --path "
+                         "your own drive; give one")
+    prof = build_profile(args)
+    job = user_job(args, prof)
+    drive = drive_of(args)
+    out = args.out or default_out(prof.name, args.executor + ("-cmd" if job else ""), drive)
+    with sweep_target(args, prof, say) as (target, ceiling):
+        req = SweepRequest(profile=prof, executor=args.executor, out_dir=out, fresh=args.fresh,
+                           ceiling_bytes_per_s=ceiling, drive=drive, user_job=job)
+        return run_sweep(req, target, on_trial, say), target
+
+
+def user_job(args: SweepArgs, prof: Profile) -> UserJob | None:
+    """--steps-cmd/--ds-config, checked before anything runs (None: the built-in workload)."""
+    if not args.steps_cmd:
+        return None
+    return parse_user_job(args.steps_cmd, args.ds_config, prof.run.steps, prof.run.steps_timeout_s)
+
+
+def refuse_steps(args: SweepArgs, prof: Profile, runs_none: str) -> None:
+    """Options of the training-step trials, refused for a sweep that runs none."""
+    given = [what for what, value in (
+        ("--steps-cmd", bool(args.steps_cmd)), ("--ds-config", args.ds_config is not None),
+        ("--omp-threads", any(v > 0 for v in prof.space.omp_threads)), ("--confirm", bool(args.confirm_top)),
+        ("--steps", args.steps is not None), ("--steps-timeout", args.steps_timeout_s is not None)) if value]
+    if given:
+        raise UsageError(f"{given[0]} is for training steps, and {runs_none}: drop {given[0]}")
+
+
+def run_layouts_command(args: SweepArgs, drives: int, cap_bytes_per_s: int, say: Callable[[str], None],
+                        on_trial: Callable[[Progress], None] | None = None,
+                        filesystems: tuple[str, ...] | None = None) -> LayoutSweep:
+    """`iotune sweep --layouts N`: RAID0 over 1..N capped scratch drives,
+    with `filesystems` each in its mount-option variants (default: btrfs,
+    noatime,nodatacow)."""
+    from .layouts import effects, quick_profile, sweep_layouts
+
+    prof = build_profile(args)
+    refuse_steps(args, prof, "--layouts runs none (it sweeps scratch drives with the aio search only)")
+    prof = quick_profile(prof)
+    out = args.out or Path("iotune-sweeps") / f"{prof.name}-{args.executor}-layouts"
+    results = sweep_layouts(prof, args.executor, drives, cap_bytes_per_s, out, ("noatime", "nodatacow"),
+                            args.fresh, say, on_trial, filesystems)
+    return LayoutSweep(tuple(results), effects(results))
+
+
+def run_netfs_command(args: SweepArgs, say: Callable[[str], None],
+                      on_trial: Callable[[Progress], None] | None = None) -> LayoutSweep:
+    """`iotune sweep --path DIR --netfs`: the network filesystem's client
+    knobs (Lustre, NFS) as variants, the aio search in each, ranked together."""
+    from .layouts import effects, quick_profile
+    from .netfs import sweep_netfs
+
+    if args.target_dir is None:
+        raise UsageError("--netfs sweeps the client knobs of the filesystem holding --path: give --path DIR")
+    prof = build_profile(args)
+    refuse_steps(args, prof, "--netfs runs none (the aio search in each variant)")
+    prof = quick_profile(prof)
+    out = args.out or Path("iotune-sweeps") / f"{prof.name}-{args.executor}-netfs"
+    results = sweep_netfs(prof, args.executor, args.target_dir, out, args.fresh, say, on_trial)
+    return LayoutSweep(tuple(results), effects(results))

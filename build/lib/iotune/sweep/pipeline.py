@@ -1,0 +1,183 @@
+"""One `iotune sweep`, as one pipeline that runs one way:
+
+    propose points -> measure (executor + journal) -> rank
+        -> confirm on training steps (finalists vs DeepSpeed's defaults,
+           alternating pairs) -> recommend (never slower than the defaults
+           beyond the measured noise) -> CPU-optimizer threads
+
+Each stage is a module of its own (propose, measure, rank, confirm,
+recommend); what passes between them are model records (Proposal, Trial,
+Ranked, SweepOutcome). This module checks the target, opens the journal and
+runs the stages in that order."""
+
+from __future__ import annotations
+
+import datetime as dt
+import platform
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..fs.directio import direct_io_problem
+from ..opbuild.oplocks import stale_lock_problem
+from ..errors import UsageError
+from ..model.journal import SweepEnv
+from ..model.sweep import Trial
+from ..model.sweep_result import Progress, Ranked, SweepOutcome
+from ..workloads.fastops import ops_to_build
+from .cmd_executor import CommandExecutor, UserJob, swap_note
+from .confirm import confirm_on_steps
+from .executor import Executor, Target
+from .fio_executor import FioExecutor
+from .journal import open_journal
+from .measure import Measurer
+from .propose import default_point, planned_trials, propose
+from .rank import rank, summarize_trials
+from .recommend import ds_fragment, pick, validate_with_deepspeed
+from .space import Profile, RunSettings, SearchSpace
+from .steps_executor import StepsExecutor
+from .threads import best_threads, sweep_threads
+
+
+def _aio() -> Executor:
+    from .aio_executor import (
+        AioExecutor,  # imports nothing heavy itself; the trials run DeepSpeed
+    )
+
+    return AioExecutor()
+
+
+EXECUTORS: dict[str, Callable[[], Executor]] = {"fio": FioExecutor, "aio": _aio}
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    profile: Profile
+    executor: str = "fio"
+    out_dir: Path = Path("iotune-sweeps/default")
+    fresh: bool = False
+    validate: bool = True
+    ceiling_bytes_per_s: float | None = None     # known limits of the drive, if any
+    drive: dict[str, object] | None = None       # what the trials run on; a journal resumes only on the same
+    user_job: UserJob | None = None              # --steps-cmd: training steps of the user's job, not the built-in
+
+
+def check_target(directory: Path) -> None:
+    if not directory.is_dir():
+        raise UsageError(f"--path {directory} is not a directory: create it on the drive to tune")
+    problem = direct_io_problem(str(directory))
+    if problem:
+        raise UsageError(f"--path {directory}: {problem}; DeepSpeed swaps with O_DIRECT, so sweep a "
+                         f"directory on ext4, xfs or btrfs on the drive you will use")
+
+
+def check_deepspeed_ops(req: SweepRequest) -> None:
+    """A sweep that will load DeepSpeed's ops refuses to start on a left-over
+    build lock: each trial would wait on it until its time limit."""
+    loads_ops = req.executor == "aio" or req.profile.run.confirm_top > 0 or req.validate
+    problem = stale_lock_problem() if loads_ops else None
+    if problem:
+        raise UsageError(problem)
+
+
+def environment(target: Target, executor: str, drive: dict[str, object] | None,
+                user_job: UserJob | None = None) -> SweepEnv:
+    def version(argv: list[str]) -> str:
+        try:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+
+    return SweepEnv(kernel=platform.release(), target=str(target.directory), executor=executor,
+                    drive=dict(drive or {"path": str(target.directory)}),
+                    fio=version(["fio", "--version"]) if shutil.which("fio") else "",
+                    file_bytes=target.file_bytes, files=target.files, runtime_s=target.runtime_s,
+                    started_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                    steps_cmd=user_job.identity() if user_job else {})
+
+
+def search(measurer: Measurer, space: SearchSpace, settings: RunSettings) -> list[Ranked]:
+    """Propose -> measure until the search is done; the executor's ranking."""
+    name = measurer.executor.name
+    proposals = propose(space, settings, name)
+    proposal = next(proposals, None)
+    while proposal is not None:
+        measurer.measure_all(proposal)
+        try:
+            proposal = proposals.send(tuple(measurer.journal.trials))   # what was measured so far
+        except StopIteration:
+            proposal = None
+    return rank(summarize_trials(measurer.journal.trials, name))
+
+
+def run_sweep(req: SweepRequest, target: Target, on_trial: Callable[[Progress], None] | None = None,
+              say: Callable[[str], None] = lambda s: None) -> SweepOutcome:
+    check_target(target.directory)
+    check_deepspeed_ops(req)
+    journal = open_journal(req.out_dir, req.fresh)
+    env = environment(target, req.executor, req.drive, req.user_job)
+    journal.check_resumable(env)
+    journal.start(env)
+    before = len(journal.trials)
+    space, run = req.profile.space, req.profile.run
+    measurer = Measurer(EXECUTORS[req.executor](), target, journal, on_trial, planned_trials(space, run))
+    ranking = search(measurer, space, run)
+    reference = default_point(space)
+    if run.confirm_top > 0 or req.validate:
+        unbuilt = ops_to_build()
+        if unbuilt:
+            say(f"DeepSpeed's {' and '.join(unbuilt)} op{'s are' if len(unbuilt) > 1 else ' is'} not built for "
+                f"this install yet: the first training step run builds "
+                f"{'them' if len(unbuilt) > 1 else 'it'} (minutes on a small machine, once; nothing is "
+                f"printed meanwhile)")
+    steps = training_steps(req, target, say)
+    try:
+        confirmed, step_gain = confirm_on_steps(ranking, reference, run, target, journal, on_trial, say, steps)
+        recommended = pick(ranking, confirmed, step_gain, reference)
+        confirm_error = steps_failure(confirmed, journal.trials, steps.name)
+        # the thread table runs whenever a training-step stage is configured, also when no candidate
+        # besides DeepSpeed's defaults was left to confirm (then it is the defaults' table)
+        threads = (sweep_threads(recommended, space.omp_threads, steps, target, journal, on_trial, say)
+                   if recommended is not None and not confirm_error and run.confirm_top > 0 else [])
+        fragment = ds_fragment(recommended, str(target.directory)) if recommended else {}
+        # checked while the steps' warm-start server (if any) is up: DeepSpeed is loaded there already
+        error = (validate_with_deepspeed(fragment, warm=getattr(steps, "warm", None))
+                 if recommended and req.validate else None)
+    finally:
+        for note in getattr(steps, "notes", []):
+            say(note)
+        close = getattr(steps, "close", None)
+        if close is not None:
+            close()
+    return SweepOutcome(
+        target=str(target.directory), profile=req.profile.name, executor=req.executor, ranking=ranking,
+        confirmed=confirmed, recommended=recommended,
+        default=next((r for r in ranking if r.point.key() == reference.key()), None),
+        ceiling_bytes_per_s=req.ceiling_bytes_per_s,
+        ceiling_source="known drive limits" if req.ceiling_bytes_per_s else "",
+        fragment=fragment, validation_error=error, trials=len(journal.trials),
+        trials_run_now=len(journal.trials) - before,
+        failed=sum(t.status != "ok" for t in journal.trials), journal=str(journal.path), step_gain=step_gain,
+        confirm_error=confirm_error, threads=threads, omp_threads_best=best_threads(threads),
+    )
+
+
+def training_steps(req: SweepRequest, target: Target, say: Callable[[str], None]) -> Executor:
+    """The executor of real training steps: the user's job or the built-in workload."""
+    run = req.profile.run
+    if req.user_job is None:
+        return StepsExecutor(steps=run.steps, timeout_s=run.steps_timeout_s)
+    say(swap_note(req.user_job, target.directory))
+    return CommandExecutor(req.user_job)
+
+
+def steps_failure(confirmed: list[Ranked], trials: list[Trial], executor: str) -> str:
+    """When training steps were run and none could be measured: why (the
+    first failed trial's error), so the outcome says so; else ""."""
+    if not confirmed or any(r.scores for r in confirmed):
+        return ""
+    keys = {r.point.key() for r in confirmed}
+    errors = [t.error for t in trials if t.executor == executor and t.status != "ok" and t.point.key() in keys]
+    return f"every training-step trial failed ({executor}); the first: {errors[0] if errors else 'no trial ran'}"

@@ -1,0 +1,161 @@
+"""Stage 5 of a sweep, recommend: the point to use, as a DeepSpeed config
+fragment that DeepSpeed accepts as pasted, validated by DeepSpeed itself,
+and applied to a user's config (keeping only the `aio` keys DeepSpeed reads).
+
+When training steps were run, the recommendation is never slower than
+DeepSpeed's defaults beyond the measured noise: a candidate is recommended
+only if the median of its paired ratios (default / candidate optimizer-step
+time, one per alternating pair) exceeds 1 + noise, where noise is the
+larger of the profile's noise_floor and the pairs' own spread (max - min of
+the ratios). Otherwise the recommendation is DeepSpeed's defaults."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from ..opbuild.oplocks import BuildLockHang, hang_guard, release_locks_left_since
+from ..host.proc import run_in_own_group
+from ..dsconfig import read_ds_config
+from ..model.aio import AioSettings
+from ..model.sweep import SweepPoint, Trial
+from ..model.sweep_result import Ranked, StepGain
+from ..workloads.zygote import WarmStarter, WarmStartUnavailable
+
+DS_AIO_KEYS = tuple(f.name for f in fields(AioSettings))   # what DeepSpeed 0.19's get_aio_config reads
+
+
+def pick(ranking: list[Ranked], confirmed: list[Ranked], gain: StepGain | None,
+         default: SweepPoint) -> SweepPoint | None:
+    """With training steps run (`confirmed`): the candidate whose steps gain
+    is beyond the noise, else DeepSpeed's defaults. Without: the executor's
+    best. None when nothing could be measured."""
+    if not ranking or not ranking[0].scores:
+        return None
+    if confirmed:
+        return gain.candidate if gain is not None and gain.recommended else default
+    return ranking[0].point
+
+
+def step_gain(candidate: SweepPoint, pairs: Sequence[tuple[Trial, Trial]], noise_floor: float) -> StepGain | None:
+    """The verdict on `candidate` from its (candidate, default) steps trial
+    pairs; pairs where either failed are left out. None without a usable pair."""
+    usable = [(c.measurement.optimizer_step_s, d.measurement.optimizer_step_s) for c, d in pairs
+              if c.measurement and d.measurement and c.measurement.optimizer_step_s
+              and d.measurement.optimizer_step_s]
+    if not usable:
+        return None
+    ratios = tuple(d / c for c, d in usable)
+    med, lo, hi = statistics.median(ratios), min(ratios), max(ratios)
+    noise, verdict = pair_verdict(ratios, noise_floor)
+    return StepGain(candidate=candidate, ratios=ratios, median=med, min=lo, max=hi, pairs=len(ratios),
+                    noise=noise, verdict=verdict,
+                    candidate_optimizer_step_s=statistics.median(c for c, _ in usable),
+                    default_optimizer_step_s=statistics.median(d for _, d in usable))
+
+
+def pair_verdict(ratios: Sequence[float], noise_floor: float) -> tuple[float, str]:
+    """(noise, verdict) of alternating pairs' ratios (above 1: the candidate
+    is faster): "faster" or "slower" when the median clears the noise, the
+    larger of `noise_floor` and the ratios' spread; else "within noise"."""
+    med = statistics.median(ratios)
+    noise = max(noise_floor, max(ratios) - min(ratios))
+    return noise, "faster" if med > 1 + noise else "slower" if med < 1 - noise else "within noise"
+
+
+def best_gain(gains: Sequence[StepGain | None]) -> StepGain | None:
+    """The candidate to report: a recommended one with the highest median
+    ratio, else the highest median ratio (ties: the point's key)."""
+    found = [g for g in gains if g is not None]
+    return min(found, key=lambda g: (not g.recommended, -g.median, g.candidate.key()), default=None)
+
+
+def ds_fragment(point: SweepPoint, nvme_path: str, pin_memory: bool = True) -> dict[str, Any]:
+    """The `aio` block (exactly the keys DeepSpeed reads, real booleans) and
+    the optimizer offload settings it goes with."""
+    return {
+        "aio": point.aio().to_ds_json(),
+        "zero_optimization": {
+            "offload_optimizer": {"device": "nvme", "nvme_path": nvme_path, "pin_memory": pin_memory,
+                                  "buffer_count": 4},
+        },
+    }
+
+
+def clean_aio(config: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """`config` with only the `aio` keys DeepSpeed reads, and the keys dropped
+    (a user's num_threads or thread_count, which DeepSpeed silently ignores)."""
+    aio = config.get("aio")
+    if not isinstance(aio, dict):
+        return config, ()
+    dropped = tuple(sorted(k for k in aio if k not in DS_AIO_KEYS))
+    return {**config, "aio": {k: v for k, v in aio.items() if k in DS_AIO_KEYS}}, dropped
+
+
+def merge(config: dict[str, Any], fragment: dict[str, Any]) -> dict[str, Any]:
+    """`config` with `fragment` merged in (nested dicts merged, values replaced).
+    An existing nvme_path is kept: the sweep's test directory is not the user's."""
+    out = dict(config)
+    for key, val in fragment.items():
+        if isinstance(val, dict) and isinstance(out.get(key), dict):
+            if key == "offload_optimizer" and "nvme_path" in out[key]:
+                val = {k: v for k, v in val.items() if k != "nvme_path"}
+            out[key] = merge(out[key], val)
+        else:
+            out[key] = val
+    return out
+
+
+def apply_to_file(config_path: Path, fragment: dict[str, Any], in_place: bool) -> tuple[Path, tuple[str, ...]]:
+    """Write the user's DeepSpeed config with the fragment applied: to
+    NAME.iotune.json beside it, or over it with in_place. Returns the file
+    written and the user's `aio` keys left out because DeepSpeed ignores them."""
+    config = read_ds_config(config_path)
+    out = config_path if in_place else config_path.with_name(config_path.stem + ".iotune.json")
+    if out.exists() and not in_place and out != config_path:
+        out.unlink()
+    cleaned, dropped = clean_aio(merge(config, fragment))
+    out.write_text(json.dumps(cleaned, indent=2) + "\n")
+    return out, dropped
+
+
+def validate_with_deepspeed(fragment: dict[str, Any], timeout_s: float = 900,
+                            warm: WarmStarter | None = None) -> str | None:
+    """None if DeepSpeed's own config classes accept the fragment and an
+    aio_handle opens with it; else DeepSpeed's complaint. With a running
+    warm-start server (the sweep's training steps), the check is a fork of
+    it, where DeepSpeed is already imported and its op loaded; else, or if
+    that server fails, a fresh interpreter in its own session (a first use
+    in this environment builds DeepSpeed's async_io op, minutes on a small
+    machine; on the time limit the build is stopped with it, not orphaned)."""
+    proc: subprocess.CompletedProcess[str] | None = None
+    started = time.time()
+    watch = hang_guard(None, "The DeepSpeed check of the recommended aio block")
+    try:
+        if warm is not None and warm.running:
+            try:
+                proc = warm.run([json.dumps(fragment)], timeout_s, module="iotune.sweep.ds_check", watch=watch)
+            except WarmStartUnavailable:
+                proc = None
+        if proc is None:
+            proc = run_in_own_group([sys.executable, "-m", "iotune.sweep.ds_check", json.dumps(fragment)],
+                                    timeout_s, watch=watch)
+    except BuildLockHang as e:
+        return str(e)
+    except subprocess.TimeoutExpired:
+        released = release_locks_left_since(started)
+        return (f"the DeepSpeed check did not finish in {timeout_s:.0f} s (loading or building the async_io op "
+                f"hung: a build lock? see `iotune doctor --ds-config CONFIG`)"
+                + (f"; removed the build lock the stopped build left: {', '.join(released)}" if released else ""))
+    try:
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        return f"the DeepSpeed check did not report (exit {proc.returncode}): {proc.stderr.strip()[-500:]}"
+    return None if result.get("ok") else str(result.get("error"))

@@ -1,0 +1,1 @@
+"""Block-layer tracing: the only part of iotune that imports bcc."""

@@ -1,0 +1,310 @@
+"""Records DeepSpeed training phases and swap I/O for `iotune trace`.
+
+Stdlib only: this runs inside the traced job, whichever Python it uses.
+
+- Phases: DeepSpeedEngine.forward, .backward, .step and .save_checkpoint are
+  wrapped; each call appends {"k": "phase", "n": name, "s": step, "t0", "t1"}
+  with CLOCK_MONOTONIC nanoseconds (the clock the block probe uses). Steps
+  are numbered from 0 by counting .step() calls against the engine's
+  gradient_accumulation_steps(); the call that completes a step is the
+  "optimizer" phase, the others are "accumulate".
+- Swap I/O: deepspeed.runtime.swap_tensor.utils.swap_in_tensors and
+  swap_out_tensors (every ZeRO-Infinity swapper goes through them) are
+  wrapped; each tensor appends {"k": "swap", "d": "r"|"w", "p": path,
+  "b": bytes, "s": step, "n": phase, "t": ns}.
+
+- Waits on swap I/O: the aio handles DeepSpeed's swappers make
+  (partitioned and pipelined optimizer swappers, the parameter swapper) are
+  wrapped so each wait() appends {"k": "wait", "s": step, "n": phase, "t0",
+  "t1"}: the time the training thread is blocked on its swaps, the I/O
+  stall not hidden behind compute.
+
+Events go to IOTUNE_EVENTS_DIR/events-<pid>.jsonl, buffered and flushed at
+the end of every phase and at exit. Timing only: no synchronisation is added,
+so on a GPU, phase times are host-side (kernel launch) times. The first line
+of each file is {"k": "proc", "pid", "rank", "argv", "omp", "node"} (omp: the
+process's OMP_NUM_THREADS, null when unset; node: "<host name> <mount
+namespace>", by which a multi-node trace's agent on each node claims its
+node's files when nodes share the events directory, as on the one-machine
+bed: iotune.trace.agent.node_identity computes the same).
+
+Stopping (`iotune sweep --steps-cmd`): with IOTUNE_MAX_STEPS=N, the process
+raises SystemExit(0) from DeepSpeedEngine.step() right after its N-th
+completed optimizer step, once that step's event is on disk. Every rank
+counts its own steps and they step in lockstep, so all ranks leave after the
+same step and a launcher sees a clean exit; the job's own cleanup (finally,
+atexit) still runs. Without the variable nothing is ever stopped.
+"""
+
+import atexit
+import importlib.abc
+import importlib.util
+import json
+import os
+import sys
+import threading
+import time
+
+_lock = threading.Lock()
+_state = {"step": 0, "phase": "", "out": None, "optimizer_steps": 0}
+
+ENGINE = "deepspeed.runtime.engine"
+SWAP_UTILS = "deepspeed.runtime.swap_tensor.utils"
+
+
+def _out():
+    """The event file, opened on first use (call with _lock held)."""
+    if _state["out"] is None:
+        path = os.path.join(os.environ["IOTUNE_EVENTS_DIR"], f"events-{os.getpid()}.jsonl")
+        out = open(path, "a", buffering=1 << 16)
+        proc = {"k": "proc", "pid": os.getpid(), "rank": _rank(), "argv": sys.argv[:8],
+                "omp": os.environ.get("OMP_NUM_THREADS"), "node": _node()}
+        out.write(json.dumps(proc, separators=(",", ":")) + "\n")
+        _state["out"] = out
+        atexit.register(_flush)
+    return _state["out"]
+
+
+def _rank():
+    """The global rank: RANK (DeepSpeed's and torch's launchers), else
+    SLURM_PROCID (a task started by srun, e.g. DeepSpeed's --launcher slurm,
+    before the script sets RANK from it)."""
+    for name in ("RANK", "SLURM_PROCID"):
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def _node():
+    try:
+        return f"{os.uname().nodename} {os.readlink('/proc/self/ns/mnt')}"
+    except OSError:
+        return os.uname().nodename
+
+
+def _emit(event):
+    line = json.dumps(event, separators=(",", ":")) + "\n"
+    with _lock:
+        _out().write(line)
+
+
+def _flush():
+    with _lock:
+        if _state["out"] is not None:
+            _state["out"].flush()
+
+
+def _wrap_phase(cls, method, name):
+    orig = getattr(cls, method)
+
+    def wrapper(self, *args, **kwargs):
+        # steps are counted here, from .step() calls and the configured
+        # gradient accumulation, not from engine.global_steps: ZenFlow, for
+        # one, advances that on its own schedule
+        calls = getattr(self, "_iotune_step_calls", 0)
+        if not getattr(self, "_iotune_shape_said", False):
+            self._iotune_shape_said = True
+            _emit_shape(self)
+        gas = _accumulation_steps(self)
+        step, phase = calls // gas, name
+        if name == "optimizer":
+            phase = "optimizer" if calls % gas == gas - 1 else "accumulate"
+            self._iotune_step_calls = calls + 1
+        outer = _state["phase"]
+        _state["step"], _state["phase"] = step, phase
+        t0 = time.monotonic_ns()
+        try:
+            result = orig(self, *args, **kwargs)
+        finally:
+            _emit({"k": "phase", "n": phase, "s": step, "t0": t0, "t1": time.monotonic_ns()})
+            _state["phase"] = outer
+            if not outer:
+                _flush()
+        if phase == "optimizer" and not outer:
+            _emit_memory(step)
+            _count_step()
+        return result
+
+    wrapper.__wrapped__ = orig
+    wrapper.__name__ = getattr(orig, "__name__", method)
+    wrapper.__doc__ = getattr(orig, "__doc__", None)
+    setattr(cls, method, wrapper)
+
+
+def _emit_shape(engine):
+    """Once per engine: every parameter tensor's full element count, in
+    model order (ZeRO-3 keeps it in ds_numel), and the data-parallel size and
+    micro-batch, so iotune can model what this job's offload swaps and locks."""
+    try:
+        numels = [int(getattr(p, "ds_numel", 0) or p.numel()) for p in engine.module.parameters()]
+        world = int(engine.dp_world_size) if hasattr(engine, "dp_world_size") else 1
+        micro = int(engine.train_micro_batch_size_per_gpu())
+    except Exception:  # noqa: BLE001 - attribution must never break the job
+        return
+    _emit({"k": "shape", "numels": numels, "world": world, "micro": micro, "t": time.monotonic_ns()})
+
+
+def _emit_memory(step):
+    """After a completed optimizer step: this process's locked memory (VmLck:
+    DeepSpeed's swap buffers) and RSS, in bytes."""
+    mem = {}
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                key, _, rest = line.partition(":")
+                if key in ("VmLck", "VmRSS"):
+                    mem[key] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return
+    _emit({"k": "mem", "s": step, "lck": mem.get("VmLck", 0), "rss": mem.get("VmRSS", 0),
+           "t": time.monotonic_ns()})
+
+
+def _max_steps():
+    try:
+        return int(os.environ.get("IOTUNE_MAX_STEPS", "0"))
+    except ValueError:
+        return 0
+
+
+def _count_step():
+    """After the IOTUNE_MAX_STEPS-th optimizer step: leave the job cleanly."""
+    _state["optimizer_steps"] += 1
+    limit = _max_steps()
+    if limit > 0 and _state["optimizer_steps"] >= limit:
+        _emit({"k": "stop", "steps": _state["optimizer_steps"], "t": time.monotonic_ns()})
+        _flush()
+        raise SystemExit(0)
+
+
+def _accumulation_steps(engine):
+    """Micro-steps per step as the user configured them. ZenFlow overwrites
+    the engine's value with its update_interval, so the user's config wins."""
+    try:
+        configured = engine._config._param_dict.get("gradient_accumulation_steps")
+        if isinstance(configured, int) and configured > 0:
+            return configured
+        return max(1, int(engine.gradient_accumulation_steps()))
+    except Exception:  # noqa: BLE001
+        return 1
+
+
+def _patch_engine(module):
+    cls = module.DeepSpeedEngine
+    for method, name in (("forward", "forward"), ("backward", "backward"), ("step", "optimizer"),
+                         ("save_checkpoint", "checkpoint")):
+        if hasattr(cls, method):
+            _wrap_phase(cls, method, name)
+
+
+def _wrap_swap(module, func, direction):
+    orig = getattr(module, func)
+
+    def wrapper(handle, buffers, paths, *args, **kwargs):
+        t = time.monotonic_ns()
+        result = orig(handle, buffers, paths, *args, **kwargs)
+        for buf, path in zip(buffers, paths):
+            try:
+                nbytes = int(buf.numel()) * int(buf.element_size())
+            except Exception:  # noqa: BLE001
+                nbytes = -1
+            _emit({"k": "swap", "d": direction, "p": str(path), "b": nbytes,
+                   "s": _state["step"], "n": _state["phase"], "t": t})
+        return result
+
+    wrapper.__wrapped__ = orig
+    setattr(module, func, wrapper)
+
+
+def _patch_swap_utils(module):
+    _wrap_swap(module, "swap_in_tensors", "r")
+    _wrap_swap(module, "swap_out_tensors", "w")
+
+
+def _timed_handles(op):
+    """Make the loaded async_io op's aio_handle a subclass whose wait() is
+    timed. The handles stay DeepSpeed's own objects (no proxy in between:
+    their lifetime and teardown are unchanged); done once per process."""
+    base = op.aio_handle
+    if getattr(base, "_iotune_timed", False):
+        return op
+
+    class aio_handle(base):  # noqa: N801 - stands in for the op's own name
+        _iotune_timed = True
+
+        def wait(self, *args, **kwargs):
+            t0 = time.monotonic_ns()
+            try:
+                return super().wait(*args, **kwargs)
+            finally:
+                _emit({"k": "wait", "s": _state["step"], "n": _state["phase"], "t0": t0,
+                       "t1": time.monotonic_ns()})
+
+    op.aio_handle = aio_handle
+    return op
+
+
+def _patch_swapper(module):
+    builder = getattr(module, "AsyncIOBuilder", None)
+    if builder is None:
+        return
+
+    class AsyncIOBuilder(builder):
+        def load(self, *args, **kwargs):
+            op = super().load(*args, **kwargs)
+            try:
+                return _timed_handles(op)
+            except Exception as e:  # noqa: BLE001 - never break the job: it runs untimed
+                sys.stderr.write(f"iotune: cannot time the aio handles' waits ({e})\n")
+                return op
+
+    module.AsyncIOBuilder = AsyncIOBuilder
+
+
+SWAPPERS = ("deepspeed.runtime.swap_tensor.partitioned_optimizer_swapper",
+            "deepspeed.runtime.swap_tensor.pipelined_optimizer_swapper",
+            "deepspeed.runtime.swap_tensor.partitioned_param_swapper")
+PATCHES = {ENGINE: _patch_engine, SWAP_UTILS: _patch_swap_utils, **{m: _patch_swapper for m in SWAPPERS}}
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, inner, patch):
+        self.inner, self.patch = inner, patch
+
+    def create_module(self, spec):
+        return self.inner.create_module(spec)
+
+    def __getattr__(self, attr):   # get_source, get_filename, ... for inspect and friends
+        return getattr(self.inner, attr)
+
+    def exec_module(self, module):
+        self.inner.exec_module(module)
+        try:
+            self.patch(module)
+        except Exception as e:  # noqa: BLE001 - never break the job
+            sys.stderr.write(f"iotune: could not instrument {module.__name__} ({e})\n")
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Patches DeepSpeed's modules (PATCHES) right after they execute,
+    before any other module imports names from them."""
+
+    def find_spec(self, name, path, target=None):
+        patch = PATCHES.get(name)
+        if patch is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _Loader(spec.loader, patch)
+                return spec
+        return None
+
+
+def install():
+    if not any(isinstance(f, _Finder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Finder())
+    os.makedirs(os.environ["IOTUNE_EVENTS_DIR"], exist_ok=True)

@@ -1,0 +1,1 @@
+"""Building test volumes (scratch loop drives, filesystems), always torn down."""
