@@ -22,15 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
-import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..host.proc import last_line, terminate
+from ..remote.process import RemoteProcess
 from ..remote.ssh import SshTransport, Transport
 from ..errors import IotuneError
 from ..model.fleet_sweep import NodeSweep, node_sweep_from_doc
@@ -77,77 +74,18 @@ def remote_sweep_argv(args: SweepArgs, remote_iotune: str, journal: Path) -> lis
     return argv + (["--grid"] if args.grid else []) + (["--fresh"] if args.fresh else [])
 
 
-class NodeProcess:
-    """One node's remote command: stdout kept whole, stderr lines passed to
-    `say` with the host in front and the last one kept for errors."""
-
-    def __init__(self, host: str, argv: list[str], say: Say,
-                 message: Callable[[str], str] = lambda text: last_line(text, "no message")) -> None:
-        self.host = host
-        self.say = say
-        self._message = message
-        self._tail: list[str] = []
-        self.started = time.monotonic()
-        self._out = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self._out, stderr=subprocess.PIPE,
-                                     start_new_session=True)
-        self._reader = threading.Thread(target=self._read_stderr, daemon=True)
-        self._reader.start()
-
-    @property
-    def last(self) -> str:
-        """The stderr line that says what went wrong (the transport's pick)."""
-        return self._message("\n".join(self._tail))
-
-    def _read_stderr(self) -> None:
-        if self.proc.stderr is None:
-            return
-        for raw in iter(self.proc.stderr.readline, b""):
-            line = last_line(raw.decode(errors="replace"), "")
-            if line:
-                self._tail = [*self._tail[-19:], line]
-                self.say(f"{self.host}: {line}")
-
-    def wait(self, timeout_s: float | None) -> int | None:
-        """The exit status (None: killed at the timeout)."""
-        try:
-            code = self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            return None
-        self._reader.join(5)
-        return code
-
-    def stdout(self) -> bytes:
-        self._out.seek(0)
-        return self._out.read()
-
-    def kill(self, grace_s: float = 3.0) -> None:
-        """SIGTERM first (srun then cancels its step on the node; a SIGKILLed
-        srun would leave it running), SIGKILL after `grace_s`."""
-        terminate(self.proc, grace_s, group=True)
-        self._reader.join(5)
-        self._out.close()
-
-
 @contextlib.contextmanager
-def node_processes(argvs: dict[str, list[str]], say: Say,
-                   transport: Transport = SshTransport()) -> Iterator[dict[str, NodeProcess]]:
+def node_processes(argvs: dict[str, list[str]], say: Say, transport: Transport) -> Iterator[dict[str, RemoteProcess]]:
     """Every node's command started at once; all killed and reaped on exit."""
-    procs: dict[str, NodeProcess] = {}
-    try:
-        for host, argv in argvs.items():
-            procs[host] = NodeProcess(host, argv, say, transport.last_message)
-        yield procs
-    finally:
-        for p in procs.values():
-            p.kill()
+    with contextlib.ExitStack() as stack:
+        yield {host: stack.enter_context(RemoteProcess.running(host, argv, transport, say=say))
+               for host, argv in argvs.items()}
 
 
 def check_hosts(hosts: Sequence[str], remote_iotune: str, transport: Transport) -> None:
     """`iotune --version` on every host at once; an IotuneError naming each
     host that cannot be reached or lacks iotune, and the fix."""
-    argvs = {h: transport.argv(h, [remote_iotune, "--version"]) for h in hosts}
+    argvs = {h: [remote_iotune, "--version"] for h in hosts}
     problems = []
     with node_processes(argvs, lambda line: None, transport) as procs:
         deadline = time.monotonic() + CHECK_TIMEOUT_S
@@ -169,8 +107,7 @@ def sweep_fleet(args: SweepArgs, opts: FleetSweepOptions, say: Say) -> tuple[Nod
     """Run the sweep on every host at once; each node's outcome, in host
     order, its JSON document saved in out_dir/nodes/HOST/sweep.json."""
     check_hosts(opts.hosts, opts.remote_iotune, opts.transport)
-    argvs = {h: opts.transport.argv(h, remote_sweep_argv(args, opts.remote_iotune,
-                                                         node_dir(opts.out_dir, h) / "journal"))
+    argvs = {h: remote_sweep_argv(args, opts.remote_iotune, node_dir(opts.out_dir, h) / "journal")
              for h in opts.hosts}
     for h in opts.hosts:
         node_dir(opts.out_dir, h).mkdir(parents=True, exist_ok=True)
@@ -179,14 +116,14 @@ def sweep_fleet(args: SweepArgs, opts: FleetSweepOptions, say: Say) -> tuple[Nod
         return tuple(_gather(p, opts) for p in procs.values())
 
 
-def _gather(p: NodeProcess, opts: FleetSweepOptions) -> NodeSweep:
+def _gather(p: RemoteProcess, opts: FleetSweepOptions) -> NodeSweep:
     """A node's outcome once its sweep ended: its document (exit 0, or 1
     for a sweep without a usable recommendation), else the reason."""
-    left = None if opts.timeout_s is None else max(0.1, opts.timeout_s - (time.monotonic() - p.started))
+    left = None if opts.timeout_s is None else max(0.1, opts.timeout_s - (time.monotonic() - p.started_at))
     code = p.wait(left)
     if code is None:
         return NodeSweep(host=p.host, status="failed", error=f"its sweep did not end within {opts.timeout_s:g} s")
-    data = p.stdout()
+    data = p.stdout
     try:
         doc = json.loads(data) if code in (0, 1) and data.strip() else None
     except json.JSONDecodeError:

@@ -107,7 +107,7 @@ def trace_fleet(argv: list[str], opts: FleetOptions, say: Say) -> FleetOutcome:
     events = Path(tempfile.gettempdir()) / f"iotune-events-{uuid.uuid4().hex[:12]}" if opts.inject else None
     agent_args = [*opts.agent_args, *(["--events-dir", str(events)] if events else [])]
     with contextlib.ExitStack() as stack:
-        agents = [stack.enter_context(Agent.start(h, opts.remote_iotune, agent_args, opts.transport))
+        agents = [stack.enter_context(Agent.running(h, opts.remote_iotune, agent_args, opts.transport))
                   for h in opts.hosts]
         t0 = time.monotonic()
         _wait_ready(agents, opts.start_timeout_s, say)

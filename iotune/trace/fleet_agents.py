@@ -2,75 +2,33 @@
 local process per node running `iotune agent ...` there through a transport
 (`ssh HOST`, or `srun --nodelist NODE` inside a Slurm allocation:
 remote.ssh, remote.slurm), its stdout read by a thread (the ready
-line, later the run as a tar stream), its stderr kept in a file for the
-error messages. trace.fleet drives them; trace.agent is the other end."""
+line, later the run as a tar stream), its stderr's last lines kept for the
+error messages (remote.process). trace.fleet drives them; trace.agent is the other end."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import subprocess
-import tempfile
-import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..host.proc import terminate
+from ..remote.process import RemoteProcess
 from ..remote.ssh import Transport, ssh_connection_lost
 from ..errors import IotuneError
 from .agent import READY_KEY, SCHEDULER_NODE_KEY, untar_directory
 
 
-class Agent:
-    """One host's agent, started by `Agent.start` (a context manager that
-    kills and reaps it whatever happens)."""
+class Agent(RemoteProcess):
+    """One host's agent, started by `Agent.running(host, remote_iotune,
+    agent_args, transport)` (a context manager that kills and reaps it
+    whatever happens); its stdin stays open until `stop`."""
 
-    def __init__(self, host: str, remote_iotune: str, proc: subprocess.Popen[bytes], stderr_path: Path,
-                 transport: Transport) -> None:
-        self.host = host
-        self.transport = transport
+    def __init__(self, host: str, remote_iotune: str, agent_args: Sequence[str], transport: Transport) -> None:
+        super().__init__(host, [remote_iotune, "agent", *agent_args], transport, stdin=True)
         self.remote_iotune = remote_iotune
-        self.proc = proc
-        self.stderr_path = stderr_path
         self.stopped = False
-        self.started_at = time.monotonic()
-        self.ready_at: float | None = None     # when the ready line arrived
         self.stop_at: float | None = None      # when it was told to stop
-        self.eof_at: float | None = None       # when its stdout ended
-        self._out = bytearray()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    @classmethod
-    @contextlib.contextmanager
-    def start(cls, host: str, remote_iotune: str, agent_args: Sequence[str],
-              transport: Transport) -> Iterator[Agent]:
-        argv = transport.argv(host, [remote_iotune, "agent", *agent_args])
-        fd, err = tempfile.mkstemp(prefix="iotune-agent-stderr-")
-        try:
-            with os.fdopen(fd, "wb") as errfile:
-                proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errfile,
-                                        start_new_session=True)
-            agent = cls(host, remote_iotune, proc, Path(err), transport)
-            try:
-                yield agent
-            finally:
-                agent.kill()
-        finally:
-            os.unlink(err)
-
-    def _read(self) -> None:
-        if self.proc.stdout is None:
-            return
-        fd = self.proc.stdout.fileno()
-        while chunk := os.read(fd, 1 << 16):
-            self._out += chunk
-            if self.ready_at is None and b"\n" in chunk:
-                self.ready_at = time.monotonic()
-        self.eof_at = time.monotonic()
 
     @property
     def ready(self) -> bool:
@@ -78,7 +36,7 @@ class Agent:
 
     def ready_fields(self) -> dict[str, object]:
         """The agent's ready line ({} before it arrived)."""
-        line, sep, _ = bytes(self._out).partition(b"\n")
+        line, sep, _ = self.stdout.partition(b"\n")
         try:
             fields = json.loads(line) if sep else {}
         except json.JSONDecodeError:
@@ -91,35 +49,14 @@ class Agent:
         reported = self.ready_fields().get(SCHEDULER_NODE_KEY)
         return self.transport.node_check(self.host, str(reported) if reported is not None else None)
 
-    @property
-    def exited(self) -> bool:
-        return self.proc.poll() is not None
-
     def stop(self) -> None:
         """Close the agent's stdin: it stops tracing and sends its run."""
         self.stopped = True
         self.stop_at = time.monotonic()
-        if self.proc.stdin is not None:
-            with contextlib.suppress(OSError):
-                self.proc.stdin.close()
-
-    def kill(self, term_s: float = 3.0) -> None:
-        """SIGTERM, then after `term_s` SIGKILL (srun cancels its step on
-        SIGTERM; killed outright it would leave the step running)."""
-        terminate(self.proc, term_s, group=True)
-        self._reader.join(5)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-
-    def stderr_tail(self) -> str:
-        try:
-            text = self.stderr_path.read_text(errors="replace")
-        except OSError:
-            return "no message"
-        return self.transport.last_message(text)
+        self.close_stdin()
 
     def died_message(self) -> str:
-        tail = self.stderr_tail()
+        tail = self.last
         if self.transport.name == "ssh" and ssh_connection_lost(self.proc.returncode, tail):
             return f"the ssh connection to it was lost before the command ended ({tail})"
         return f"the agent exited (status {self.proc.returncode}) before the command ended: {tail}"
@@ -127,11 +64,11 @@ class Agent:
     def late_error(self) -> str:
         """What went wrong after the agent sent its run ("" if nothing)."""
         code = self.proc.returncode
-        return "" if code == 0 else f"the agent exited with status {code} after sending its run: {self.stderr_tail()}"
+        return "" if code == 0 else f"the agent exited with status {code} after sending its run: {self.last}"
 
     def run_bytes(self) -> bytes:
         """What came after the ready line: the run, as a tar stream."""
-        return bytes(self._out).partition(b"\n")[2]
+        return self.stdout.partition(b"\n")[2]
 
     def unpack_run(self, where: Path) -> Path:
         """The run directory the agent sent, unpacked under `where`; an
@@ -162,7 +99,7 @@ class AgentCost:
 
 def agent_cost(agent: Agent) -> AgentCost:
     data = agent.run_bytes()
-    ready = agent.ready_at - agent.started_at if agent.ready_at is not None else None
+    ready = agent.first_line_at - agent.started_at if agent.first_line_at is not None else None
     gather = (agent.eof_at - agent.stop_at if agent.eof_at is not None and agent.stop_at is not None
               and agent.eof_at >= agent.stop_at else None)
     return AgentCost(agent.host, ready, gather, len(data))
@@ -187,7 +124,7 @@ def stop_agents(agents: Sequence[Agent], timeout_s: float) -> None:
 def start_error(agent: Agent, timeout_s: float) -> str:
     """Why an agent did not start, naming the host and the fix."""
     host, code = agent.host, agent.proc.returncode
-    tail = agent.stderr_tail()
+    tail = agent.last
     if code is None:
         return f"host {host}: the agent did not report ready within {timeout_s:g} s (last message: {tail})"
     return (agent.transport.error(host, code, tail, agent.remote_iotune)

@@ -1,1 +1,0 @@
-"""Derived figures from model records: summaries, tables, pandas frames."""

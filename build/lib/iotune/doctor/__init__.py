@@ -1,1 +1,0 @@
-"""`iotune doctor`: every prerequisite, checked, with the fix for each."""

@@ -1,2 +1,0 @@
-"""AIO tuning: search space, executors (fio, DeepSpeed aio, training steps),
-journal with resume, search and recommendation."""

@@ -1,1 +1,0 @@
-"""Block-layer tracing: the only part of iotune that imports bcc."""

@@ -1,1 +1,0 @@
-"""Building test volumes (scratch loop drives, filesystems), always torn down."""
