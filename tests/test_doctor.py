@@ -13,8 +13,9 @@ from click.testing import CliRunner
 
 from iotune.cli import cli
 from iotune.doctor.checks import check_direct_io
-from iotune.render.doctor import render_checks
 from iotune.model.checks import CheckResult
+from iotune.model.reports import DoctorReport
+from iotune.render.registry import render
 from iotune.resources import probe_source
 from iotune.trace import kernel
 
@@ -42,10 +43,10 @@ def test_direct_io_check_leaves_nothing_behind(tmp_path: Path) -> None:
 
 
 def test_failed_checks_print_their_fix() -> None:
-    text = render_checks([
+    text = render(DoctorReport((
         CheckResult("fio", "fail", "not on PATH", "apt-get install -y fio", fixable=True),
         CheckResult("BTF", "ok", "/sys/kernel/btf/vmlinux"),
-    ])
+    )))
     assert "apt-get install -y fio (iotune doctor --fix)" in text
     assert text.endswith("1 check(s) failed: apply the fixes above\n")
 

@@ -27,7 +27,6 @@ from iotune.model.fleet_sweep import FleetSweepReport, NodeSweep, node_sweep_fro
 from iotune.model.sweep import SweepPoint
 from iotune.model.sweep_result import Ranked, SweepOutcome
 from iotune.render.registry import render
-from iotune.render.sweep import sweep_json
 from tests.beds.nodes import NodeBed
 from tests.nodebed import CAPS, SLOW, needs_nodebed, nodebed  # noqa: F401
 
@@ -123,7 +122,7 @@ def test_a_nodes_outcome_is_read_from_the_sweeps_own_json() -> None:
                            recommended=P2, default=dflt, ceiling_bytes_per_s=None, ceiling_source="",
                            fragment={"aio": {"block_size": 262144}}, validation_error=None, trials=4,
                            trials_run_now=4, failed=0, journal="/j")
-    n = node_sweep_from_doc("h", json.loads(sweep_json(outcome)))
+    n = node_sweep_from_doc("h", json.loads(render(outcome, "json")))
     assert (n.recommended_key, n.best_key, n.ceiling_bytes_per_s) == (K2, K2, 99 * MB)
     assert n.spread == pytest.approx(10 / 99) and n.runs == 3 and n.scores == {K2: 99 * MB, K1: 50 * MB}
     assert n.gain_over_default == pytest.approx(99 / 50) and n.step_gain is None

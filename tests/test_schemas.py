@@ -266,7 +266,7 @@ def test_a_real_sweep_and_a_layout_sweep_of_it_conform(tmp_path: Path, monkeypat
     outcome: a real --layouts sweep needs scratch drives and mkfs."""
     from iotune.cli import options, sweep as sweep_cli
     from iotune.model.sweep_result import LayoutResult, LayoutSweep
-    from iotune.render.sweep import layouts_json
+    from iotune.render.registry import render
     from iotune.sweep.layouts import effects
 
     monkeypatch.setattr("iotune.sweep.pipeline.validate_with_deepspeed", lambda fragment, **kw: None)
@@ -283,7 +283,7 @@ def test_a_real_sweep_and_a_layout_sweep_of_it_conform(tmp_path: Path, monkeypat
     [outcome] = outcomes
     results = [LayoutResult("xfs-1", 1, "single", "one drive", outcome, "xfs", ("noatime",)),
                LayoutResult("md-raid0-2", 2, "md", "md RAID0 over 2 drives", outcome, "xfs", ("noatime",))]
-    conforms("sweep-layouts-1", strict_json(layouts_json(LayoutSweep(tuple(results), effects(results)))))
+    conforms("sweep-layouts-1", strict_json(render(LayoutSweep(tuple(results), effects(results)), "json")))
 
 
 @pytest.mark.parametrize("name", ["sweep_bed-latency-bound-2026-11-23.json", "sweep_bed-bandwidth-only-2026-11-23.json"])

@@ -12,7 +12,8 @@ import pytest
 from iotune.errors import UsageError
 from iotune.model.sweep import Measurement, SweepPoint, Trial
 from iotune.model.sweep_result import NOTHING_TO_GAIN, SLOWER_ON_STEPS, Ranked, SweepOutcome
-from iotune.render.sweep import render_sweep, sweep_doc
+from iotune.render.registry import render
+from iotune.render.sweep import sweep_doc
 from iotune.sweep.confirm import finalists, pair_plan
 from iotune.sweep.recommend import best_gain, pick, step_gain
 from iotune.sweep.space import load_profile
@@ -116,7 +117,7 @@ def test_the_report_and_json_carry_the_gain() -> None:
                      default=ranked(DEFAULT, 1e8), ceiling_bytes_per_s=None, ceiling_source="", fragment={},
                      validation_error=None, trials=4, trials_run_now=4, failed=0, journal="j", step_gain=g,
                      dropped_aio_keys=("num_threads",))
-    text = render_sweep(o)
+    text = render(o)
     assert "training steps: optimizer step 2.1× faster than DeepSpeed's defaults [2.0–2.2], 3 pairs\n" in text
     assert "--apply left out aio keys DeepSpeed ignores: num_threads\n" in text
     doc = sweep_doc(o)
@@ -148,18 +149,18 @@ def test_points_fio_cannot_tell_from_the_first_are_marked_as_ties() -> None:
 
     tied = outcome([ranked(FAST, 2.0e8), ranked(CHEAP, 1.96e8), ranked(DEFAULT, 1e8)], [])
     assert [r.point for r in tied.tied_with_first()] == [CHEAP]
-    rows = [line for line in render_sweep(tied).splitlines() if "MB/s" not in line and " 4 " in line]
+    rows = [line for line in render(tied).splitlines() if "MB/s" not in line and " 4 " in line]
     assert [("ties #2 " in r, "ties #1 " in r) for r in rows] == [(True, False), (False, True)], rows
     assert ("#2 is within 5% of #1 (the noise: 5% or the larger spread): fio cannot tell them apart; run the "
-            "sweep with training steps") in " ".join(render_sweep(tied).split())
+            "sweep with training steps") in " ".join(render(tied).split())
     confirmed = outcome(tied.ranking, [ranked(FAST, 2.0, "steps"), ranked(DEFAULT, 1.0, "steps")])
-    assert "training steps decided between them (below)" in " ".join(render_sweep(confirmed).split())
+    assert "training steps decided between them (below)" in " ".join(render(confirmed).split())
     page = sweep_page(confirmed).html()
     assert "ties #1" in page and "training steps decided between them" in page
 
     three = outcome([ranked(FAST, 2.0e8), ranked(CHEAP, 1.96e8), ranked(SweepPoint(queue_depth=16), 1.92e8),
                      ranked(DEFAULT, 1e8)], [])
-    assert "#2–#3 are within 5% of #1" in " ".join(render_sweep(three).split())
+    assert "#2–#3 are within 5% of #1" in " ".join(render(three).split())
     apart = outcome([ranked(FAST, 2.0e8), ranked(DEFAULT, 1e8)], [])
-    assert apart.tied_with_first() == [] and "ties #1" not in render_sweep(apart)
-    assert "cannot tell them apart" not in render_sweep(apart)
+    assert apart.tied_with_first() == [] and "ties #1" not in render(apart)
+    assert "cannot tell them apart" not in render(apart)

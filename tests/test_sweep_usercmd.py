@@ -24,7 +24,7 @@ from iotune.model.steps import parse_steps
 from iotune.model.offload import JobShape, OffloadKnobs, host_memory
 from iotune.model.sweep import SweepPoint
 from iotune.model.sweep_result import Ranked, SweepOutcome
-from iotune.render.sweep import render_sweep
+from iotune.render.registry import render
 from iotune.sweep.cmd_executor import trial_config
 from iotune.sweep.threads import best_threads
 from iotune.workloads.presets import PRESETS, tensor_numels
@@ -94,7 +94,7 @@ def test_thread_choice_and_table() -> None:
     assert best_threads([]) == 0
     outcome = SweepOutcome("/p", "p", "fio", [], [], SweepPoint(), None, None, "", {}, None, 1, 1, 0, "j",
                            threads=rows, omp_threads_best=2)
-    text = render_sweep(outcome)
+    text = render(outcome)
     table = [line.replace("│", " ").split() for line in text.split("Number of CPU threads")[1].splitlines()[2:4]]
     assert table == [["1", "300.0", "600.0", "1"], ["2", "200.0", "400.0", "1", "use", "this"]]
     assert "Number of CPU threads" in text and "Optimizer step time, ms" in text

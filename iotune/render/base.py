@@ -1,11 +1,12 @@
-"""The renderer contract: one class per (record type, output format), each
-with `render(record) -> str`, as in pyinstrument. Options every renderer may
-read are in RenderOptions; a renderer ignores those that do not apply."""
+"""The renderer contract: a renderer is a function `(record, options) -> str`
+for one record type and one output format. Options every renderer may read
+are in RenderOptions; a renderer ignores those that do not apply."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, TypeAlias
 
 
 @dataclass(frozen=True)
@@ -15,17 +16,4 @@ class RenderOptions:
     block_size_bytes: int | None = None     # trace reports: the block size for the I/O-pattern table
 
 
-class Renderer:
-    """Subclasses set `record_type`, `format` and `file_extension` and
-    implement `render`. Register them in render/registry.py."""
-
-    record_type: ClassVar[type]
-    format: ClassVar[str]                    # console | json | html ...
-    file_extension: ClassVar[str]
-    output_is_binary: ClassVar[bool] = False
-
-    def __init__(self, options: RenderOptions | None = None) -> None:
-        self.options = options or RenderOptions()
-
-    def render(self, record: Any) -> str:
-        raise NotImplementedError
+Renderer: TypeAlias = Callable[[Any, RenderOptions], str]

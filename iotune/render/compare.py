@@ -9,8 +9,9 @@ from dataclasses import asdict
 from rich.console import Console
 from rich.table import Table
 
-from ..model.reports import CompareRow
+from ..model.reports import Comparison
 from . import units
+from .base import RenderOptions
 
 
 def _s(v: float | None) -> str:
@@ -21,23 +22,23 @@ def _gb(v: float | None) -> str:
     return "-" if v is None else f"{v / 1e9:.3f}"
 
 
-def render_compare(rows: list[CompareRow], width: int = 140) -> str:
+def compare_console(c: Comparison, opts: RenderOptions) -> str:
     table = Table(title="Runs side by side (medians over steady steps; GB = 10^9 bytes, MB/s decimal)",
                   title_justify="left", show_edge=False, pad_edge=False)
     for col in ("run", "steps", "step time", "× first", "optimizer step", "GB read/step",
                 "GB written/step", "swap GB/step", "dominant size", "MB/s (whole run)"):
         table.add_column(col, justify="left" if col == "run" else "right")
-    base = rows[0].step_s if rows else None
-    for r in rows:
+    base = c.rows[0].step_s if c.rows else None
+    for r in c.rows:
         ratio = "-" if not base or r.step_s is None else f"{r.step_s / base:.2f}"
         table.add_row(r.label, str(r.steps), _s(r.step_s), ratio, _s(r.optimizer_s), _gb(r.read_bytes_per_step),
                       _gb(r.write_bytes_per_step), _gb(r.swap_bytes_per_step),
                       "-" if r.dominant_size_bytes is None else units.size(r.dominant_size_bytes),
                       units.rate(r.bytes_per_s))
     buf = io.StringIO()
-    Console(file=buf, width=width, color_system=None).print(table)
+    Console(file=buf, width=opts.width or 140, color_system=None).print(table)
     return buf.getvalue()
 
 
-def compare_json(rows: list[CompareRow]) -> str:
-    return json.dumps([asdict(r) for r in rows], indent=1) + "\n"
+def compare_json(c: Comparison, opts: RenderOptions) -> str:
+    return json.dumps([asdict(r) for r in c.rows], indent=1) + "\n"

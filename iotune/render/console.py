@@ -12,9 +12,10 @@ from ..analysis.downsample import envelope, interval_series
 from ..analysis.summary import patterns, summarize, top_sizes, totals
 from ..model.histogram import log2_from_sizes, size_slot_bounds
 from ..model.run import DeviceStats, DirectionStats, TraceRun
-from ..model.verdict import Verdict
+from ..model.verdict import TraceReport, Verdict
 from . import units
 from .attribution import attribution_section
+from .base import RenderOptions
 from .layers import layers_section
 from .verdict import verdict_section
 
@@ -24,8 +25,6 @@ TIMELINE_WIDTH = 60
 
 
 class ConsoleRenderer:
-    file_extension = "txt"
-
     def __init__(self, width: int = 120, color: bool = False, block_size_bytes: int | None = None) -> None:
         self.width = width
         self.color = color
@@ -50,6 +49,15 @@ class ConsoleRenderer:
             parts.append(Text(f"warning: events not recorded because a kernel map was full ({lost})",
                               style="bold red"))
         return Group(*parts)
+
+
+def run_console(run: TraceRun, opts: RenderOptions) -> str:
+    return ConsoleRenderer(opts.width or 120, opts.color, opts.block_size_bytes).render(run)
+
+
+def trace_console(report: TraceReport, opts: RenderOptions) -> str:
+    """A trace report: the verdict at the top, then the run's report."""
+    return ConsoleRenderer(opts.width or 120, opts.color, opts.block_size_bytes).render(report.run, report.verdict)
 
 
 def header(run: TraceRun) -> Text:

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from ..model.fleet_report import FleetReport
 from . import units
-from .base import Renderer
+from .base import RenderOptions
 
 
 def _s(v: float | None) -> str:
@@ -90,24 +90,12 @@ def node_verdicts(r: FleetReport) -> Text:
     return t
 
 
-def render_fleet(r: FleetReport, width: int = 140) -> str:
+def fleet_console(r: FleetReport, opts: RenderOptions) -> str:
     buf = io.StringIO()
-    Console(file=buf, width=width, color_system=None, highlight=False).print(
+    Console(file=buf, width=opts.width or 140, color_system=None, highlight=False).print(
         Group(header(r), node_table(r), Text(""), node_verdicts(r), rank_table(r), Text(""), step_table(r)))
     return buf.getvalue()
 
 
-class FleetConsole(Renderer):
-    record_type, format, file_extension = FleetReport, "console", "txt"
-
-    def render(self, record: FleetReport) -> str:
-        return render_fleet(record, self.options.width or 140)
-
-
-class FleetJson(Renderer):
-    record_type, format, file_extension = FleetReport, "json", "json"
-
-    def render(self, record: FleetReport) -> str:
-        return json.dumps(record.to_json(), indent=1) + "\n"
-
-
+def fleet_json(r: FleetReport, opts: RenderOptions) -> str:
+    return json.dumps(r.to_json(), indent=1) + "\n"

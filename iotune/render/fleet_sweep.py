@@ -13,7 +13,7 @@ from rich.text import Text
 
 from ..model.fleet_sweep import FleetSweepReport, NodeJudgement, NodeSweep
 from . import units
-from .base import Renderer
+from .base import RenderOptions
 
 
 def _pick(n: NodeSweep) -> list[str]:
@@ -67,9 +67,9 @@ def fragments_text(r: FleetSweepReport) -> str:
     return "".join(out)
 
 
-def render_fleet_sweep(r: FleetSweepReport, width: int = 140) -> str:
+def fleet_sweep_console(r: FleetSweepReport, opts: RenderOptions) -> str:
     buf = io.StringIO()
-    console = Console(file=buf, width=width, color_system=None, highlight=False)
+    console = Console(file=buf, width=opts.width or 140, color_system=None, highlight=False)
     ok = sum(n.status == "ok" for n in r.nodes)
     head = Text()
     head.append("iotune multi-node sweep", style="bold")
@@ -84,19 +84,5 @@ def render_fleet_sweep(r: FleetSweepReport, width: int = 140) -> str:
     return buf.getvalue()
 
 
-def fleet_sweep_json(r: FleetSweepReport) -> str:
+def fleet_sweep_json(r: FleetSweepReport, opts: RenderOptions) -> str:
     return json.dumps(r.to_json(), indent=1) + "\n"
-
-
-class FleetSweepConsole(Renderer):
-    record_type, format, file_extension = FleetSweepReport, "console", "txt"
-
-    def render(self, record: FleetSweepReport) -> str:
-        return render_fleet_sweep(record, self.options.width or 140)
-
-
-class FleetSweepJson(Renderer):
-    record_type, format, file_extension = FleetSweepReport, "json", "json"
-
-    def render(self, record: FleetSweepReport) -> str:
-        return fleet_sweep_json(record)

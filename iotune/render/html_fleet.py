@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..analysis.fleet import step_times
 from ..model.fleet_report import FleetReport
 from . import units
-from .base import Renderer
+from .base import RenderOptions
 from .page import Page, colour, esc
 
 
@@ -64,8 +64,5 @@ def steps_chart(page: Page, r: FleetReport) -> None:
                         "yaxis": {"title": {"text": "seconds"}, "rangemode": "tozero"}})
 
 
-class FleetHtml(Renderer):
-    record_type, format, file_extension = FleetReport, "html", "html"
-
-    def render(self, record: FleetReport) -> str:
-        return fleet_page(record).html()
+def fleet_html(r: FleetReport, opts: RenderOptions) -> str:
+    return fleet_page(r).html()

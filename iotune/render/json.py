@@ -14,11 +14,10 @@ from ..analysis.summary import patterns, summarize, totals
 from ..model.run import TimelinePoint, TraceRun
 from ..model.timeline import as_timeline
 from ..model.verdict import TraceReport
+from .base import RenderOptions
 
 
 class JsonRenderer:
-    file_extension = "json"
-
     def __init__(self, block_size_bytes: int | None = None) -> None:
         self.block_size_bytes = block_size_bytes
 
@@ -44,6 +43,15 @@ class JsonRenderer:
                 "statements": no_block_statements(run.app),
             },
         }
+
+
+def run_json(run: TraceRun, opts: RenderOptions) -> str:
+    return JsonRenderer(opts.block_size_bytes).render(run)
+
+
+def trace_json(report: TraceReport, opts: RenderOptions) -> str:
+    """The run's JSON document plus "verdict"."""
+    return JsonRenderer(opts.block_size_bytes).render_report(report)
 
 
 # Where the timeline goes in the indented document: a string no other value can

@@ -4,13 +4,12 @@ console text or one JSON document."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from ..model.reports import LintReport
-from .base import Renderer
+from .base import RenderOptions
 
 
-def render_lint(report: LintReport) -> str:
+def lint_console(report: LintReport, opts: RenderOptions) -> str:
     path = report.config
     if report.error is not None:
         return f"{path}: cannot lint: {report.error.message}\n"
@@ -25,19 +24,5 @@ def render_lint(report: LintReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def lint_json(report: LintReport) -> str:
+def lint_json(report: LintReport, opts: RenderOptions) -> str:
     return json.dumps(report.to_json(), indent=1) + "\n"
-
-
-class LintReportConsole(Renderer):
-    record_type, format, file_extension = LintReport, "console", "txt"
-
-    def render(self, record: Any) -> str:
-        return render_lint(record)
-
-
-class LintReportJson(Renderer):
-    record_type, format, file_extension = LintReport, "json", "json"
-
-    def render(self, record: Any) -> str:
-        return lint_json(record)

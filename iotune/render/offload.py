@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from ..model.offload_result import OffloadOutcome, OffloadTrial, short_changes
-from .base import Renderer
+from .base import RenderOptions
 
 
 def _row(t: OffloadTrial) -> str:
@@ -17,7 +17,7 @@ def _row(t: OffloadTrial) -> str:
             f"{t.swapped_bytes / 1e6:9.1f} {t.predicted_swap_bytes / 1e6:9.1f}")
 
 
-def render_offload(o: OffloadOutcome) -> str:
+def offload_console(o: OffloadOutcome, opts: RenderOptions) -> str:
     lines = [f"Whole-offload search on real steps of {o.model} (journal {o.journal})"]
     lines += [f"  searched: {d.key} in {', '.join(map(str, d.values))}" for d in o.searched]
     lines += [f"  left out: {d.key}: {d.why_not}" for d in o.skipped]
@@ -59,15 +59,5 @@ def render_offload(o: OffloadOutcome) -> str:
     return "\n".join(lines) + "\n"
 
 
-class OffloadConsole(Renderer):
-    record_type, format, file_extension = OffloadOutcome, "console", "txt"
-
-    def render(self, record: OffloadOutcome) -> str:
-        return render_offload(record)
-
-
-class OffloadJson(Renderer):
-    record_type, format, file_extension = OffloadOutcome, "json", "json"
-
-    def render(self, record: OffloadOutcome) -> str:
-        return json.dumps(record.to_json(), indent=1) + "\n"
+def offload_json(o: OffloadOutcome, opts: RenderOptions) -> str:
+    return json.dumps(o.to_json(), indent=1) + "\n"

@@ -12,17 +12,24 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from ..model.reports import CheckRow
+from ..model.reports import CheckRow, PlanReport
 from ..model.plan import Plan
 from ..model.verdict import Finding
 from . import units
+from .base import RenderOptions
 
 
 def _gb(v: float) -> str:
     return f"{v / 1e9:,.2f}" if v >= 1e8 or v == 0 else f"{v / 1e9:,.4f}"
 
 
-def render_plan(plan: Plan, width: int = 110) -> str:
+def plan_console(r: PlanReport, opts: RenderOptions) -> str:
+    width = opts.width or 110
+    text = render_plan(r.plan, width) + render_endurance(r.endurance)
+    return text + (render_check(r.check, width) if r.check is not None else "")
+
+
+def render_plan(plan: Plan, width: int) -> str:
     inp = plan.inp
     count = f"{inp.params / 1e9:.2f} B" if inp.params >= 1e9 else f"{inp.params / 1e6:.2f} M"
     head = Text(f"Plan: {count} parameters, {inp.strategy}, {inp.precision}, "
@@ -60,7 +67,7 @@ def render_plan(plan: Plan, width: int = 110) -> str:
     return buf.getvalue()
 
 
-def render_check(rows: list[CheckRow], width: int = 110) -> str:
+def render_check(rows: tuple[CheckRow, ...], width: int) -> str:
     t = Table(title="Prediction vs trace, per optimizer step (MB = 10^6 bytes)", title_justify="left",
               show_edge=False, pad_edge=False)
     for col in ("category", "dir", "predicted", "measured", "error"):
@@ -80,12 +87,12 @@ def render_endurance(f: Finding | None) -> str:
     return f"Endurance: {f.headline}\n  rule: {f.rule}\n" if f is not None else ""
 
 
-def plan_json(plan: Plan, rows: list[CheckRow] | None = None, endurance: Finding | None = None) -> str:
-    doc: dict[str, Any] = asdict(plan)
-    doc["endurance"] = endurance.to_json() if endurance is not None else None
-    if rows is not None:
+def plan_json(r: PlanReport, opts: RenderOptions) -> str:
+    doc: dict[str, Any] = asdict(r.plan)
+    doc["endurance"] = r.endurance.to_json() if r.endurance is not None else None
+    if r.check is not None:
         # null where the error has no finite value (nothing measured): JSON has no Infinity
-        doc["check"] = [{**asdict(r), "error_pct": _finite(r.error_pct)} for r in rows]
+        doc["check"] = [{**asdict(row), "error_pct": _finite(row.error_pct)} for row in r.check]
     return json.dumps(doc, indent=1, allow_nan=False) + "\n"
 
 

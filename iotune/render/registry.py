@@ -1,146 +1,62 @@
-"""Every renderer, keyed by (record type, format). Adding an output format
-means adding a Renderer subclass and one entry in RENDERERS."""
+"""Every renderer, keyed by (record type, format): RENDERERS. A renderer is
+a function `(record, RenderOptions) -> str` (base.py); adding an output
+format means writing one and adding its entry here."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..errors import UsageError
-from ..model.reports import Comparison, DoctorReport, PlanReport
+from ..model.fleet_report import FleetReport
+from ..model.fleet_sweep import FleetSweepReport
+from ..model.offload_result import OffloadOutcome
+from ..model.reports import Comparison, DoctorReport, LintReport, PlanReport
 from ..model.run import TraceRun
 from ..model.sweep_result import LayoutSweep, SweepOutcome
 from ..model.verdict import TraceReport
 from .base import Renderer, RenderOptions
-from .compare import compare_json, render_compare
-from .console import ConsoleRenderer
-from .doctor import doctor_json, render_checks
-from .fleet import FleetConsole, FleetJson
-from .fleet_sweep import FleetSweepConsole, FleetSweepJson
-from .html import HTML_RENDERERS
-from .html_fleet import FleetHtml
-from .json import JsonRenderer
-from .lint import LintReportConsole, LintReportJson
-from .offload import OffloadConsole, OffloadJson
-from .plan import plan_json, render_check, render_endurance, render_plan
-from .sweep import layouts_json, render_layouts, render_sweep, sweep_json
+from .compare import compare_console, compare_json
+from .console import run_console, trace_console
+from .doctor import doctor_console, doctor_json
+from .fleet import fleet_console, fleet_json
+from .fleet_sweep import fleet_sweep_console, fleet_sweep_json
+from .html import compare_html, layouts_html, sweep_html, trace_html
+from .html_fleet import fleet_html
+from .json import run_json, trace_json
+from .lint import lint_console, lint_json
+from .offload import offload_console, offload_json
+from .plan import plan_console, plan_json
+from .sweep import layouts_console, layouts_json, sweep_console, sweep_json
 
-
-class TraceConsole(Renderer):
-    record_type, format, file_extension = TraceRun, "console", "txt"
-
-    def render(self, record: TraceRun) -> str:
-        o = self.options
-        return ConsoleRenderer(width=o.width or 120, color=o.color, block_size_bytes=o.block_size_bytes).render(record)
-
-
-class TraceJson(Renderer):
-    record_type, format, file_extension = TraceRun, "json", "json"
-
-    def render(self, record: TraceRun) -> str:
-        return JsonRenderer(self.options.block_size_bytes).render(record)
-
-
-class TraceReportConsole(Renderer):
-    """A trace report: the verdict at the top, then the run's report."""
-
-    record_type, format, file_extension = TraceReport, "console", "txt"
-
-    def render(self, record: TraceReport) -> str:
-        o = self.options
-        return ConsoleRenderer(width=o.width or 120, color=o.color,
-                               block_size_bytes=o.block_size_bytes).render(record.run, record.verdict)
-
-
-class TraceReportJson(Renderer):
-    """The run's JSON document plus "verdict"."""
-
-    record_type, format, file_extension = TraceReport, "json", "json"
-
-    def render(self, record: TraceReport) -> str:
-        return JsonRenderer(self.options.block_size_bytes).render_report(record)
-
-
-class SweepConsole(Renderer):
-    record_type, format, file_extension = SweepOutcome, "console", "txt"
-
-    def render(self, record: SweepOutcome) -> str:
-        return render_sweep(record, self.options.width or 130)
-
-
-class SweepJson(Renderer):
-    record_type, format, file_extension = SweepOutcome, "json", "json"
-
-    def render(self, record: SweepOutcome) -> str:
-        return sweep_json(record)
-
-
-class LayoutsConsole(Renderer):
-    record_type, format, file_extension = LayoutSweep, "console", "txt"
-
-    def render(self, record: LayoutSweep) -> str:
-        return render_layouts(record, self.options.width or 130)
-
-
-class LayoutsJson(Renderer):
-    record_type, format, file_extension = LayoutSweep, "json", "json"
-
-    def render(self, record: LayoutSweep) -> str:
-        return layouts_json(record)
-
-
-class CompareConsole(Renderer):
-    record_type, format, file_extension = Comparison, "console", "txt"
-
-    def render(self, record: Comparison) -> str:
-        return render_compare(list(record.rows), self.options.width or 140)
-
-
-class CompareJson(Renderer):
-    record_type, format, file_extension = Comparison, "json", "json"
-
-    def render(self, record: Comparison) -> str:
-        return compare_json(list(record.rows))
-
-
-class PlanConsole(Renderer):
-    record_type, format, file_extension = PlanReport, "console", "txt"
-
-    def render(self, record: PlanReport) -> str:
-        text = render_plan(record.plan, self.options.width or 110) + render_endurance(record.endurance)
-        return text + (render_check(list(record.check), self.options.width or 110) if record.check is not None else "")
-
-
-class PlanJson(Renderer):
-    record_type, format, file_extension = PlanReport, "json", "json"
-
-    def render(self, record: PlanReport) -> str:
-        return plan_json(record.plan, list(record.check) if record.check is not None else None, record.endurance)
-
-
-class DoctorConsole(Renderer):
-    record_type, format, file_extension = DoctorReport, "console", "txt"
-
-    def render(self, record: DoctorReport) -> str:
-        return render_checks(list(record.checks), self.options.width or 120)
-
-
-class DoctorJson(Renderer):
-    record_type, format, file_extension = DoctorReport, "json", "json"
-
-    def render(self, record: DoctorReport) -> str:
-        return doctor_json(list(record.checks))
-
-
-RENDERERS: dict[tuple[type, str], type[Renderer]] = {
-    (cls.record_type, cls.format): cls
-    for cls in (TraceConsole, TraceJson, SweepConsole, SweepJson, LayoutsConsole, LayoutsJson, CompareConsole,
-                CompareJson, PlanConsole, PlanJson, LintReportConsole, LintReportJson, DoctorConsole, DoctorJson)
+RENDERERS: dict[tuple[type, str], Renderer] = {
+    (TraceRun, "console"): run_console,
+    (TraceRun, "json"): run_json,
+    (TraceReport, "console"): trace_console,
+    (TraceReport, "json"): trace_json,
+    (TraceReport, "html"): trace_html,
+    (SweepOutcome, "console"): sweep_console,
+    (SweepOutcome, "json"): sweep_json,
+    (SweepOutcome, "html"): sweep_html,
+    (LayoutSweep, "console"): layouts_console,
+    (LayoutSweep, "json"): layouts_json,
+    (LayoutSweep, "html"): layouts_html,
+    (Comparison, "console"): compare_console,
+    (Comparison, "json"): compare_json,
+    (Comparison, "html"): compare_html,
+    (PlanReport, "console"): plan_console,
+    (PlanReport, "json"): plan_json,
+    (LintReport, "console"): lint_console,
+    (LintReport, "json"): lint_json,
+    (DoctorReport, "console"): doctor_console,
+    (DoctorReport, "json"): doctor_json,
+    (FleetReport, "console"): fleet_console,
+    (FleetReport, "json"): fleet_json,
+    (FleetReport, "html"): fleet_html,
+    (FleetSweepReport, "console"): fleet_sweep_console,
+    (FleetSweepReport, "json"): fleet_sweep_json,
+    (OffloadOutcome, "console"): offload_console,
+    (OffloadOutcome, "json"): offload_json,
 }
-RENDERERS.update({(cls.record_type, cls.format): cls for cls in HTML_RENDERERS})
-RENDERERS.update({(cls.record_type, cls.format): cls for cls in (TraceReportConsole, TraceReportJson)})
-RENDERERS.update({(cls.record_type, cls.format): cls for cls in (FleetConsole, FleetJson, FleetHtml)})
-RENDERERS.update({(cls.record_type, cls.format): cls for cls in (FleetSweepConsole, FleetSweepJson)})
-RENDERERS.update({(cls.record_type, cls.format): cls for cls in (OffloadConsole, OffloadJson)})
 
 
 def formats_of(record_type: type) -> list[str]:
@@ -149,8 +65,8 @@ def formats_of(record_type: type) -> list[str]:
 
 def render(record: Any, fmt: str = "console", options: RenderOptions | None = None) -> str:
     """`record` in format `fmt`."""
-    cls = RENDERERS.get((type(record), fmt))
-    if cls is None:
+    fn = RENDERERS.get((type(record), fmt))
+    if fn is None:
         raise UsageError(f"no {fmt} output for {type(record).__name__}: choose "
                          f"{' or '.join(formats_of(type(record))) or 'another command'}")
-    return cls(options).render(record)
+    return fn(record, options or RenderOptions())

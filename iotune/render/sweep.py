@@ -15,6 +15,7 @@ from rich.text import Text
 from ..model.netfs import NETFS_FAMILIES
 from ..model.sweep_result import MIN_NOISE, LayoutSweep, Ranked, SweepOutcome, gain
 from . import units
+from .base import RenderOptions
 
 TOP = 15
 
@@ -176,9 +177,9 @@ def summary_text(o: SweepOutcome) -> Text:
     return t
 
 
-def render_sweep(o: SweepOutcome, width: int = 130) -> str:
+def sweep_console(o: SweepOutcome, opts: RenderOptions) -> str:
     buf = io.StringIO()
-    console = Console(file=buf, width=width, color_system=None, highlight=False)
+    console = Console(file=buf, width=opts.width or 130, color_system=None, highlight=False)
     console.print(Group(ranking_table(o), confirmed_table(o), threads_table(o), summary_text(o)))
     if o.fragment:
         buf.write("Paste into your DeepSpeed config (nvme_path: your own):\n")
@@ -199,11 +200,11 @@ def sweep_doc(o: SweepOutcome) -> dict[str, Any]:
     return doc
 
 
-def sweep_json(o: SweepOutcome) -> str:
+def sweep_json(o: SweepOutcome, opts: RenderOptions) -> str:
     return json.dumps(sweep_doc(o), indent=1) + "\n"
 
 
-def layouts_json(ls: LayoutSweep) -> str:
+def layouts_json(ls: LayoutSweep, opts: RenderOptions) -> str:
     docs = [{"layout": r.name, "drives": r.drives, "backend": r.backend, "reason": r.reason,
              "fstype": r.fstype, "mount_options": list(r.mount_options),
              "outcome": sweep_doc(r.outcome)} for r in ls.results]
@@ -213,7 +214,7 @@ def layouts_json(ls: LayoutSweep) -> str:
                        "dominant": eff.dominant}, indent=1) + "\n"
 
 
-def render_knob_variants(ls: LayoutSweep, width: int = 130) -> str:
+def render_knob_variants(ls: LayoutSweep, width: int) -> str:
     """`--netfs`: client-knob variants x aio settings, the best per variant."""
     family = ls.results[0].name.split("-", 1)[0]
     t = Table(title=f"{family} client knobs x aio settings (best per variant; MB/s decimal)", title_justify="left",
@@ -244,8 +245,9 @@ def render_knob_variants(ls: LayoutSweep, width: int = 130) -> str:
     return buf.getvalue()
 
 
-def render_layouts(ls: LayoutSweep, width: int = 130) -> str:
+def layouts_console(ls: LayoutSweep, opts: RenderOptions) -> str:
     """Layouts x aio settings: the best configuration per layout, side by side."""
+    width = opts.width or 130
     if ls.results and all(r.fstype in NETFS_FAMILIES for r in ls.results):
         return render_knob_variants(ls, width)
     t = Table(title="Layouts x aio settings (best per layout; MB/s decimal)", title_justify="left",
