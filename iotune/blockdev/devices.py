@@ -199,6 +199,17 @@ def mount_point_of(dev: BlockDevice) -> str | None:
     return min(found, key=len) if found else None
 
 
+def stat_path(path: str) -> os.stat_result:
+    """os.stat of a path the user gave; a UsageError naming the fix when it
+    does not exist or cannot be read."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        raise UsageError(f"path '{path}' does not exist: give an existing file or directory") from None
+    except PermissionError:
+        raise UsageError(f"cannot read '{path}': permission denied") from None
+
+
 def devices_for_path(path: str) -> list[BlockDevice]:
     """The block device(s) a file or directory lives on.
 
@@ -206,12 +217,7 @@ def devices_for_path(path: str) -> list[BlockDevice]:
     gives every member device; a filesystem with no block device (tmpfs,
     overlay, NFS) is an error naming the problem.
     """
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise UsageError(f"path '{path}' does not exist: give an existing file or directory") from None
-    except PermissionError:
-        raise UsageError(f"cannot read '{path}': permission denied") from None
+    st = stat_path(path)
     if stat.S_ISBLK(st.st_mode):
         dev = device_by_number(os.major(st.st_rdev), os.minor(st.st_rdev))
         if dev:

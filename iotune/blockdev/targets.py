@@ -11,7 +11,7 @@ import stat
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from .devices import SYS_BLOCK, BlockDevice, devices_for_path, mount_of
+from .devices import SYS_BLOCK, BlockDevice, devices_for_path, mount_of, stat_path
 
 
 @dataclass(frozen=True)
@@ -49,12 +49,7 @@ def kernel_dev(st_dev: int) -> int:
 
 def path_target(path: str) -> PathTarget:
     """The filesystem holding `path` and the block devices under it."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise UsageError(f"path '{path}' does not exist: give an existing file or directory") from None
-    except PermissionError:
-        raise UsageError(f"cannot read '{path}': permission denied") from None
+    st = stat_path(path)
     mnt = mount_of(path)
     seen = kernel_dev(st.st_rdev if stat.S_ISBLK(st.st_mode) else st.st_dev)
     # the kernel keys a file by its superblock's s_dev, which mountinfo shows; btrfs's stat() reports

@@ -21,7 +21,7 @@ from ..errors import ProbeError
 from ..model.appio import IFACES, AppFileStats, AppFsStats, AppLayer
 from ..resources import probes_dir
 from .btf import offsets
-from .kernel import VMLINUX_BTF, import_bcc, require_headers, require_privileges
+from .kernel import VMLINUX_BTF, BpfProgram, import_bcc, require_headers, require_privileges
 
 # APP_DROP_* in appio.h, in index order.
 APP_DROP_NAMES = ("start", "files", "sizes", "iocbs", "events", "iov", "fixed_file", "procs",
@@ -148,7 +148,7 @@ def _is_blk(mode: int) -> bool:
     return stat.S_ISBLK(mode)
 
 
-class AppProbe:
+class AppProbe(BpfProgram):
     """The compiled and attached application probe. Use as a context
     manager; leaving it detaches everything."""
 
@@ -177,18 +177,6 @@ class AppProbe:
             self.close()
             raise ProbeError(f"bcc could not load probes/appio.c's {name} ({e}); "
                              f"run `iotune doctor` to see which prerequisite is missing") from None
-
-    def __enter__(self) -> AppProbe:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        bpf = getattr(self, "bpf", None)
-        if bpf is not None:
-            bpf.cleanup()
-            self.bpf = None
 
     def launcher(self, pid: int) -> None:
         """Trace what `pid` forks from now on (not its own I/O)."""

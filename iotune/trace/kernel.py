@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any, Self
 
 from ..host.proc import CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, effective_caps, has_cap, not_installed, run
 from ..errors import IotuneError, PrivilegeError, ProbeError
@@ -161,3 +162,22 @@ def import_bcc() -> ModuleType:
             else f"{not_installed('python3-bpfcc')} (the PyPI package named bcc is unrelated)"
         )
         raise ProbeError(f"the bcc Python bindings are not importable: {hint}") from None
+
+
+class BpfProgram:
+    """A bcc program loaded into `self.bpf`: cleaned up (probes detached,
+    maps freed) by `close`, also on leaving a `with` block or when loading
+    failed halfway."""
+
+    bpf: Any = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.bpf is not None:
+            self.bpf.cleanup()
+            self.bpf = None

@@ -21,8 +21,8 @@ from ..errors import ProbeError
 from ..model.histogram import log2_from_sizes
 from ..model.run import OPS, DirectionStats
 from ..resources import probes_dir
-from .kernel import (VMLINUX_BTF, import_bcc, require_headers, require_kernel_features, require_privileges,
-                     tracefs_events)
+from .kernel import (VMLINUX_BTF, BpfProgram, import_bcc, require_headers, require_kernel_features,
+                     require_privileges, tracefs_events)
 
 # DROP_* in blockio.h, in index order.
 DROP_NAMES = ("sizes", "start", "timeline", "other", "no_completion", "devices", "queue")
@@ -248,7 +248,7 @@ class DeviceAccumulator:
         return out
 
 
-class BlockProbe:
+class BlockProbe(BpfProgram):
     """The compiled and attached block-I/O probe. Use as a context manager;
     leaving it detaches everything."""
 
@@ -274,18 +274,6 @@ class BlockProbe:
                 ids[ids.Key(kdev)] = ids.Leaf(i)
         # (kdev, op, bucket) -> [requests, bytes, sequential, meta], drained from the kernel
         self._timeline: dict[tuple[int, int, int], list[int]] = {}
-
-    def __enter__(self) -> BlockProbe:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        bpf = getattr(self, "bpf", None)
-        if bpf is not None:
-            bpf.cleanup()
-            self.bpf = None
 
     def current_bucket(self) -> int:
         return max(0, (time.monotonic_ns() - self.config.t0_ns) // self.config.interval_ns)
