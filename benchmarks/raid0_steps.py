@@ -4,7 +4,7 @@ Run by hand, as root, from the repository (results go to benchmarks/results/):
 
     sudo .venv/bin/python benchmarks/raid0_steps.py --counts 1,2,3 --rounds 3 --steps 8 --cap-mb-per-s 50
 
-Reproduces background document 001's claim that RAID0 over 3 NVMe drives
+Reproduces the claim of "Does AI model offloading matter?" (xinnor.io blog) that RAID0 over 3 NVMe drives
 cuts the step time of optimizer-state offload about 2x against one drive.
 Three loop drives (direct I/O, sparse files) sit in one cgroup v1 blkio
 cgroup that caps each at --cap-mb-per-s for reads and for writes (decimal

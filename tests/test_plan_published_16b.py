@@ -1,4 +1,5 @@
-"""The planner against background document 001's 16B table (the only
+"""The planner against the published 16B table of "Does AI model offloading
+matter?" (https://xinnor.io/blog/does-ai-model-offloading-matter-benchmarking-ram-and-nvme-strategies-for-llm-training/; the only
 large-scale measurement we have: DeepSpeed 0.18.3, one GPU, bf16, Adam,
 optimizer state on one NVMe; "GB" in the table are GiB: 325,488 reads and
 650,993 writes of 512 KiB are 158.9 and 317.9 GiB).
@@ -44,7 +45,7 @@ def test_bytes_moved_per_step_within_twelve_percent() -> None:
     16 B per parameter (12 B state + 4 B gradients each way, in
     partitioned_optimizer_swapper.py swap_in_optimizer_state /
     swap_out_optimizer_state and the gradient swap-out in stage3.py
-    partition_grads); document 001 measured 36 B (12 B read, 24 B written).
+    partition_grads); the published table measured 36 B (12 B read, 24 B written).
     The total agrees within 12 %; the read/write split does not (see docs/guide/plan-lint.md)."""
     plan = make_plan(PlanInput(params=DOC_PARAMS, strategy="nvme-opt"))
     doc_moved = (DOC_READS_512K + DOC_WRITES_512K) * KIB512
