@@ -169,6 +169,13 @@ class Killable:
     needs_deepspeed: bool = False
 
 
+def _users_dir(d: Path) -> str:
+    """A directory of the user's own for `sweep --path`: what the trials put
+    there must be gone after a kill (the files under it are not `kept`)."""
+    (d / "nvme").mkdir(exist_ok=True)
+    return str(d / "nvme")
+
+
 KILLABLE = {
     "demo": Killable(lambda d: ["demo", "--workload", "fio", "--dir", str(d), "-o", str(d / "out")], 10.0,
                      lambda d: (d / "out",)),
@@ -177,6 +184,8 @@ KILLABLE = {
     "volumes bed": Killable(lambda d: ["volumes", "bed", "latency-bound", "--dir", str(d)], 6.0),
     "sweep": Killable(lambda d: ["sweep", "--bed", "latency-bound", "--profile", "quick", "-o", str(d / "out")],
                       15.0, lambda d: (d / "out",)),
+    "sweep --path": Killable(lambda d: ["sweep", "--path", _users_dir(d), "--profile", "quick", "-o", str(d / "out")],
+                             10.0, lambda d: (d / "out",)),
     "sweep --layouts": Killable(lambda d: ["sweep", "--layouts", "1", "--profile", "quick", "--drive-cap", "100MB/s",
                                            "-o", str(d / "out")], 12.0, lambda d: (d / "out",)),
     "sweep --offload": Killable(lambda d: ["sweep", "--offload", "--model", "tiny", "--max-trials", "1",

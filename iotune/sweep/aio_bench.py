@@ -84,7 +84,7 @@ class BenchConfig:
 
     @classmethod
     def for_trial(cls, point: SweepPoint, target: Target, pin: bool) -> BenchConfig:
-        return cls(directory=str(target.directory), file_bytes=target.file_bytes, files=target.files,
+        return cls(directory=str(target.files_dir), file_bytes=target.file_bytes, files=target.files,
                    block_size=point.block_size, queue_depth=point.queue_depth,
                    intra_op_parallelism=point.intra_op_parallelism,
                    single_submit=point.single_submit, overlap_events=point.overlap_events, pin=pin)

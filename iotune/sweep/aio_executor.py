@@ -144,7 +144,7 @@ def _start(argv: list[str], cgroup: str | None) -> subprocess.Popen[bytes]:
 
 def _remove_leftovers(target: Target, pid: int) -> None:
     """A killed or aborted bench leaves its files behind; they are named by its pid."""
-    for path in swap_paths(target.directory, pid, target.files):
+    for path in swap_paths(target.files_dir, pid, target.files):
         try:
             path.unlink(missing_ok=True)
         except OSError:

@@ -12,14 +12,15 @@ not probed (writing to it raw would destroy its data)."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
-import tempfile
 from pathlib import Path
 
 from ..blockdev.devices import BlockDevice, mount_point_of
 from ..fs.directio import direct_io_problem
 from ..blockdev.identity import device_identities, journal_drive_matches
 from ..errors import IotuneError, RecordError
+from ..host.ledger import temp_dir
 from ..model.journal import read_journal
 from ..model.sweep import SweepPoint, Trial
 from ..model.verdict import DeviceCeiling
@@ -83,8 +84,9 @@ def probe_ceiling(dev: BlockDevice, runtime_s: float = PROBE_RUNTIME_S) -> Devic
     if file_bytes < PROBE_MIN_FILE_BYTES:
         raise IotuneError(f"--ceiling: {where} has {free / 1e6:.0f} MB free; the probe needs "
                           f"{4 * PROBE_FILES * PROBE_MIN_FILE_BYTES / 1e6:.0f} MB: free some space")
-    with tempfile.TemporaryDirectory(prefix=".iotune-ceiling-", dir=where) as tmp:
-        target = Target(Path(tmp), file_bytes, PROBE_FILES, None, runtime_s, PROBE_RAMP_S)
+    with contextlib.ExitStack() as stack:       # its files in a recorded directory: a hard kill leaves none
+        target = Target(temp_dir(stack, ".iotune-ceiling-", Path(where)), file_bytes, PROBE_FILES, None, runtime_s,
+                        PROBE_RAMP_S)
         m, _ = FioExecutor(timeout_s=60 + 4 * runtime_s).run(PROBE_POINT, target)
     p = PROBE_POINT
     source = (f"fio probe (--ceiling) in {where}: {p.block_size >> 10} KiB requests at queue depth {p.queue_depth}, "

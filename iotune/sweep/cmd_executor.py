@@ -176,7 +176,7 @@ class CommandExecutor:
     def run(self, point: SweepPoint, target: Target) -> tuple[Measurement, dict[str, Any]]:
         with contextlib.ExitStack() as stack:
             work = temp_dir(stack, "iotune-cmd-")
-            swap = temp_dir(stack, SWAP_PREFIX, target.directory)
+            swap = temp_dir(stack, SWAP_PREFIX, target.files_dir)
             extra = {"OMP_NUM_THREADS": str(point.omp_threads)} if point.omp_threads else {}
             argv, job = run_with_config(self.job, trial_config(self.job.config, point, swap), work, target.cgroup,
                                         self.job.timeout_s, self.job.steps, extra)

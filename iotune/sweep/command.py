@@ -15,6 +15,7 @@ from typing import Any
 from ..model.sweep_result import LayoutSweep, Progress, SweepOutcome
 from ..blockdev.identity import drive_identity
 from ..errors import UsageError
+from ..host.ledger import temp_dir
 from ..model.drive import DriveLimits
 from ..volumes.beds import DEFAULT_BED, bed_spec
 from .cmd_executor import UserJob, parse_user_job
@@ -127,8 +128,12 @@ def check_dimensions(prof: Profile, args: SweepArgs) -> None:
 def sweep_target(args: SweepArgs, prof: Profile, say: Callable[[str], None]) -> Iterator[tuple[Target, float | None]]:
     """(target, known ceiling in bytes/s or None)."""
     if args.target_dir is not None:
-        yield Target(args.target_dir, prof.run.file_bytes, prof.run.files, None, prof.run.runtime_s,
-                     prof.run.ramp_s), None
+        with contextlib.ExitStack() as stack:
+            # the trials' files in a recorded directory of their own: nothing of a killed sweep stays in
+            # the user's directory (a path that is not a directory is refused by the pipeline, with why)
+            scratch = temp_dir(stack, ".iotune-sweep-", args.target_dir) if args.target_dir.is_dir() else None
+            yield Target(args.target_dir, prof.run.file_bytes, prof.run.files, None, prof.run.runtime_s,
+                         prof.run.ramp_s, scratch=scratch), None
         return
     from ..volumes.beds import bed_trouble, running_bed
 

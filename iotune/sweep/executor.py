@@ -49,6 +49,14 @@ class Target:
     # asked after a failed trial: what is wrong with the drive itself (None: nothing known), e.g. a
     # test bed whose FUSE daemon is gone
     trouble: Callable[[], str | None] | None = field(default=None, compare=False, repr=False)
+    # where the trials' files go, inside `directory`: a directory the ledger records, so a sweep killed
+    # outright leaves nothing in the user's own directory (None: `directory` itself, a test bed's)
+    scratch: Path | None = None
+
+    @property
+    def files_dir(self) -> Path:
+        """Where the trials write their files."""
+        return self.scratch or self.directory
 
 
 class Executor(Protocol):

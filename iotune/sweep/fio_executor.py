@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ def job_options(point: SweepPoint, target: Target) -> list[tuple[str, str]]:
                           f"each less than one {point.block_size} B block; raise --file-bytes or lower the "
                           f"block size or the threads")
     return [
-        ("directory", str(target.directory)), ("nrfiles", str(target.files)), ("size", str(per_job)),
+        ("directory", str(target.files_dir)), ("nrfiles", str(target.files)), ("size", str(per_job)),
         ("bs", str(point.block_size)), ("iodepth", str(point.queue_depth)),
         ("iodepth_batch_submit", "1" if point.single_submit else str(point.queue_depth)),
         ("numjobs", str(point.intra_op_parallelism)), ("ioengine", point.engine), ("direct", "1"),
@@ -68,10 +69,13 @@ def fio_jobfile(point: SweepPoint, target: Target) -> str:
 
 
 def export_jobfiles(ranking: list[Ranked], target: Target, directory: Path) -> int:
-    """Write the fio job file of every ranked point into `directory`; returns how many."""
+    """Write the fio job file of every ranked point into `directory`; returns how many.
+    The jobs do their I/O in the drive's directory itself (the sweep's own
+    scratch directory is gone when they run)."""
     directory.mkdir(parents=True, exist_ok=True)
+    where = replace(target, scratch=None)
     for r in ranking:
-        (directory / f"{r.point.key()}.fio").write_text(fio_jobfile(r.point, target))
+        (directory / f"{r.point.key()}.fio").write_text(fio_jobfile(r.point, where))
     return len(ranking)
 
 
@@ -109,7 +113,7 @@ class FioExecutor:
     def run(self, point: SweepPoint, target: Target) -> tuple[Measurement, dict[str, Any]]:
         if shutil.which("fio") is None:
             raise TrialFailed(not_installed("fio"))
-        output = target.directory / f".iotune-fio-{point.key()}.json"
+        output = target.files_dir / f".iotune-fio-{point.key()}.json"
         try:
             proc = run_in_own_group(fio_argv(point, target, output), self.timeout_s,
                                     join_cgroup_preexec(target.cgroup))

@@ -50,7 +50,7 @@ class StepsExecutor:
 
     def train_args(self, point: SweepPoint, target: Target) -> list[str]:
         return ["--strategy", self.strategy, "--size", self.size, "--steps", str(self.steps),
-                "--nvme-path", str(target.directory), "--aio-block-size", str(point.block_size),
+                "--nvme-path", str(target.files_dir), "--aio-block-size", str(point.block_size),
                 "--aio-queue-depth", str(point.queue_depth),
                 "--aio-intra-op-parallelism", str(point.intra_op_parallelism)]
 
