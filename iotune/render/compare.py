@@ -9,16 +9,8 @@ from dataclasses import asdict
 from rich.console import Console
 from rich.table import Table
 
+from ..model import units
 from ..model.reports import CompareRow
-from . import units
-
-
-def _s(v: float | None) -> str:
-    return "-" if v is None else f"{v:.3f} s"
-
-
-def _gb(v: float | None) -> str:
-    return "-" if v is None else f"{v / 1e9:.3f}"
 
 
 def render_compare(rows: list[CompareRow], width: int = 140) -> str:
@@ -30,8 +22,9 @@ def render_compare(rows: list[CompareRow], width: int = 140) -> str:
     base = rows[0].step_s if rows else None
     for r in rows:
         ratio = "-" if not base or r.step_s is None else f"{r.step_s / base:.2f}"
-        table.add_row(r.label, str(r.steps), _s(r.step_s), ratio, _s(r.optimizer_s), _gb(r.read_bytes_per_step),
-                      _gb(r.write_bytes_per_step), _gb(r.swap_bytes_per_step),
+        table.add_row(r.label, str(r.steps), units.step_time(r.step_s), ratio, units.step_time(r.optimizer_s),
+                      units.gb(r.read_bytes_per_step), units.gb(r.write_bytes_per_step),
+                      units.gb(r.swap_bytes_per_step),
                       "-" if r.dominant_size_bytes is None else units.size(r.dominant_size_bytes),
                       units.rate(r.bytes_per_s))
     buf = io.StringIO()
