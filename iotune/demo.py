@@ -13,6 +13,7 @@ from pathlib import Path
 from .blockdev.devices import BlockDevice
 from .host.proc import not_installed
 from .errors import IotuneError
+from .model import units
 from .model.run import TraceRun
 from .trace.session import TraceOptions, trace_command
 from .volumes.beds import running_bed
@@ -70,11 +71,11 @@ def run_demo(workdir: Path | None, cap_bytes_per_s: int, say: Callable[[str], No
     with demo_drive(workdir, cap_bytes_per_s, bed, say) as (where, devices, cgroup):
         if workload == "train":
             say(f"demo: {steps} steps of the built-in tiny Llama with ZeRO-3, optimizer state on the drive "
-                f"(aio block {BLOCK_BYTES >> 10} KiB), traced with phase and swap attribution")
+                f"(aio block {units.size(BLOCK_BYTES)}), traced with phase and swap attribution")
             argv = training_argv(where, steps)
         else:
-            say(f"demo: fio writes then reads {len(SWAP_FILES)} × {FILE_BYTES >> 20} MiB swap files "
-                f"in {BLOCK_BYTES >> 10} KiB O_DIRECT requests")
+            say(f"demo: fio writes then reads {len(SWAP_FILES)} × {units.size(FILE_BYTES)} swap files "
+                f"in {units.size(BLOCK_BYTES)} O_DIRECT requests")
             argv = swap_like_fio(where)
         opts = TraceOptions(devices=devices, stdout_to_stderr=True, inject=workload == "train",
                             interval_s=0.01 if workload == "train" else 1.0, cgroup=cgroup)

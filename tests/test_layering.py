@@ -31,9 +31,9 @@ def test_the_package_keeps_every_contract() -> None:
 
 
 @pytest.mark.parametrize("module, planted, contract", [
-    ("model/units.py", "from ..render import units as _planted", "iotune layers"),
+    ("model/units.py", "from ..render import page as _planted", "iotune layers"),
     ("trace/kernel.py", "from ..volumes import scratch as _planted", "iotune layers"),
-    ("render/units.py", "from ..trace import kernel as _planted", "render and analysis work on records"),
+    ("render/page.py", "from ..trace import kernel as _planted", "render and analysis work on records"),
     ("sweep/space.py", "import click as _planted", "never imports click"),
 ])
 def test_an_upward_import_breaks_the_contract(tmp_path: Path, module: str, planted: str, contract: str) -> None:

@@ -199,7 +199,7 @@ def test_queue_time_is_reported_where_requests_waited_in_the_scheduler() -> None
     from dataclasses import replace
 
     from iotune.model.histogram import lat_slot, lat_slot_bounds
-    from iotune.render.units import latency
+    from iotune.model.units import latency
 
     run = offload_run()
     loop0 = run.device("loop0")

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
-from iotune.model.units import parse_size
-from iotune.render import units
+from iotune.model import units
+from iotune.model.units import parse_rate, parse_size
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -20,13 +22,65 @@ def test_parse_size_rejects(text: str) -> None:
         parse_size(text)
 
 
-def test_formatting_is_explicit_about_units() -> None:
-    assert units.size(524288) == "512 KiB"
-    assert units.size(1536) == "1.5 KiB"
-    assert units.size(4096) == "4 KiB"
-    assert units.volume(12_058_624) == "12.06 MB"
-    assert units.volume(2_500_000_000) == "2.50 GB"
+def test_parse_rate() -> None:
+    assert parse_rate("200MB/s") == 2e8
+    assert parse_rate("2GiB/s") == 2 * (1 << 30)
+    assert parse_rate("200MB") == 2e8
+    with pytest.raises(ValueError, match="not a rate"):
+        parse_rate("fast")
+
+
+@pytest.mark.parametrize("n,expected", [
+    (524288, "512 KiB"), (1536, "1.5 KiB"), (4096, "4 KiB"), (1 << 20, "1 MiB"), (8 << 20, "8 MiB"),
+    (3 << 29, "1.5 GiB"), (1023, "1023 B"), (0, "0 B"),
+])
+def test_size_is_binary_and_whole_when_exact(n: int, expected: str) -> None:
+    assert units.size(n) == expected
+
+
+@pytest.mark.parametrize("n,expected", [(524288, "512K"), (1 << 20, "1M"), (3 << 29, "1.5G"), (512, "512")])
+def test_short_size(n: int, expected: str) -> None:
+    assert units.short_size(n) == expected
+
+
+@pytest.mark.parametrize("n,expected", [
+    (10 << 20, "10.0 MiB"), (116_000_000, "110.6 MiB"), (0, "0.0 MiB"), (1023 << 20, "1,023.0 MiB"),
+    (1 << 30, "1.00 GiB"), (3 << 30, "3.00 GiB"), (2048 << 30, "2,048.00 GiB"),
+])
+def test_mib_switches_to_gib_at_one_gib(n: int, expected: str) -> None:
+    assert units.mib(n) == expected
+
+
+@pytest.mark.parametrize("n,expected", [
+    (12_058_624, "12.06 MB"), (2_500_000_000, "2.50 GB"), (24e12, "24.00 TB"), (1500, "1.50 kB"), (512, "512 B"),
+    (2e15, "2,000.00 TB"),
+])
+def test_volume_is_decimal(n: float, expected: str) -> None:
+    assert units.volume(n) == expected
+
+
+def test_bare_decimal_numbers_and_rates() -> None:
+    assert units.mb(12_345_678) == "12.3"
+    assert units.mb(2.5e9) == "2,500.0"
     assert units.rate(200_000_000) == "200.0"
+    assert units.mb_s(62_300_000) == "62.3 MB/s"
+    assert units.mb_s(1.5e9) == "1,500.0 MB/s"
+    assert units.gb(480_000_000) == "0.480"
+    assert units.gb(0) == "0.000"
+    assert units.gb(1.2345e12) == "1,234.500"
+
+
+@pytest.mark.parametrize("formatter", [units.mb, units.rate, units.mb_s, units.gb, units.latency, units.step_time])
+def test_a_missing_value_prints_a_dash(formatter: Callable[[None], str]) -> None:
+    assert formatter(None) == "-"
+
+
+def test_times_and_counts() -> None:
     assert units.latency(1500) == "2 µs"
     assert units.latency(2_500_000) == "2.50 ms"
-    assert units.latency(None) == "-"
+    assert units.latency(3e9) == "3.00 s"
+    assert units.latency(800) == "800 ns"
+    assert units.seconds(2) == "2.00 s"
+    assert units.seconds(150) == "2.5 min"
+    assert units.step_time(0.4) == "0.400 s"
+    assert units.count(12_345.6) == "12,346"

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from ..model import units
 from ..model.run import DeviceStats, TraceRun
 from ..model.timeline import as_timeline
 from ..model.verdict import DeviceCeiling, Finding, VerdictInputs
@@ -140,9 +141,9 @@ def distance_findings(run: TraceRun, inputs: VerdictInputs, bridge_s: float) -> 
 
 
 def _distance(run: TraceRun, use: DeviceUse, ceiling: DeviceCeiling | None, bridge_s: float) -> Finding:
-    dirs = ", ".join(f"{op} {rate / 1e6:,.1f} MB/s" for op, rate in (("read", use.read_bytes_per_s),
+    dirs = ", ".join(f"{op} {units.mb_s(rate)}" for op, rate in (("read", use.read_bytes_per_s),
                                                                      ("write", use.write_bytes_per_s)) if rate)
-    head = (f"{use.device} moved {use.bytes_per_s / 1e6:,.1f} MB/s while busy ({dirs}; busy {use.busy_s:.2f} s "
+    head = (f"{use.device} moved {units.mb_s(use.bytes_per_s)} while busy ({dirs}; busy {use.busy_s:.2f} s "
             f"of the {run.duration_s:.2f} s run)")
     figures: dict[str, float | int | str | None] = {
         "device": use.device, "bytes": use.bytes, "busy_s": use.busy_s, "bytes_per_s_busy": use.bytes_per_s,
@@ -154,7 +155,7 @@ def _distance(run: TraceRun, use: DeviceUse, ceiling: DeviceCeiling | None, brid
         head += f"; its ceiling is unknown — {CEILING_HINT}."
     else:
         share = use.bytes_per_s / ceiling.bytes_per_s
-        head += (f": {share:.0%} of its {ceiling.bytes_per_s / 1e6:,.1f} MB/s ceiling "
+        head += (f": {share:.0%} of its {units.mb_s(ceiling.bytes_per_s)} ceiling "
                  f"({ceiling.source}).")
         rule += "; ceiling: read and write bandwidth's harmonic mean where the source measured both"
         figures.update(ceiling_bytes_per_s=ceiling.bytes_per_s, ceiling_source=ceiling.source,

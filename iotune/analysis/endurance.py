@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..model import units
 from ..model.plan import Plan
 from ..model.run import TraceRun
 from ..model.verdict import Finding, VerdictInputs
@@ -82,10 +83,10 @@ def run_write_rate(run: TraceRun, capacity_bytes: float | None = None) -> WriteR
     step_s, step_bytes = sum(r.total_s for r in rows), sum(r.block.write_bytes for r in rows)
     if rows and step_s > 0 and step_bytes > 0:
         rate = step_bytes * share / step_s
-        basis = f"{len(rows)} steady step(s): {step_bytes / 1e6:,.1f} MB written in {step_s:.2f} s"
+        basis = f"{len(rows)} steady step(s): {units.mb(step_bytes)} MB written in {step_s:.2f} s"
     elif run.duration_s > 0:
         rate = total * share / run.duration_s
-        basis = f"the whole run: {total / 1e6:,.1f} MB written in {run.duration_s:.2f} s"
+        basis = f"the whole run: {units.mb(total)} MB written in {run.duration_s:.2f} s"
     else:
         return None
     if len(top) > 1:
@@ -104,17 +105,10 @@ def plan_write_rate(plan: Plan, step_s: float, step_source: str,
     per_step = plan.per_optimizer_step.total_write / plan.inp.drives
     if per_step <= 0 or step_s <= 0:
         return None
-    basis = (f"{per_step / 1e9:,.2f} GB written per optimizer step per drive "
+    basis = (f"{units.volume(per_step)} written per optimizer step per drive "
              f"({plan.inp.drives} drive(s) per rank) every {step_s:,.2f} s ({step_source})")
     return WriteRate(per_step / step_s, basis, "", float(capacity_bytes or 0),
                      "--drive-capacity" if capacity_bytes else "")
-
-
-def _big(n: float) -> str:
-    """Decimal MB under 1 GB, TB from 1,000 GB, else GB."""
-    if n < 1e9:
-        return f"{n / 1e6:,.2f} MB"
-    return f"{n / 1e12:,.2f} TB" if n >= 1e12 else f"{n / 1e9:,.2f} GB"
 
 
 def _days(days: float) -> str:
@@ -126,16 +120,17 @@ def endurance_finding(e: Endurance) -> Finding:
     """The endurance claim in words, with its figures."""
     where = f" on {e.rate.device}" if e.rate.device else " per drive"
     per = "of training" if e.rate.device == "" or "step" in e.rate.basis else "at this run's rate"
-    parts = [f"{_big(e.bytes_per_hour)} written per hour {per}{where}"]
+    parts = [f"{units.volume(e.bytes_per_hour)} written per hour {per}{where}"]
     dwpd = e.drive_writes_per_day
     if dwpd is not None:
-        parts.append(f"{dwpd:,.2f} drive writes per day on its {_big(e.rate.capacity_bytes)}")
+        parts.append(f"{dwpd:,.2f} drive writes per day on its {units.volume(e.rate.capacity_bytes)}")
     else:
         parts.append(f"{e.writes_per_day_per_tb:,.2f} drive writes per day per TB of capacity")
     days, tbw = e.days_to_tbw, e.tbw_bytes or 0.0
     if days is not None:
-        used = f", {_big(e.written_bytes)} already written" if e.written_bytes else ""
-        parts.append(f"the rated {_big(tbw)} ({e.tbw_source}{used}) lasts {_days(days)} of writing around the clock")
+        used = f", {units.volume(e.written_bytes)} already written" if e.written_bytes else ""
+        parts.append(f"the rated {units.volume(tbw)} ({e.tbw_source}{used}) lasts {_days(days)} of writing "
+                     f"around the clock")
         headline = "; ".join(parts) + "."
     else:
         headline = "; ".join(parts) + "; rated endurance unknown: pass --drive-tbw (e.g. --drive-tbw 600TB)."
@@ -167,7 +162,7 @@ def plan_endurance(plan: Plan, step_s: float | None, tbw_bytes: float | None = N
         step_s, source = plan.storage_s_per_step, "storage time per step at --drive-bandwidth: an upper bound"
     else:
         per = plan.per_optimizer_step.total_write / plan.inp.drives
-        return Finding("endurance", f"{per / 1e9:,.2f} GB written per optimizer step per drive; give --step-time S "
+        return Finding("endurance", f"{units.volume(per)} written per optimizer step per drive; give --step-time S "
                                     f"(or --drive-bandwidth) for the writes per day and the days to the rated TBW.",
                        "written per step = the planner's NVMe writes per optimizer step / drives",
                        {"written_bytes_per_step": per})

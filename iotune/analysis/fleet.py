@@ -30,6 +30,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import replace
 
+from ..model import units
 from ..model.attribution import Attribution
 from ..model.fleet import FleetRun, NodeRun
 from ..model.fleet_report import FleetNodeRow, FleetRankRow, FleetReport, StepStraggler, StragglerSummary
@@ -218,10 +219,6 @@ def fleet_report(fleet: FleetRun, inputs: VerdictInputs = VerdictInputs()) -> Fl
                        fleet_words(rows, steps, summary, rate))
 
 
-def _mb(v: float | None) -> str:
-    return "-" if v is None else f"{v / 1e6:,.1f} MB/s"
-
-
 def straggler_words(s: StragglerSummary) -> str:
     if not s.stands_out:
         gap = f" ({s.median_gap_pct:.1f} %)" if s.median_gap_pct is not None else ""
@@ -238,8 +235,8 @@ def straggler_words(s: StragglerSummary) -> str:
         pct = 100.0 * (s.step_s - s.others_step_s) / s.others_step_s
         head += f": its steps take {s.step_s:.2f} s vs {s.others_step_s:.2f} s on the others ({pct:+.0f} %)"
     if s.busy_bytes_per_s is not None and s.others_busy_bytes_per_s is not None:
-        head += (f"; its drive moved {_mb(s.busy_bytes_per_s)} while busy vs {_mb(s.others_busy_bytes_per_s)} "
-                 f"on the others")
+        head += (f"; its drive moved {units.mb_s(s.busy_bytes_per_s)} while busy vs "
+                 f"{units.mb_s(s.others_busy_bytes_per_s)} on the others")
     return head + "."
 
 
@@ -257,4 +254,4 @@ def fleet_words(rows: list[FleetNodeRow], steps: list[StepStraggler], s: Straggl
         head = f"Only {ok[0].host} returned a complete run: no other node to compare it with."
     else:
         head = "No training step was recorded on two or more nodes: no straggler to name."
-    return f"{head} Aggregate {rate / 1e9:.3f} GB/s over {len(ok)} ok node(s).{missing}"
+    return f"{head} Aggregate {units.gb(rate)} GB/s over {len(ok)} ok node(s).{missing}"

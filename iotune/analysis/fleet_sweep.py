@@ -24,6 +24,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import replace
 
+from ..model import units
 from ..model.fleet_sweep import FleetSweepReport, NodeJudgement, NodeSweep, PickComparison
 
 
@@ -95,10 +96,6 @@ def fleet_sweep_report(nodes: Sequence[NodeSweep], noise_floor: float, profile: 
     return replace(report, summary=summary(report))
 
 
-def _mb(bytes_per_s: float | None) -> str:
-    return "-" if bytes_per_s is None else f"{bytes_per_s / 1e6:,.1f} MB/s"
-
-
 SETTINGS_WORDS = {
     "same": "every node recommends the same settings: one config serves the fleet",
     "different": "the nodes deserve different settings: {pairs}",
@@ -118,11 +115,11 @@ def summary(r: FleetSweepReport) -> str:
     for j in r.judged:
         if j.slow and j.below_median is not None:
             node = next(n for n in r.nodes if n.host == j.host)
-            lines.append(f"host {j.host} is slow: measured ceiling {_mb(node.ceiling_bytes_per_s)}, "
-                         f"{100 * j.below_median:.0f}% below the median {_mb(r.median_ceiling_bytes_per_s)} of "
+            lines.append(f"host {j.host} is slow: measured ceiling {units.mb_s(node.ceiling_bytes_per_s)}, "
+                         f"{100 * j.below_median:.0f}% below the median {units.mb_s(r.median_ceiling_bytes_per_s)} of "
                          f"{ok} nodes (its noise: {100 * j.noise:.0f}%); check its drive")
     if r.median_ceiling_bytes_per_s is not None and not r.slow:
-        lines.append(f"no node is slower than the median {_mb(r.median_ceiling_bytes_per_s)} beyond its noise")
+        lines.append(f"no node is slower than the median {units.mb_s(r.median_ceiling_bytes_per_s)} beyond its noise")
     pairs = "; ".join(f"on {c.host} its own pick beats {c.other_host}'s by {100 * ((c.own_over_other or 1) - 1):.0f}% "
                       f"(noise {100 * c.noise:.0f}%)" for c in r.comparisons if c.beats)
     lines.append(SETTINGS_WORDS[r.settings].format(pairs=pairs))

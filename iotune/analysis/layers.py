@@ -7,22 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..model import units
 from ..model.appio import IFACES, AppLayer
 from ..model.attribution import OTHER, categorize_swap_path
 from ..model.histogram import percentile_ns
 from ..model.run import TraceRun
 
 DATA_OPS = ("read", "write")
-_BINARY = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
-
-
-def size_text(n: float) -> str:
-    """524288 -> '512 KiB' (binary units, as the report's sizes)."""
-    for unit, scale in _BINARY:
-        if n >= scale:
-            v = n / scale
-            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.1f} {unit}"
-    return f"{n:.0f} B"
 
 
 @dataclass(frozen=True)
@@ -139,9 +130,9 @@ def member_rows(run: TraceRun) -> list[LayerRow]:
             if len(devs) > 1 and a.requests and block_size and block_size < a.dominant_size and \
                     (not limit or a.dominant_size <= limit * 1024):
                 verb = "submits" if op == "write" else "asks for"
-                striped = (f"the job {verb} {size_text(a.dominant_size)} requests; the filesystem stripes them "
+                striped = (f"the job {verb} {units.size(a.dominant_size)} requests; the filesystem stripes them "
                            f"over {len(devs)} devices ({'+'.join(d.name for d in devs)}), which receive "
-                           f"{size_text(block_size)} pieces (RAID0 striping)")
+                           f"{units.size(block_size)} pieces (RAID0 striping)")
                 rest = [c for c in row.cause.split("; ") if c and not c.startswith("the job ")]
                 row = replace(row, cause="; ".join([striped, *rest]))
             rows.append(row)
@@ -154,23 +145,23 @@ def _with_cause(r: LayerRow, max_sectors_kb: int, max_segments: int, meta: int) 
         limit = max_sectors_kb * 1024
         verb = "submits" if r.op == "write" else "asks for"
         if limit and r.app_size_bytes > limit >= r.block_size_bytes:
-            parts.append(f"the job {verb} {size_text(r.app_size_bytes)} requests; {r.device} receives "
-                         f"{size_text(r.block_size_bytes)} pieces because max_sectors_kb is {max_sectors_kb} "
+            parts.append(f"the job {verb} {units.size(r.app_size_bytes)} requests; {r.device} receives "
+                         f"{units.size(r.block_size_bytes)} pieces because max_sectors_kb is {max_sectors_kb} "
                          f"on {r.device} (raise it up to max_hw_sectors_kb, or submit smaller requests)")
         elif r.app_size_bytes % 4096:
-            parts.append(f"the job {verb} {size_text(r.app_size_bytes)} requests, not a multiple of 4 KiB: "
-                         f"{r.device} receives them as {size_text(r.block_size_bytes)} pieces (alignment)")
+            parts.append(f"the job {verb} {units.size(r.app_size_bytes)} requests, not a multiple of 4 KiB: "
+                         f"{r.device} receives them as {units.size(r.block_size_bytes)} pieces (alignment)")
         else:
-            parts.append(f"the job {verb} {size_text(r.app_size_bytes)} requests; {r.device} receives "
-                         f"{size_text(r.block_size_bytes)} pieces although max_sectors_kb ({max_sectors_kb}) "
+            parts.append(f"the job {verb} {units.size(r.app_size_bytes)} requests; {r.device} receives "
+                         f"{units.size(r.block_size_bytes)} pieces although max_sectors_kb ({max_sectors_kb}) "
                          f"allows them whole: the file's extents are not contiguous on the device, or a "
                          f"buffer spans more than max_segments ({max_segments}) pieces of memory")
     if r.app_requests and r.added_bytes > 0 and r.op == "write":
         extra = f", {meta} of them metadata requests" if meta else ""
-        parts.append(f"{size_text(r.added_bytes)} more reached {r.device} than the job wrote: filesystem "
+        parts.append(f"{units.size(r.added_bytes)} more reached {r.device} than the job wrote: filesystem "
                      f"metadata and journal{extra}")
     elif r.app_requests and r.added_bytes < 0 and r.op == "read":
-        parts.append(f"{size_text(-r.added_bytes)} of the job's reads never reached {r.device}: served from "
+        parts.append(f"{units.size(-r.added_bytes)} of the job's reads never reached {r.device}: served from "
                      f"the page cache")
     return replace(r, cause="; ".join(parts))
 

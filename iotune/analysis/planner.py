@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import math
 
+from ..model import units
 from ..model.attribution import GRADIENTS, OPTIMIZER_CATEGORIES, PARAMETERS
 from ..model.plan import Plan, PlanInput, Traffic
 
@@ -123,9 +124,9 @@ def bottleneck(inp: PlanInput, moved: float, storage_s: float | None) -> str:
         return ("No NVMe traffic: the CPU optimizer step (memory-bandwidth bound) and the PCIe copies "
                 "of gradients and weights are the cost." + extra)
     if storage_s is None:
-        return (f"Each optimizer step moves {moved / 1e9:.1f} GB to and from NVMe per rank: give "
+        return (f"Each optimizer step moves {units.volume(moved)} to and from NVMe per rank: give "
                 f"--drive-bandwidth to see how long that takes.")
-    return (f"Each optimizer step moves {moved / 1e9:.1f} GB to and from NVMe per rank, "
+    return (f"Each optimizer step moves {units.volume(moved)} to and from NVMe per rank, "
             f"{storage_s:.1f} s at {inp.drives} drive(s): storage bandwidth sets the optimizer step time; "
             f"more drives in RAID0 cut it proportionally, gradient accumulation spreads it over more samples.")
 

@@ -31,6 +31,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..model import units
 from ..model.attribution import PhaseSpan
 from ..model.run import TraceRun
 from ..model.verdict import (COMPUTE_BOUND, CPU_OPTIMIZER_BOUND, NO_TRAINING, NOT_ON_DEVICE, STARTUP_DOMINATED,
@@ -161,8 +162,8 @@ def _no_training(run: TraceRun, rest: list[Finding]) -> Verdict:
 
 def _not_on_device(run: TraceRun, swapped: float, on_device: float, steps: int, rest: list[Finding]) -> Verdict:
     traced = ", ".join(d.name for d in run.devices if not d.is_lower) or ", ".join(run.device_filter) or "none"
-    head = (f"DeepSpeed swapped {swapped / 1e6:,.1f} MB in {steps} steady step(s), and the traced devices "
-            f"({traced}) carried {on_device / 1e6:,.1f} MB of it: the swap files are on another device; "
+    head = (f"DeepSpeed swapped {units.mb(swapped)} MB in {steps} steady step(s), and the traced devices "
+            f"({traced}) carried {units.mb(on_device)} MB of it: the swap files are on another device; "
             f"trace the one holding nvme_path (iotune trace --path NVME_PATH -- ...).")
     f = Finding("limit", head, f"swap bytes in the steady steps > 0 and block bytes on the traced devices "
                                f"< {OFF_DEVICE_SHARE:.0%} of them",

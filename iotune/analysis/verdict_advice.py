@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import statistics
 
+from ..model import units
 from ..model.run import TraceRun
 from ..model.verdict import Finding, VerdictInputs
 from .attribution import StepBreakdown, Window
@@ -23,10 +24,6 @@ from .planner import striped_seconds
 NEAR_CEILING = 0.8       # bandwidth while busy at this share of the ceiling: the drive is saturated
 WHAT_IF_DRIVES = (2, 4)  # multiples of the drives traced
 SWEEP = "iotune sweep --path NVME_PATH"
-
-
-def _mib(n: float) -> str:
-    return f"{n / (1 << 20):,.1f} MiB"
 
 
 def storage_advice(run: TraceRun, inputs: VerdictInputs, rows: list[StepBreakdown], optimizer_s: float,
@@ -51,8 +48,8 @@ def storage_advice(run: TraceRun, inputs: VerdictInputs, rows: list[StepBreakdow
 
 
 def in_flight_finding(f: InFlight, busy_bytes_per_s: float, ceiling: float | None) -> Finding:
-    seen = (f"{f.device}: queue depth {f.mean_depth:.1f} × {_mib(f.request_bytes)} requests keeps "
-            f"{_mib(f.bytes)} in flight")
+    seen = (f"{f.device}: queue depth {f.mean_depth:.1f} × {units.size(f.request_bytes)} requests keeps "
+            f"{units.mib(f.bytes)} in flight")
     figures: dict[str, float | int | str | None] = {
         "device": f.device, "request_bytes": f.request_bytes, "mean_depth": f.mean_depth,
         "in_flight_bytes": f.bytes, "mean_latency_s": f.mean_lat_s, "bytes_per_s_busy": busy_bytes_per_s,
@@ -78,10 +75,10 @@ def in_flight_finding(f: InFlight, busy_bytes_per_s: float, ceiling: float | Non
     if need > f.bytes:
         figures["action"] = f"raise aio queue_depth or block_size ({SWEEP})"
         return Finding("advice", f"{seen}; at the {f.mean_lat_s * 1e3:.2f} ms per request seen, this drive needs "
-                                 f"≥ {_mib(need)} in flight to reach its {ceiling / 1e6:,.1f} MB/s — raise the aio "
+                                 f"≥ {units.mib(need)} in flight to reach its {units.mb_s(ceiling)} — raise the aio "
                                  f"queue_depth or block_size: run `{SWEEP}`.", rule, figures)
     figures["action"] = f"sweep the aio settings ({SWEEP})"
-    return Finding("advice", f"{seen}, at least the {_mib(need)} this drive needs, yet it runs at "
+    return Finding("advice", f"{seen}, at least the {units.mib(need)} this drive needs, yet it runs at "
                              f"{busy_bytes_per_s / ceiling:.0%} of its ceiling while busy: the gap is not queue "
                              f"depth (request size, the filesystem, the CPU side) — run `{SWEEP}`.", rule, figures)
 
@@ -93,7 +90,7 @@ def what_if_finding(moved: float, per_drive: float, source: str, optimizer_s: fl
     est = {n: compute + striped_seconds(moved, per_drive, n) for n in counts}
     alts = ", ".join(f"with {n} drives in RAID0 ≈ {est[n]:.2f} s" for n in counts[1:])
     head = (f"The optimizer step takes {optimizer_s:.2f} s now; {alts} ({drives} drive(s) at "
-            f"{per_drive / 1e6:,.1f} MB/s each: ≈ {est[drives]:.2f} s): it moves {moved / 1e6:,.1f} MB per step.")
+            f"{units.mb_s(per_drive)} each: ≈ {est[drives]:.2f} s): it moves {units.mb(moved)} MB per step.")
     rule = ("optimizer step with N drives = its time without I/O + its block bytes / (N × bandwidth per drive), "
             f"as `iotune plan --drives N` computes storage time; bandwidth per drive: {source}; the traced drives "
             f"that moved data count as the drives now")

@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 from ..errors import UsageError
-from .devices import SYS_BLOCK, BlockDevice, device_by_number, devices_for_path, mount_of, whole_disk
+from .devices import SYS_BLOCK, BlockDevice, device_by_number, devices_for_path, mount_of, size_bytes, whole_disk
 
 HARDWARE_ID_FILES = ("wwid", "device/wwid", "serial", "device/serial")
 
@@ -32,14 +32,14 @@ def drive_identity(path: str) -> dict[str, object]:
     hardware = [h for h in (hardware_id(d) for d in devices) if h]
     if uuid:
         return {"filesystem_uuid": uuid, **({"devices": hardware} if hardware else {})}
-    return {"devices": [hardware_id(d) or f"{d.number} {_size_bytes(d)} bytes" for d in devices]}
+    return {"devices": [hardware_id(d) or f"{d.number} {size_bytes(d)} bytes" for d in devices]}
 
 
 def device_identities(dev: BlockDevice) -> tuple[str, set[str]]:
     """(filesystem UUID on `dev` or "", the ids drive_identity may list for
     it): what a sweep journal's drive is matched against."""
     uuid = _blkid_uuid(dev.path)
-    ids = {f"{dev.number} {_size_bytes(dev)} bytes"}
+    ids = {f"{dev.number} {size_bytes(dev)} bytes"}
     for d in {dev, whole_disk(dev)}:
         if hardware_id(d):
             ids.add(hardware_id(d))
@@ -86,10 +86,3 @@ def hardware_id(dev: BlockDevice) -> str:
         if value:
             return f"{Path(name).name}:{value}"
     return ""
-
-
-def _size_bytes(dev: BlockDevice) -> int:
-    try:
-        return int((SYS_BLOCK / dev.name / "size").read_text()) * 512
-    except (OSError, ValueError):
-        return 0

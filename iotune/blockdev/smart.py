@@ -17,6 +17,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
+from ..model import units
 from .devices import BlockDevice, whole_disk
 
 NVME_DATA_UNIT = 512_000      # bytes per NVMe "data unit" (1000 x 512 B)
@@ -39,7 +40,7 @@ class DriveWear:
     @property
     def source(self) -> str:
         used = f"{self.used_pct:g}% of rated endurance used" if self.used_pct is not None else "wear unknown"
-        written = f"{self.written_bytes / 1e12:,.2f} TB written" if self.written_bytes else "written unknown"
+        written = f"{units.volume(self.written_bytes)} written" if self.written_bytes else "written unknown"
         return f"estimated from {self.device}'s health data ({self.tool}): {written}, {used}"
 
 

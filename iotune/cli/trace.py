@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 def progress_printer() -> Callable[[float, int, int, int, int], None] | None:
     if not sys.stderr.isatty():
         return None
-    from ..render.units import seconds, volume
+    from ..model.units import seconds, volume
 
     def show(elapsed: float, rb: int, wb: int, rr: int, wr: int) -> None:
         sys.stderr.write(f"\r\x1b[2Ktracing · {seconds(elapsed)} · read {volume(rb)} ({rr:,} req) · "

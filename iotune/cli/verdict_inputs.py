@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from ..errors import IotuneError
+from ..model import units
 from ..model.run import TraceRun
 from ..model.verdict import DeviceCeiling, TraceReport, VerdictInputs
 from .options import F, endurance_options
@@ -56,7 +57,7 @@ def ceilings(run: TraceRun, probe: bool, say: Callable[[str], None]) -> tuple[De
             say(f"warning: {e}")
             continue
         if found is not None:
-            say(f"ceiling of {dev.name}: {found.bytes_per_s / 1e6:,.1f} MB/s ({found.source})")
+            say(f"ceiling of {dev.name}: {units.mb_s(found.bytes_per_s)} ({found.source})")
             out.append(found)
     if probe and not out:
         say("warning: --ceiling measured no device: the verdict's distance to the device stays unknown")

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..analysis.lint import lint, locked_buffers, swap_paths
-from ..analysis.lint.memory import mib
 from ..analysis.lint.view import aio_block, as_int, model_dtype
 from ..analysis.planner import make_plan
 from ..opbuild import oplocks
 from ..fs.directio import direct_io_problem
+from ..model import units
 from ..model.checks import CheckResult
 from ..model.lint import LintEnv, PathFacts
 from ..model.plan import PlanInput
@@ -162,8 +162,8 @@ def check_space(job: Job, path: str, users: list[str], facts: PathFacts) -> Chec
         return CheckResult(name, "skip", "cannot see the filesystem under it")
     reusable = sum(size for _, size in jobfacts.swap_dirs(path)) if os.path.isdir(path) else 0
     have = facts.free_bytes + reusable
-    note = f" + {mib(reusable)} in swap files DeepSpeed rewrites" if reusable else ""
-    detail = f"{mib(facts.free_bytes)} free{note}; the plan puts {mib(need)} there ({', '.join(users)})"
+    note = f" + {units.mib(reusable)} in swap files DeepSpeed rewrites" if reusable else ""
+    detail = f"{units.mib(facts.free_bytes)} free{note}; the plan puts {units.mib(need)} there ({', '.join(users)})"
     if have < need:
         return CheckResult(name, "fail", detail, "free space, or point nvme_path at a larger volume "
                            "(`iotune plan` for the breakdown)")
@@ -183,7 +183,7 @@ def check_sharing(path: str) -> CheckResult:
     dirs = jobfacts.swap_dirs(path)
     if dirs:
         size = sum(s for _, s in dirs)
-        return CheckResult(name, "warn", f"swap directories of an earlier job ({len(dirs)}, {mib(size)}, e.g. "
+        return CheckResult(name, "warn", f"swap directories of an earlier job ({len(dirs)}, {units.mib(size)}, e.g. "
                            f"{dirs[0][0]}); no process has them open now", "if that job runs elsewhere (another "
                            "container or node on shared storage), give each job its own nvme_path")
     return CheckResult(name, "ok", "no other process has files open under it, no earlier swap files")
@@ -210,8 +210,8 @@ def check_memory(job: Job, env: LintEnv) -> list[CheckResult]:
     if not limits:
         return out
     limit, which = min(limits)
-    text = (f"{mib(host)} of host memory for {ranks} rank(s) ({'fp32 gradients + ' if job.params else ''}swap "
-            f"buffers {mib(pinned)} per rank) against {mib(limit)}, {which}")
+    text = (f"{units.mib(host)} of host memory for {ranks} rank(s) ({'fp32 gradients + ' if job.params else ''}swap "
+            f"buffers {units.mib(pinned)} per rank) against {units.mib(limit)}, {which}")
     status = "fail" if host > limit else "warn" if host > 0.8 * limit else "ok"
     out.append(CheckResult("host memory", status, text, "lower buffer_count / buffer_size / sub_group_size, "
                            "or raise the memory limit"))
@@ -221,16 +221,16 @@ def check_memory(job: Job, env: LintEnv) -> list[CheckResult]:
 def _memlock(env: LintEnv, pinned: int, what: str) -> CheckResult:
     name = "locked memory (ulimit -l)"
     if env.memlock_bytes is None:
-        return CheckResult(name, "ok", f"unlimited; swap buffers lock {mib(pinned)} ({what})")
+        return CheckResult(name, "ok", f"unlimited; swap buffers lock {units.mib(pinned)} ({what})")
     if env.can_lock_unlimited:
-        return CheckResult(name, "ok", f"ulimit -l {mib(env.memlock_bytes)}, not enforced (CAP_IPC_LOCK); swap "
-                           f"buffers lock {mib(pinned)}")
+        return CheckResult(name, "ok", f"ulimit -l {units.mib(env.memlock_bytes)}, not enforced (CAP_IPC_LOCK); swap "
+                           f"buffers lock {units.mib(pinned)}")
     if pinned > env.memlock_bytes:
-        return CheckResult(name, "fail", f"swap buffers lock {mib(pinned)} ({what}), over ulimit -l "
-                           f"{mib(env.memlock_bytes)}: pinning them fails", "raise the memlock limit for the "
+        return CheckResult(name, "fail", f"swap buffers lock {units.mib(pinned)} ({what}), over ulimit -l "
+                           f"{units.mib(env.memlock_bytes)}: pinning them fails", "raise the memlock limit for the "
                            "training user (ulimit -l unlimited; docker run --ulimit memlock=-1), or lower "
                            "buffer_count / buffer_size / sub_group_size")
-    return CheckResult(name, "ok", f"swap buffers lock {mib(pinned)} of ulimit -l {mib(env.memlock_bytes)}")
+    return CheckResult(name, "ok", f"swap buffers lock {units.mib(pinned)} of ulimit -l {units.mib(env.memlock_bytes)}")
 
 
 LOCK_WHAT = ("torch creates this lock while it compiles DeepSpeed's {op} op on first use and removes it when the "

@@ -36,6 +36,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from . import units
 from .attribution import EXP_AVG, EXP_AVG_SQ, FP32_MASTER, GRADIENTS
 
 MIN_AIO_BYTES = 1 << 20            # swap_tensor/constants.py: nothing smaller is swapped
@@ -224,18 +225,14 @@ class GainSplit:
         if self.saved_bytes_per_step == 0:
             return f"{head}, all of it from faster I/O (the same bytes per step)"
         if self.faster_io == 1.0 and self.less_io == self.speedup:
-            return (f"{head}, all of it from less I/O: {self.saved_bytes_per_step / 1e6:.1f} MB/step no longer "
-                    f"swapped, +{self.ram_added_bytes / 1e6:.1f} MB of RAM")
-        kept = [f"{n} {what} under {_mib(self.threshold_bytes)} stay{'s' if n == 1 else ''} in RAM"
+            return (f"{head}, all of it from less I/O: {units.mb(self.saved_bytes_per_step)} MB/step no longer "
+                    f"swapped, +{units.mb(self.ram_added_bytes)} MB of RAM")
+        kept = [f"{n} {what} under {units.size(self.threshold_bytes)} stay{'s' if n == 1 else ''} in RAM"
                 for n, what in ((self.gradients_kept, "gradient tensor" + "s" * (self.gradients_kept != 1)),
                                 (self.groups_kept, "optimizer sub-group" + "s" * (self.groups_kept != 1))) if n]
         return (f"{head}: {self.faster_io:.2f}× from faster I/O, {self.less_io:.2f}× from "
-                f"{self.saved_bytes_per_step / 1e6:.1f} MB/step less I/O; {' and '.join(kept)}, "
-                f"+{self.ram_added_bytes / 1e6:.1f} MB of RAM")
-
-
-def _mib(n: int) -> str:
-    return f"{n / (1 << 20):g} MiB"
+                f"{units.mb(self.saved_bytes_per_step)} MB/step less I/O; {' and '.join(kept)}, "
+                f"+{units.mb(self.ram_added_bytes)} MB of RAM")
 
 
 def gain_split(reference: OffloadKnobs, candidate: OffloadKnobs, shape: JobShape, speedup: float) -> GainSplit:

@@ -1,6 +1,13 @@
-"""Parsing sizes and durations the user types. Sizes are binary: K, KiB and
-k all mean 1024 bytes (as DeepSpeed's aio block_size does); decimal needs an
-explicit kB/MB/GB."""
+"""Sizes and rates: parsing what the user types, and printing numbers with
+explicit units.
+
+Parsing: sizes are binary (K, KiB and k all mean 1024 bytes, as DeepSpeed's
+aio block_size does); decimal needs an explicit kB/MB/GB.
+
+Printing: throughput and volumes are decimal (MB/s, GB: 10**6, 10**9 bytes);
+request, tensor and memory sizes are binary (KiB, MiB, GiB: 2**10, 2**20,
+2**30), as block-layer tools print them. A missing value (None) prints "-".
+"""
 
 from __future__ import annotations
 
@@ -12,6 +19,8 @@ _UNITS = {
     "t": 1 << 40, "tib": 1 << 40,
     "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
 }
+_BINARY = (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+_DECIMAL = (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3))
 
 
 def parse_size(text: str) -> int:
@@ -42,3 +51,87 @@ def parse_rate(text: str) -> float:
     except ValueError:
         raise ValueError(f"'{text}' is not a rate: use e.g. 3GB/s, 200MB/s (decimal) or 2GiB/s") \
             from None
+
+
+def size(n: float) -> str:
+    """A request or tensor size in the largest binary unit it reaches, whole
+    when exact: 524288 -> '512 KiB', 1536 -> '1.5 KiB', 100 -> '100 B'."""
+    for unit, scale in _BINARY:
+        if n >= scale:
+            v = n / scale
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def short_size(n: int) -> str:
+    """A compact binary size for histogram labels: 524288 -> '512K', 1048576 -> '1M', 512 -> '512'."""
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:g}{unit}"
+    return str(n)
+
+
+def mib(n: float) -> str:
+    """Memory, buffers or space in binary units: MiB to one decimal below
+    1 GiB, GiB to two from there: 10485760 -> '10.0 MiB', 3 << 30 -> '3.00 GiB'."""
+    return f"{n / (1 << 30):,.2f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):,.1f} MiB"
+
+
+def volume(n: float) -> str:
+    """Bytes moved, written or held (a volume, a capacity) in the largest
+    decimal unit they reach: 12058624 -> '12.06 MB', 24e12 -> '24.00 TB', 512 -> '512 B'."""
+    for unit, scale in _DECIMAL:
+        if n >= scale:
+            return f"{n / scale:,.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def mb(n: float | None) -> str:
+    """Bytes as a bare number of decimal MB, for a column or sentence that
+    names the unit: 12345678 -> '12.3', 2.5e9 -> '2,500.0', None -> '-'."""
+    return "-" if n is None else f"{n / 1e6:,.1f}"
+
+
+def rate(bytes_per_s: float | None) -> str:
+    """Throughput as a bare number of decimal MB/s (as mb()), for a column or
+    sentence that names the unit: 2e8 -> '200.0', None -> '-'."""
+    return mb(bytes_per_s)
+
+
+def mb_s(bytes_per_s: float | None) -> str:
+    """Throughput with its unit: 2e8 -> '200.0 MB/s', None -> '-'."""
+    return "-" if bytes_per_s is None else f"{mb(bytes_per_s)} MB/s"
+
+
+def gb(n: float | None) -> str:
+    """Bytes as a bare number of decimal GB to the MB, for a column or
+    sentence that names the unit: 480000000 -> '0.480', None -> '-'."""
+    return "-" if n is None else f"{n / 1e9:,.3f}"
+
+
+def count(n: float) -> str:
+    """A whole count with thousands separators: 12345.6 -> '12,346'."""
+    return f"{n:,.0f}"
+
+
+def latency(ns: float | None) -> str:
+    """Nanoseconds in the largest unit they reach: 1500 -> '2 µs', 2500000 -> '2.50 ms', None -> '-'."""
+    if ns is None:
+        return "-"
+    if ns >= 1e9:
+        return f"{ns / 1e9:.2f} s"
+    if ns >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    if ns >= 1e3:
+        return f"{ns / 1e3:.0f} µs"
+    return f"{ns:.0f} ns"
+
+
+def seconds(s: float) -> str:
+    """A duration: 2 -> '2.00 s', minutes from 120 s: 150 -> '2.5 min'."""
+    return f"{s:.2f} s" if s < 120 else f"{s / 60:.1f} min"
+
+
+def step_time(s: float | None) -> str:
+    """A step time to the millisecond: 0.4 -> '0.400 s', None -> '-'."""
+    return "-" if s is None else f"{s:.3f} s"

@@ -9,8 +9,8 @@ from rich.text import Text
 
 from ..analysis.attribution import (STEP_PHASES, checkpoints, cross_check, median_step, steady,
                                     step_breakdowns, swap_by_category)
+from ..model import units
 from ..model.run import TraceRun
-from . import units
 
 MAX_STEP_ROWS = 12
 
@@ -46,12 +46,14 @@ def step_table(run: TraceRun) -> RenderableType:
         table.add_column(col, justify="right")
     shown = rows if len(rows) <= MAX_STEP_ROWS else rows[: MAX_STEP_ROWS // 2] + rows[-MAX_STEP_ROWS // 2:]
     for r in shown:
-        table.add_row(str(r.step), f"{r.total_s:.3f} s", *(f"{r.phase_s.get(p, 0.0):.3f} s" for p in phases),
-                      f"{r.block.read_bytes / 1e9:.3f}", f"{r.block.write_bytes / 1e9:.3f}")
+        table.add_row(str(r.step), units.step_time(r.total_s),
+                      *(units.step_time(r.phase_s.get(p, 0.0)) for p in phases),
+                      units.gb(r.block.read_bytes), units.gb(r.block.write_bytes))
     med = median_step(rows)
     if med is not None:
-        table.add_row(f"median ({med.steps})", f"{med.total_s:.3f} s", *(f"{med.phase_s(p):.3f} s" for p in phases),
-                      f"{med.read_bytes / 1e9:.3f}", f"{med.write_bytes / 1e9:.3f}", style="bold")
+        table.add_row(f"median ({med.steps})", units.step_time(med.total_s),
+                      *(units.step_time(med.phase_s(p)) for p in phases),
+                      units.gb(med.read_bytes), units.gb(med.write_bytes), style="bold")
     cut = med is not None and med.steps < len(rows)
     note = Text("median over steady steps: all but the first (warm-up) and the last (cut off)\n" if cut else "\n",
                 style="dim")

@@ -9,17 +9,9 @@ from dataclasses import asdict
 from rich.console import Console
 from rich.table import Table
 
+from ..model import units
 from ..model.reports import Comparison
-from . import units
 from .base import RenderOptions
-
-
-def _s(v: float | None) -> str:
-    return "-" if v is None else f"{v:.3f} s"
-
-
-def _gb(v: float | None) -> str:
-    return "-" if v is None else f"{v / 1e9:.3f}"
 
 
 def compare_console(c: Comparison, opts: RenderOptions) -> str:
@@ -31,8 +23,9 @@ def compare_console(c: Comparison, opts: RenderOptions) -> str:
     base = c.rows[0].step_s if c.rows else None
     for r in c.rows:
         ratio = "-" if not base or r.step_s is None else f"{r.step_s / base:.2f}"
-        table.add_row(r.label, str(r.steps), _s(r.step_s), ratio, _s(r.optimizer_s), _gb(r.read_bytes_per_step),
-                      _gb(r.write_bytes_per_step), _gb(r.swap_bytes_per_step),
+        table.add_row(r.label, str(r.steps), units.step_time(r.step_s), ratio, units.step_time(r.optimizer_s),
+                      units.gb(r.read_bytes_per_step), units.gb(r.write_bytes_per_step),
+                      units.gb(r.swap_bytes_per_step),
                       "-" if r.dominant_size_bytes is None else units.size(r.dominant_size_bytes),
                       units.rate(r.bytes_per_s))
     buf = io.StringIO()

@@ -10,10 +10,10 @@ from rich.text import Text
 
 from ..analysis.downsample import envelope, interval_series
 from ..analysis.summary import patterns, summarize, top_sizes, totals
+from ..model import units
 from ..model.histogram import log2_from_sizes, size_slot_bounds
 from ..model.run import DeviceStats, DirectionStats, TraceRun
 from ..model.verdict import TraceReport, Verdict
-from . import units
 from .attribution import attribution_section
 from .base import RenderOptions
 from .layers import layers_section

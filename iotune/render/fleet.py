@@ -11,17 +11,9 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ..model import units
 from ..model.fleet_report import FleetReport
-from . import units
 from .base import RenderOptions
-
-
-def _s(v: float | None) -> str:
-    return "-" if v is None else f"{v:.3f} s"
-
-
-def _mb(v: float | None) -> str:
-    return "-" if v is None else f"{v / 1e6:,.1f}"
 
 
 def header(r: FleetReport) -> Text:
@@ -36,7 +28,7 @@ def header(r: FleetReport) -> Text:
              f"{units.seconds(r.wall_s)} · started {f.started_at or 'unknown'}\n")
     t.append("Verdict: ", style="bold")
     t.append(r.summary + "\n", style="bold")
-    t.append(f"  aggregate {r.aggregate_bytes_per_s / 1e9:.3f} GB/s: {units.volume(r.block_bytes)} read and "
+    t.append(f"  aggregate {units.gb(r.aggregate_bytes_per_s)} GB/s: {units.volume(r.block_bytes)} read and "
              f"written on the ok nodes in {units.seconds(r.wall_s)} (GB = 10^9 bytes)\n")
     return t
 
@@ -49,9 +41,9 @@ def node_table(r: FleetReport) -> Table:
         table.add_column(col, justify="left" if col in ("node", "status", "ranks", "verdict") else "right")
     for n in r.nodes:
         verdict = (n.limit or "-") if n.status == "ok" else n.error or "no reason recorded"
-        table.add_row(n.host, n.status, ",".join(map(str, n.ranks)) or "-", str(n.steps), _s(n.step_s),
-                      _s(n.optimizer_s), _mb(n.read_bytes_per_step), _mb(n.write_bytes_per_step),
-                      _mb(n.swap_bytes_per_step), _mb(n.busy_bytes_per_s), verdict)
+        table.add_row(n.host, n.status, ",".join(map(str, n.ranks)) or "-", str(n.steps), units.step_time(n.step_s),
+                      units.step_time(n.optimizer_s), units.mb(n.read_bytes_per_step), units.mb(n.write_bytes_per_step),
+                      units.mb(n.swap_bytes_per_step), units.rate(n.busy_bytes_per_s), verdict)
     return table
 
 
@@ -63,8 +55,8 @@ def rank_table(r: FleetReport) -> RenderableType:
     for col in ("node", "rank", "steps", "step", "optimizer step", "swap MB/step"):
         table.add_column(col, justify="left" if col == "node" else "right")
     for k in r.ranks:
-        table.add_row(k.host, str(k.rank), str(k.steps), _s(k.step_s), _s(k.optimizer_s),
-                      _mb(k.swap_bytes_per_step))
+        table.add_row(k.host, str(k.rank), str(k.steps), units.step_time(k.step_s), units.step_time(k.optimizer_s),
+                      units.mb(k.swap_bytes_per_step))
     return table
 
 
@@ -76,8 +68,8 @@ def step_table(r: FleetReport) -> RenderableType:
     for col in ("step", "nodes", "slowest", "its step", "others (median)", "gap", "gap %"):
         table.add_column(col, justify="left" if col == "slowest" else "right")
     for s in r.steps:
-        table.add_row(str(s.step), str(s.nodes), s.host, _s(s.step_s), _s(s.others_s), _s(s.gap_s),
-                      "-" if s.gap_pct is None else f"{s.gap_pct:+.1f} %")
+        table.add_row(str(s.step), str(s.nodes), s.host, units.step_time(s.step_s), units.step_time(s.others_s),
+                      units.step_time(s.gap_s), "-" if s.gap_pct is None else f"{s.gap_pct:+.1f} %")
     return table
 
 

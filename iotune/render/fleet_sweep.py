@@ -11,8 +11,8 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from ..model import units
 from ..model.fleet_sweep import FleetSweepReport, NodeJudgement, NodeSweep
-from . import units
 from .base import RenderOptions
 
 
@@ -36,7 +36,7 @@ def _row(n: NodeSweep, j: NodeJudgement | None) -> list[str]:
     noise = "-" if j is None else f"±{100 * j.noise:.0f}%"
     step = "-" if n.step_gain is None else f"{n.step_gain:.2f}× ({n.step_verdict})"
     notes = (["SLOW"] if j is not None and j.slow else []) + (["DeepSpeed rejected it"] if n.validation_error else [])
-    ceiling = "-" if n.ceiling_bytes_per_s is None else units.rate(n.ceiling_bytes_per_s)
+    ceiling = units.rate(n.ceiling_bytes_per_s)
     return [n.host, *_pick(n), ceiling, below, noise, _gain(n.gain_over_default), step, ", ".join(notes)]
 
 
@@ -75,7 +75,7 @@ def fleet_sweep_console(r: FleetSweepReport, opts: RenderOptions) -> str:
     head.append("iotune multi-node sweep", style="bold")
     took = "" if r.duration_s is None else f" · {units.seconds(r.duration_s)}"
     head.append(f" · {r.path} on {len(r.nodes)} node(s), {ok} ok{took} · started {r.started_at or 'unknown'}\n")
-    median = "-" if r.median_ceiling_bytes_per_s is None else units.rate(r.median_ceiling_bytes_per_s)
+    median = units.rate(r.median_ceiling_bytes_per_s)
     rule = (f"Slow: measured ceiling more than the node's noise (max of the profile's noise floor "
             f"{100 * r.noise_floor:.0f}% and its best point's spread) below the median ({median} MB/s).\n")
     findings = Text("".join(f"  {line}\n" for line in r.summary.splitlines()), style="bold")

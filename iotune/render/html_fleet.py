@@ -5,18 +5,10 @@ slowest-node tables. See render/page.py for the page and its charts."""
 from __future__ import annotations
 
 from ..analysis.fleet import step_times
+from ..model import units
 from ..model.fleet_report import FleetReport
-from . import units
 from .base import RenderOptions
 from .page import Page, colour, esc
-
-
-def _s(v: float | None) -> str:
-    return "-" if v is None else f"{v:.3f} s"
-
-
-def _mb(v: float | None) -> str:
-    return "-" if v is None else f"{v / 1e6:,.1f}"
 
 
 def fleet_page(r: FleetReport) -> Page:
@@ -26,27 +18,28 @@ def fleet_page(r: FleetReport) -> Page:
     page.paragraph(f"{len(r.nodes)} node(s), {ok} ok · via {f.transport or 'unknown transport'} · started "
                    f"{f.started_at or 'unknown'} · {units.seconds(r.wall_s)}", "meta")
     page.raw(f'<div class="verdict"><p class="summary">{esc(r.summary)}</p>'
-             f"<p>aggregate {r.aggregate_bytes_per_s / 1e9:.3f} GB/s: {units.volume(r.block_bytes)} read and "
+             f"<p>aggregate {units.gb(r.aggregate_bytes_per_s)} GB/s: {units.volume(r.block_bytes)} read and "
              f"written on the ok nodes (GB = 10^9 bytes)</p></div>")
     steps_chart(page, r)
     page.heading("Nodes")
     page.table(("node", "status", "ranks", "steps", "step", "optimizer step", "MB read/step", "MB written/step",
                 "swap MB/step", "MB/s busy", "verdict"),
-               [(n.host, n.status, ",".join(map(str, n.ranks)) or "-", n.steps, _s(n.step_s), _s(n.optimizer_s),
-                 _mb(n.read_bytes_per_step), _mb(n.write_bytes_per_step), _mb(n.swap_bytes_per_step),
-                 _mb(n.busy_bytes_per_s), (n.verdict or "-") if n.status == "ok" else n.error or "-")
+               [(n.host, n.status, ",".join(map(str, n.ranks)) or "-", n.steps, units.step_time(n.step_s),
+                 units.step_time(n.optimizer_s), units.mb(n.read_bytes_per_step), units.mb(n.write_bytes_per_step),
+                 units.mb(n.swap_bytes_per_step), units.rate(n.busy_bytes_per_s),
+                 (n.verdict or "-") if n.status == "ok" else n.error or "-")
                 for n in r.nodes],
                "medians over steady steps; MB = 10^6 bytes, block bytes on the node's traced devices")
     if r.ranks:
         page.heading("Ranks")
         page.table(("node", "rank", "steps", "step", "optimizer step", "swap MB/step"),
-                   [(k.host, k.rank, k.steps, _s(k.step_s), _s(k.optimizer_s), _mb(k.swap_bytes_per_step))
-                    for k in r.ranks])
+                   [(k.host, k.rank, k.steps, units.step_time(k.step_s), units.step_time(k.optimizer_s),
+                     units.mb(k.swap_bytes_per_step)) for k in r.ranks])
     if r.steps:
         page.heading("Slowest node per step")
         page.table(("step", "nodes", "slowest", "its step", "others (median)", "gap", "gap %"),
-                   [(s.step, s.nodes, s.host, _s(s.step_s), _s(s.others_s), _s(s.gap_s),
-                     "-" if s.gap_pct is None else f"{s.gap_pct:+.1f} %") for s in r.steps],
+                   [(s.step, s.nodes, s.host, units.step_time(s.step_s), units.step_time(s.others_s),
+                     units.step_time(s.gap_s), "-" if s.gap_pct is None else f"{s.gap_pct:+.1f} %") for s in r.steps],
                    "durations on each node's own clock")
     return page
 

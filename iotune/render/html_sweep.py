@@ -8,10 +8,10 @@ import json
 from typing import Any
 
 from ..analysis.downsample import envelope, interval_series
+from ..model import units
 from ..model.reports import Comparison
 from ..model.run import TraceRun
 from ..model.sweep_result import LayoutSweep, Ranked, SweepOutcome
-from . import units
 from .page import TIMELINE_POINTS, Page, colour, esc, sig
 from .sweep import ranking_notes, summary_text, ties_text
 
@@ -26,10 +26,6 @@ def _point(r: Ranked) -> list[str]:
 
 def _runs(r: Ranked) -> str:
     return f"{len(r.scores)}" + (f"+{r.failed} failed" if r.failed else "")
-
-
-def _s(v: float | None) -> str:
-    return "-" if v is None else f"{v:.3f} s"
 
 
 def heatmap(page: Page, o: SweepOutcome) -> None:
@@ -88,14 +84,14 @@ def confirmation(page: Page, o: SweepOutcome) -> None:
                     "xaxis": {"type": "category"}, "yaxis": {"title": {"text": "seconds"}}})
         page.table(("#", "block", "qd", "threads", "single_submit", "overlap", "engine", "step", "optimizer step",
                     "runs", "note"),
-                   [(i, *_point(r), _s(r.step_s), _s(r.optimizer_step_s), _runs(r),
+                   [(i, *_point(r), units.step_time(r.step_s), units.step_time(r.optimizer_step_s), _runs(r),
                      ", ".join((["DeepSpeed default"] if r.point.key() == default_key else [])
                                + (["recommended"] if r.point.key() == chosen else [])))
                     for i, r in enumerate(o.confirmed, 1)], "Confirmed candidates (medians over alternating pairs)")
     if o.threads:
         page.table(("CPU threads (OMP_NUM_THREADS)", "optimizer step", "step", "runs", "note"),
-                   [(r.point.omp_threads or "unset", _s(r.optimizer_step_s), _s(r.step_s), _runs(r),
-                     "use this" if o.omp_threads_best and r.point.omp_threads == o.omp_threads_best else "")
+                   [(r.point.omp_threads or "unset", units.step_time(r.optimizer_step_s), units.step_time(r.step_s),
+                     _runs(r), "use this" if o.omp_threads_best and r.point.omp_threads == o.omp_threads_best else "")
                     for r in o.threads], "CPU-optimizer threads on training steps (medians)")
 
 
@@ -168,9 +164,9 @@ def compare_page(c: Comparison) -> Page:
     base = c.rows[0].step_s if c.rows else None
     page.table(("run", "steps", "step time", "× first", "optimizer step", "GB read/step", "GB written/step",
                 "swap GB/step", "dominant size", "MB/s (whole run)"),
-               [(r.label, r.steps, _s(r.step_s), "-" if not base or r.step_s is None else f"{r.step_s / base:.2f}",
-                 _s(r.optimizer_s), *("-" if v is None else f"{v / 1e9:.3f}"
-                                      for v in (r.read_bytes_per_step, r.write_bytes_per_step, r.swap_bytes_per_step)),
+               [(r.label, r.steps, units.step_time(r.step_s),
+                 "-" if not base or r.step_s is None else f"{r.step_s / base:.2f}", units.step_time(r.optimizer_s),
+                 *(units.gb(v) for v in (r.read_bytes_per_step, r.write_bytes_per_step, r.swap_bytes_per_step)),
                  "-" if r.dominant_size_bytes is None else units.size(r.dominant_size_bytes), units.rate(r.bytes_per_s))
                 for r in c.rows], "Medians over steady steps; GB = 10^9 bytes, MB/s decimal")
     timed = [r for r in c.rows if r.step_s is not None]

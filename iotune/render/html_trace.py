@@ -10,11 +10,11 @@ from ..analysis.attribution import STEP_PHASES, StepBreakdown, steady, step_brea
 from ..analysis.downsample import Envelope, IntervalSeries, envelope, interval_series, phase_bands
 from ..analysis.layers import app_rows, category_bytes, layer_rows, no_block_statements
 from ..analysis.summary import summarize
+from ..model import units
 from ..model.appio import IFACE_TITLES
 from ..model.histogram import lat_slot_bounds, log2_from_sizes, size_slot_bounds
 from ..model.run import TraceRun
 from ..model.verdict import TraceReport, Verdict
-from . import units
 from .page import TIMELINE_POINTS, Page, colour, esc, sig
 
 MAX_STEP_BARS = 300         # more steps than this are shown in groups (mean per group)
@@ -266,7 +266,7 @@ def swap_chart(page: Page, run: TraceRun) -> None:
                "y": [r.write_bytes_per_step / 1e6 for r in rows]}]
     page.chart(traces, {"title": {"text": "Swap MB per steady step (median; MB = 10^6 bytes)"}, "barmode": "group",
                         "yaxis": {"title": {"text": "MB per step"}}})
-    page.table(("category", "MB read/step", "MB written/step", "files", "read outside steps", "written outside steps"),
-               [(r.category, f"{r.read_bytes_per_step / 1e6:.2f}", f"{r.write_bytes_per_step / 1e6:.2f}", r.files,
+    page.table(("category", "read/step", "written/step", "files", "read outside steps", "written outside steps"),
+               [(r.category, units.volume(r.read_bytes_per_step), units.volume(r.write_bytes_per_step), r.files,
                  units.volume(r.outside_read_bytes), units.volume(r.outside_write_bytes)) for r in rows],
                "swap level: buffer bytes DeepSpeed handed to aio, per tensor file category")

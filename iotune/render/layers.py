@@ -9,9 +9,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ..analysis.layers import app_rows, category_bytes, layer_rows, no_block_statements
+from ..model import units
 from ..model.appio import IFACE_TITLES, AppLayer
 from ..model.run import TraceRun
-from . import units
 
 
 def layers_section(run: TraceRun) -> RenderableType:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from ..model import units
 from ..model.offload_result import OffloadOutcome, OffloadTrial, short_changes
 from .base import RenderOptions
 
@@ -13,8 +14,8 @@ def _row(t: OffloadTrial) -> str:
         return f"  {short_changes(t.changes):<60} failed: {t.error}"
     return (f"  {short_changes(t.changes):<60} {t.samples_per_s:8.2f} {f'{t.tokens_per_s:.0f}' if t.tokens_per_s else '-':>9} "
             f"{t.optimizer_step_s:9.3f} {t.io_wait_s:9.3f} "
-            f"{t.locked_bytes / 1e6:9.1f} {t.predicted_locked_bytes / 1e6:9.1f} {t.rss_bytes / 1e6:8.0f} "
-            f"{t.swapped_bytes / 1e6:9.1f} {t.predicted_swap_bytes / 1e6:9.1f}")
+            f"{units.mb(t.locked_bytes):>9} {units.mb(t.predicted_locked_bytes):>9} {units.mb(t.rss_bytes):>8} "
+            f"{units.mb(t.swapped_bytes):>9} {units.mb(t.predicted_swap_bytes):>9}")
 
 
 def offload_console(o: OffloadOutcome, opts: RenderOptions) -> str:
@@ -45,7 +46,7 @@ def offload_console(o: OffloadOutcome, opts: RenderOptions) -> str:
         lines.append(f"  {o.what_if[0].key:<32} {'samples/s':>9} {'optimizer share':>15} {'drive MB/sample':>15}")
         for w in o.what_if:
             lines.append(f"  {w.value:<32} " + (f"{w.samples_per_s:9.2f} {100 * w.optimizer_share:14.0f}% "
-                                                f"{w.nvme_bytes_per_sample / 1e6:15.2f}" if w.status == "ok"
+                                                f"{units.mb(w.nvme_bytes_per_sample):>15}" if w.status == "ok"
                                                 else f"failed: {w.error}"))
     if o.recommended:
         lines.append("\nRecommended changes (in the config below):")

@@ -12,15 +12,11 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from ..model import units
 from ..model.reports import CheckRow, PlanReport
 from ..model.plan import Plan
 from ..model.verdict import Finding
-from . import units
 from .base import RenderOptions
-
-
-def _gb(v: float) -> str:
-    return f"{v / 1e9:,.2f}" if v >= 1e8 or v == 0 else f"{v / 1e9:,.4f}"
 
 
 def plan_console(r: PlanReport, opts: RenderOptions) -> str:
@@ -41,20 +37,20 @@ def render_plan(plan: Plan, width: int) -> str:
     for tier, parts in plan.memory.items():
         for comp, b in parts.items():
             if b:
-                mem.add_row(tier, comp, _gb(b))
-        mem.add_row(tier, "total", _gb(sum(parts.values())), style="bold")
+                mem.add_row(tier, comp, units.gb(b))
+        mem.add_row(tier, "total", units.gb(sum(parts.values())), style="bold")
     io_t = Table(title="NVMe traffic per optimizer step", title_justify="left", show_edge=False, pad_edge=False)
     for col in ("category", "GB read", "GB written"):
         io_t.add_column(col, justify="left" if col == "category" else "right")
     t = plan.per_optimizer_step
     for cat in t.read:
-        io_t.add_row(cat, _gb(t.read[cat]), _gb(t.write.get(cat, 0.0)))
-    io_t.add_row("total", _gb(t.total_read), _gb(t.total_write), style="bold")
+        io_t.add_row(cat, units.gb(t.read[cat]), units.gb(t.write.get(cat, 0.0)))
+    io_t.add_row("total", units.gb(t.total_read), units.gb(t.total_write), style="bold")
     lines = Text()
-    lines.append(f"NVMe capacity needed: {_gb(plan.nvme_capacity_bytes)} GB per rank\n")
+    lines.append(f"NVMe capacity needed: {units.volume(plan.nvme_capacity_bytes)} per rank\n")
     if inp.grad_accum > 1:
-        lines.append(f"Per training (micro-)step: {_gb(plan.per_training_step.total_read)} GB read, "
-                     f"{_gb(plan.per_training_step.total_write)} GB written\n")
+        lines.append(f"Per training (micro-)step: {units.volume(plan.per_training_step.total_read)} read, "
+                     f"{units.volume(plan.per_training_step.total_write)} written\n")
     if plan.storage_s_per_step is not None and inp.drive_bytes_per_s:
         lines.append(f"Storage time per optimizer step: {plan.storage_s_per_step:.2f} s at {inp.drives} × "
                      f"{units.rate(inp.drive_bytes_per_s)} MB/s\n")

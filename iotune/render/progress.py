@@ -9,9 +9,9 @@ from collections.abc import Callable, Iterator
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from ..model import units
 from ..model.sweep import SweepPoint, Trial
 from ..model.sweep_result import Progress as TrialProgress
-from . import units
 
 
 @contextlib.contextmanager

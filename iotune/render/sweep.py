@@ -12,9 +12,9 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ..model import units
 from ..model.netfs import NETFS_FAMILIES
 from ..model.sweep_result import MIN_NOISE, LayoutSweep, Ranked, SweepOutcome, gain
-from . import units
 from .base import RenderOptions
 
 TOP = 15

@@ -21,6 +21,7 @@ from ..fs.directio import direct_io_problem
 from ..blockdev.identity import device_identities, journal_drive_matches
 from ..errors import IotuneError, RecordError
 from ..host.ledger import temp_dir
+from ..model import units
 from ..model.journal import read_journal
 from ..model.sweep import SweepPoint, Trial
 from ..model.verdict import DeviceCeiling
@@ -82,14 +83,14 @@ def probe_ceiling(dev: BlockDevice, runtime_s: float = PROBE_RUNTIME_S) -> Devic
     free = shutil.disk_usage(where).free
     file_bytes = min(PROBE_FILE_BYTES, (free // (4 * PROBE_FILES)) // (1 << 20) * (1 << 20))
     if file_bytes < PROBE_MIN_FILE_BYTES:
-        raise IotuneError(f"--ceiling: {where} has {free / 1e6:.0f} MB free; the probe needs "
-                          f"{4 * PROBE_FILES * PROBE_MIN_FILE_BYTES / 1e6:.0f} MB: free some space")
+        raise IotuneError(f"--ceiling: {where} has {units.volume(free)} free; the probe needs "
+                          f"{units.volume(4 * PROBE_FILES * PROBE_MIN_FILE_BYTES)}: free some space")
     with contextlib.ExitStack() as stack:       # its files in a recorded directory: a hard kill leaves none
         target = Target(temp_dir(stack, ".iotune-ceiling-", Path(where)), file_bytes, PROBE_FILES, None, runtime_s,
                         PROBE_RAMP_S)
         m, _ = FioExecutor(timeout_s=60 + 4 * runtime_s).run(PROBE_POINT, target)
     p = PROBE_POINT
-    source = (f"fio probe (--ceiling) in {where}: {p.block_size >> 10} KiB requests at queue depth {p.queue_depth}, "
+    source = (f"fio probe (--ceiling) in {where}: {units.size(p.block_size)} requests at queue depth {p.queue_depth}, "
               f"{runtime_s:g} s of writes then {runtime_s:g} s of reads")
     return DeviceCeiling(dev.name, m.score, source, m.read_bytes_per_s, m.write_bytes_per_s,
                          _lat_us(m.read_lat_p50_us, m.write_lat_p50_us))

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple, Protocol
 from ..host.ledger import temp_dir
 from ..host.proc import last_line
 from ..errors import IotuneError, UsageError
+from ..model import units
 from ..model.hook_events import (JobTensors, read_events, read_io_waits, read_memory, read_tensors,
                                  step_timings)
 from ..model.offload import (JobShape, OffloadKnobs, host_memory, measured_gain_split, step_swap_bytes,
@@ -242,7 +243,7 @@ def search_offload(base_cfg: dict[str, Any], runner: Runner, target: Path, cgrou
         say(f"offload: {short_changes(changes)}: " + (
             f"{r.samples_per_s:.2f} samples/s, optimizer step {r.optimizer_step_s:.3f} s (waiting on I/O "
             f"{r.io_wait_s:.3f} s), locked "
-            f"{r.locked_bytes / 1e6:.1f} MB (predicted {t.predicted_locked_bytes / 1e6:.1f})"
+            f"{units.mb(r.locked_bytes)} MB (predicted {units.mb(t.predicted_locked_bytes)})"
             if r.status == "ok" else f"failed: {r.error}"))
         return t
 

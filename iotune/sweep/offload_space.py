@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import UsageError
+from ..model import units
 from ..model.offload import JobShape, OffloadKnobs, host_memory, sub_groups, violations
 from ..model.offload_result import Dimension, Refused
 
@@ -176,10 +177,10 @@ def _refusals(knobs: OffloadKnobs, shape: JobShape, budget: Budget) -> tuple[str
     out = [v.describe() for v in violations(knobs, shape)]
     mem = host_memory(knobs, shape)
     if budget.memlock_bytes is not None and mem.locked_bytes > budget.memlock_bytes:
-        out.append(f"locks {mem.locked_bytes / 2**20:.1f} MiB of swap buffers, over ulimit -l "
-                   f"{budget.memlock_bytes / 2**20:.1f} MiB")
+        out.append(f"locks {units.mib(mem.locked_bytes)} of swap buffers, over ulimit -l "
+                   f"{units.mib(budget.memlock_bytes)}")
     if budget.host_bytes is not None and mem.total_bytes > budget.host_bytes:
-        items = "; ".join(f"{i.label} {i.nbytes / 2**20:.1f} MiB" for i in mem.items)
-        out.append(f"needs {mem.total_bytes / 2**20:.1f} MiB of host memory ({items}), over the budget of "
-                   f"{budget.host_bytes / 2**20:.1f} MiB")
+        items = "; ".join(f"{i.label} {units.mib(i.nbytes)}" for i in mem.items)
+        out.append(f"needs {units.mib(mem.total_bytes)} of host memory ({items}), over the budget of "
+                   f"{units.mib(budget.host_bytes)}")
     return tuple(out)

@@ -31,6 +31,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ...model import units
 from ...model.lint import LintEnv, LintFinding
 from ...model.offload import JobShape, OffloadKnobs, aligned, pages, sub_groups
 from .view import (OPTIMIZER_DEFAULTS, PARAM_DEFAULTS, SUB_GROUP_SIZE_DEFAULT, aio_block, device,
@@ -54,12 +55,8 @@ class Locked:
 
     def describe(self) -> str:
         text = (f"{self.label} {self.count} x {self.elements:,} x {self.element_bytes} B = "
-                f"{'up to ' if 'unknown' in self.assumption else ''}{mib(self.bytes)}")
+                f"{'up to ' if 'unknown' in self.assumption else ''}{units.mib(self.bytes)}")
         return text + (f" [{self.assumption}]" if self.assumption else "")
-
-
-def mib(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def _aligned(elements: int, elem_bytes: int, cfg: dict[str, Any]) -> int:
@@ -153,15 +150,15 @@ def memory_rules(cfg: dict[str, Any], env: LintEnv) -> list[LintFinding]:
     where = "zero_optimization.offload_param" if buffers[0].label.startswith("param") else \
         "zero_optimization.offload_optimizer"
     detail = "; ".join(b.describe() for b in buffers)
-    head = f"swap buffers lock {mib(need)} per rank ({detail})"
+    head = f"swap buffers lock {units.mib(need)} per rank ({detail})"
     out = []
     if env.memlock_bytes is not None and not env.can_lock_unlimited and need > env.memlock_bytes:
         out.append(finding("pinned-memlock", "error" if exact else "warning", where,
-                           f"{head}, over ulimit -l ({mib(env.memlock_bytes)}): mlock fails",
+                           f"{head}, over ulimit -l ({units.mib(env.memlock_bytes)}): mlock fails",
                            "raise `ulimit -l` (memlock) for the training user, or lower buffer_count / "
                            "buffer_size / sub_group_size (pin_memory does not change swap buffers)"))
     if env.ram_bytes and need > 0.5 * env.ram_bytes:
         sev = "error" if exact and need > env.ram_bytes else "warning"
-        out.append(finding("pinned-ram", sev, where, f"{head}, of {mib(env.ram_bytes)} RAM",
+        out.append(finding("pinned-ram", sev, where, f"{head}, of {units.mib(env.ram_bytes)} RAM",
                            "lower buffer_count, buffer_size (e.g. 1e7) or sub_group_size"))
     return out

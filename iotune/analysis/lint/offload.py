@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...model import units
 from ...model.lint import LintEnv, LintFinding
 from ...model.offload import JobShape, OffloadKnobs, violations
 from .view import AUTO, PREFETCH_DEFAULT, Known, as_int, device, enabled, finding, model_dtype, offload, stage, zero
@@ -117,8 +118,8 @@ def _nvme_as_cpu(st: int, env: LintEnv) -> LintFinding:
     if env.params and env.ram_bytes and 12 * env.params / max(env.gpus, 1) > env.ram_bytes:
         need = 12 * env.params / max(env.gpus, 1)
         return finding("nvme-offload-stage12", "error", where,
-                       f"{msg}: {need / 2**30:.1f} GiB per rank, more than this machine's "
-                       f"{env.ram_bytes / 2**30:.1f} GiB RAM", fix)
+                       f"{msg}: {units.mib(need)} per rank, more than this machine's "
+                       f"{units.mib(env.ram_bytes)} RAM", fix)
     return finding("nvme-offload-stage12", "warning", where, msg, fix)
 
 

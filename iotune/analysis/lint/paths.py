@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...model import units
 from ...model.lint import LintEnv, LintFinding, PathFacts
-from .memory import mib
 from .view import device, element_bytes, finding, model_dtype, offload, stage
 
 OPTIMIZER_BYTES_PER_PARAM = 16      # fp32 master + exp_avg + exp_avg_sq + the fp32 gradient swap files (planner.py)
@@ -109,6 +109,6 @@ def _capacity(cfg: dict[str, Any], env: LintEnv, path: str, users: list[str], fa
     if facts.free_bytes >= need:
         return []
     return [finding("nvme-path-small", "error", where,
-                    f"{_in(path, facts)} has {mib(facts.free_bytes)} free; {' and '.join(users)} for "
-                    f"{env.params:,} parameters need {mib(need)} ({per_param} B per parameter)",
+                    f"{_in(path, facts)} has {units.mib(facts.free_bytes)} free; {' and '.join(users)} for "
+                    f"{env.params:,} parameters need {units.mib(need)} ({per_param} B per parameter)",
                     "free space or use a larger volume (see `iotune plan`)")]
