@@ -99,6 +99,9 @@ def test_a_budget_nothing_fits_in_refuses_every_candidate_with_the_numbers(tmp_p
     assert (f"needs {need / 2**20:.1f} MiB of host memory (optimizer state in RAM {need / 2**20:.1f} MiB), over the "
             f"budget of 1.0 MiB") in r.stdout
     assert "Keeping your config: no candidate could run" in r.stdout
+    # the job's own config is over the same budget, and is said to be
+    [own] = [line for line in r.stderr.splitlines() if line.startswith("offload: the job's own config does not fit")]
+    assert own.endswith("over the budget of 1.0 MiB. It is still the reference the candidates are measured against"), own
     json_run = CliRunner().invoke(cli, ["sweep", "--offload", "--model", "tiny", "--fix",
                                         "zero_optimization.offload_optimizer.device=cpu", "--fix",
                                         "zero_optimization.offload_param.device=none", "--max-host-memory", "1MiB",

@@ -34,7 +34,7 @@ from ..model.offload import (JobShape, OffloadKnobs, host_memory, measured_gain_
 from ..model.offload_result import OffloadOutcome, OffloadTrial, WhatIf, short_changes
 from ..workloads.presets import PRESETS, tensor_numels
 from .cmd_executor import PLACEHOLDER, UserJob, nvme_sections, run_with_config
-from .offload_space import KEYS, Budget, candidates, dimensions
+from .offload_space import KEYS, Budget, candidates, dimensions, refusals
 from .recommend import pair_verdict
 
 NOISE_FLOOR = 0.05
@@ -221,6 +221,10 @@ def search_offload(base_cfg: dict[str, Any], runner: Runner, target: Path, cgrou
     by_changes = {json.dumps(knob_changes(base, k), sort_keys=True): k for k in order}
     if not searched:
         say("offload: nothing to search: every dimension is left out (the reasons are in the report)")
+    over = refusals(base, shape, budget)
+    if over:
+        say(f"offload: the job's own config does not fit either: {'; '.join(over)}. It is still the reference "
+            f"the candidates are measured against")
     say(f"offload: {len(fit)} candidate(s) fit, {len(refused)} refused; running {len(order)} on real steps "
         f"({steps} steps each, {runner.what})")
 

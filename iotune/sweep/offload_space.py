@@ -149,7 +149,7 @@ def candidates(base: OffloadKnobs, shape: JobShape, dims: list[Dimension], fixes
         if knobs in seen:
             continue
         seen.add(knobs)
-        reasons = _refusals(knobs, shape, budget)
+        reasons = refusals(knobs, shape, budget)
         if reasons:
             refused.append(Refused(knobs, reasons))
         else:
@@ -173,7 +173,7 @@ def _meaningful(knobs: OffloadKnobs, shape: JobShape, fixes: dict[str, Any]) -> 
     return knobs
 
 
-def _refusals(knobs: OffloadKnobs, shape: JobShape, budget: Budget) -> tuple[str, ...]:
+def refusals(knobs: OffloadKnobs, shape: JobShape, budget: Budget) -> tuple[str, ...]:
     out = [v.describe() for v in violations(knobs, shape)]
     mem = host_memory(knobs, shape)
     if budget.memlock_bytes is not None and mem.locked_bytes > budget.memlock_bytes:
