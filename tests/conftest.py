@@ -8,6 +8,7 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -151,3 +152,12 @@ def ext4_mount(tmp_path: Path, size: int) -> Iterator[Path]:
     finally:
         subprocess.run(["umount", str(mnt)], check=False, capture_output=True)
         subprocess.run(["losetup", "-d", loop], check=False)
+
+
+@pytest.fixture(scope="module")
+def remote_iotune(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """iotune as the multi-node beds' nodes run it: this checkout, with this Python."""
+    path = tmp_path_factory.mktemp("remote") / "iotune"
+    path.write_text(f'#!/bin/sh\nexec env PYTHONPATH={Path(__file__).resolve().parents[1]} {sys.executable} -m iotune "$@"\n')
+    path.chmod(0o755)
+    return path

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from iotune.model.fleet import FleetRun
 from tests.beds.nodes import NodeBed, node_bed
 
 MB = 1_000_000
@@ -51,3 +52,19 @@ def nodebed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeBed]:
         pytest.skip(MISSING)
     with node_bed(CAPS, size_bytes=DRIVE_BYTES, directory=tmp_path_factory.mktemp("nodebed")) as bed:
         yield bed
+
+
+BLOCK = 512 << 10       # the multi-node tests' workload: O_DIRECT writes of 512 KiB
+
+
+def writes_512k(fleet: FleetRun, host: str) -> int:
+    """The node's 512 KiB writes: exactly the workload's. Anything else is
+    ext4's journal commit (jbd2, every 5 s) of the file's creation and
+    removal: a few small writes, never 512 KiB."""
+    node = fleet.node(host)
+    assert node is not None and node.run is not None
+    [dev] = node.run.devices
+    sizes = dict(dev.directions["write"].sizes)
+    ours = sizes.pop(BLOCK, 0)
+    assert all(size <= 64 << 10 for size in sizes) and sum(s * n for s, n in sizes.items()) <= 128 << 10, sizes
+    return ours

@@ -26,7 +26,7 @@ from iotune.model.verdict import STARTUP_DOMINATED, STORAGE_BOUND
 from tests.beds.nodes import NodeBed
 from tests.conftest import needs_deepspeed
 from tests.nodebed import SLOW, needs_nodebed, needs_pdsh, nodebed  # noqa: F401
-from tests.test_fleet_trace import ROOT, remote_iotune  # noqa: F401
+from tests.test_fleet_trace import ROOT
 
 pytestmark = [needs_nodebed, needs_pdsh, needs_deepspeed]   # DeepSpeed's launcher fans out with pdsh
 VENV_BIN = Path(sys.executable).parent

@@ -26,25 +26,15 @@ from click.testing import CliRunner
 from iotune.remote.slurm import SrunTransport, expand_hostlist
 from iotune.cli import cli
 from iotune.cli.fleet import deepspeed_option
-from iotune.model.fleet import FleetRun, load_fleet
+from iotune.model.fleet import load_fleet
 from iotune.trace.attribution import INJECT_DIR
 from iotune.host.kinds import namespace_pids
 from tests.beds.slurm import SlurmBed
-from tests.nodebed import nodebed  # noqa: F401
+from tests.nodebed import BLOCK, nodebed, writes_512k  # noqa: F401
 from tests.slurmbed import needs_slurmbed, slurmbed  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
-BLOCK = 512 << 10
 COUNTS = {"n2": 23, "n3": 29, "n4": 31}     # 512 KiB O_DIRECT writes per Slurm node
-
-
-@pytest.fixture(scope="module")
-def remote_iotune(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """iotune as the nodes run it: this checkout, with this Python."""
-    path = tmp_path_factory.mktemp("remote") / "iotune"
-    path.write_text(f'#!/bin/sh\nexec env PYTHONPATH={ROOT} {sys.executable} -m iotune "$@"\n')
-    path.chmod(0o755)
-    return path
 
 
 def node_writes(shared: Path, wait_for: Path | None = None) -> str:
@@ -65,19 +55,6 @@ def trace_argv(bed: SlurmBed, remote: Path, out: Path, step: str) -> list[str]:
 
 def slurm_env(bed: SlurmBed) -> dict[str, str]:
     return {**os.environ, **bed.env(), "PYTHONPATH": str(ROOT)}
-
-
-def writes_512k(fleet: FleetRun, host: str) -> int:
-    """The node's 512 KiB writes: exactly the workload's. Anything else is
-    ext4's journal commit of the file's creation and removal: a few small
-    writes, never 512 KiB."""
-    node = fleet.node(host)
-    assert node is not None and node.run is not None
-    [dev] = node.run.devices
-    sizes = dict(dev.directions["write"].sizes)
-    ours = sizes.pop(BLOCK, 0)
-    assert all(size <= 64 << 10 for size in sizes) and sum(s * n for s, n in sizes.items()) <= 128 << 10, sizes
-    return ours
 
 
 @needs_slurmbed

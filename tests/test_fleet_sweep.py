@@ -150,15 +150,6 @@ PROFILE = ('[space]\nblock_size = ["256K", "1M"]\nqueue_depth = [4]\nintra_op_pa
            'runtime_s = 1\nramp_s = 0.5\n')
 
 
-@pytest.fixture(scope="module")
-def remote_iotune(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """iotune as the nodes run it: this checkout, with this Python."""
-    path = tmp_path_factory.mktemp("remote") / "iotune"
-    path.write_text(f'#!/bin/sh\nexec env PYTHONPATH={ROOT} {sys.executable} -m iotune "$@"\n')
-    path.chmod(0o755)
-    return path
-
-
 def iotune_sweep(bed: NodeBed, remote: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     profile = tmp_path / "tiny.toml"
     profile.write_text(PROFILE)

@@ -20,25 +20,15 @@ from click.testing import CliRunner
 
 from iotune.cli import cli
 from iotune.cli.fleet import deepspeed_hostfile
-from iotune.model.fleet import FleetRun, load_fleet
+from iotune.model.fleet import load_fleet
 from iotune.trace.agent import claim_events, node_identity
 from iotune.trace.fleet import read_hostfile
 from iotune.host.kinds import namespace_pids
 from tests.beds.nodes import NodeBed
-from tests.nodebed import needs_nodebed, nodebed  # noqa: F401
+from tests.nodebed import BLOCK, needs_nodebed, nodebed, writes_512k  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
-BLOCK = 512 << 10
 COUNTS = (23, 29, 31)        # 512 KiB O_DIRECT writes on nodes 2, 3, 4
-
-
-@pytest.fixture(scope="module")
-def remote_iotune(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """iotune as the nodes run it: this checkout, with this Python."""
-    path = tmp_path_factory.mktemp("remote") / "iotune"
-    path.write_text(f'#!/bin/sh\nexec env PYTHONPATH={ROOT} {sys.executable} -m iotune "$@"\n')
-    path.chmod(0o755)
-    return path
 
 
 def writes_on(bed: NodeBed, host: str, count: int) -> str:
@@ -53,19 +43,6 @@ def iotune_trace(bed: NodeBed, remote: Path, out: Path, script: str, *hosts_args
             "--remote-iotune", str(remote), "-o", str(out), "--", "sh", "-c", script]
     env = {**os.environ, **bed.env(), "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def writes_512k(fleet: FleetRun, host: str) -> int:
-    """The node's 512 KiB writes: exactly the workload's. Anything else is
-    ext4's journal commit (jbd2, every 5 s) of the file's creation and
-    removal: a few small writes, never 512 KiB."""
-    node = fleet.node(host)
-    assert node is not None and node.run is not None
-    [dev] = node.run.devices
-    sizes = dict(dev.directions["write"].sizes)
-    ours = sizes.pop(BLOCK, 0)
-    assert all(size <= 64 << 10 for size in sizes) and sum(s * n for s, n in sizes.items()) <= 128 << 10, sizes
-    return ours
 
 
 @needs_nodebed
