@@ -48,6 +48,25 @@ def test_nonexistent_path_is_refused(tmp_path: Path) -> None:
     assert r.stderr == f"Error: --path {tmp_path / 'nope'} is not a directory: create it on the drive to tune\n"
 
 
+@needs_root
+def test_a_read_only_path_is_refused_with_why_and_nothing_made(tmp_path: Path) -> None:
+    """The sweep's own directory for its trials' files cannot be made there
+    either: the path's check says why, not a traceback."""
+    src, ro = tmp_path / "src", tmp_path / "ro"
+    src.mkdir()
+    ro.mkdir()
+    subprocess.run(["mount", "--bind", str(src), str(ro)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(ro)], check=True)
+        r = CliRunner().invoke(cli, ["sweep", "--path", str(ro), "--profile", "quick", "-o", str(tmp_path / "j")])
+    finally:
+        subprocess.run(["umount", str(ro)], check=True)
+    assert r.exit_code == 2, r.output
+    assert r.stderr == (f"Error: --path {ro}: cannot create a file there: Read-only file system; DeepSpeed swaps "
+                        f"with O_DIRECT, so sweep a directory on ext4, xfs or btrfs on the drive you will use\n")
+    assert list(src.iterdir()) == []
+
+
 @needs_deepspeed
 def test_deepspeed_accepts_the_fragment_and_rejects_string_booleans() -> None:
     frag = ds_fragment(SweepPoint(block_size=512 << 10, queue_depth=16, intra_op_parallelism=2), "/x")

@@ -130,8 +130,12 @@ def sweep_target(args: SweepArgs, prof: Profile, say: Callable[[str], None]) -> 
     if args.target_dir is not None:
         with contextlib.ExitStack() as stack:
             # the trials' files in a recorded directory of their own: nothing of a killed sweep stays in
-            # the user's directory (a path that is not a directory is refused by the pipeline, with why)
-            scratch = temp_dir(stack, ".iotune-sweep-", args.target_dir) if args.target_dir.is_dir() else None
+            # the user's directory (a path that is not a directory, or where nothing can be created, is
+            # refused by the pipeline's check, with why)
+            scratch = None
+            if args.target_dir.is_dir():
+                with contextlib.suppress(OSError):
+                    scratch = temp_dir(stack, ".iotune-sweep-", args.target_dir)
             yield Target(args.target_dir, prof.run.file_bytes, prof.run.files, None, prof.run.runtime_s,
                          prof.run.ramp_s, scratch=scratch), None
         return
