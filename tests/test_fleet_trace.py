@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -218,6 +219,25 @@ def test_an_agent_claims_only_its_own_nodes_event_files(tmp_path: Path) -> None:
     assert sorted(p.name for p in events.iterdir()) == ["events-12.jsonl"]
     assert claim_events(events, "other-host mnt:[1]").ranks == (1,)  # type: ignore[union-attr]
     assert not events.exists()           # the last agent removes the directory
+    assert claim_events(events, here) is None   # an agent that comes after it: nothing, and no error
+
+
+def test_an_agent_claims_nothing_from_a_directory_removed_under_its_glob(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two agents on a shared /tmp stop at once: one removes the empty
+    directory between the other's look at it and its listing (a CI run's
+    node was lost to this FileNotFoundError)."""
+    events = tmp_path / "events"
+    events.mkdir()
+    real_scandir = os.scandir
+
+    def removed_first(path: Any) -> Any:
+        if isinstance(path, (str, os.PathLike)) and Path(path) == events:
+            events.rmdir()
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", removed_first)
+    assert claim_events(events, node_identity()) is None
 
 
 def ancestors(pid: int) -> list[int]:

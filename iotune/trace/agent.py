@@ -106,13 +106,23 @@ def claim_events(events_dir: Path, node: str) -> Attribution | None:
     are moved out and removed; the directory is removed once empty (other
     nodes' agents may still have files there on a shared /tmp)."""
     with tempfile.TemporaryDirectory(prefix="iotune-events-") as tmp:
-        for f in sorted(events_dir.glob("events-*.jsonl")):
+        for f in _event_files(events_dir):
             if _file_node(f) in (node, None):
                 with contextlib.suppress(OSError):
                     shutil.move(str(f), Path(tmp) / f.name)
         with contextlib.suppress(OSError):
             events_dir.rmdir()
         return read_events(Path(tmp))
+
+
+def _event_files(events_dir: Path) -> list[Path]:
+    """The hooks' event files in `events_dir`; none once another node's
+    agent has removed the shared directory (it does so only when it is
+    empty), even between glob's look at the directory and its listing."""
+    try:
+        return sorted(events_dir.glob("events-*.jsonl"))
+    except FileNotFoundError:
+        return []
 
 
 def _file_node(f: Path) -> str | None:
