@@ -144,12 +144,19 @@ def _fio_bw(bed: Bed, point: AioPoint, rw: str = "read") -> float:
     return float(json.loads(out.stdout)["jobs"][0]["read" if rw == "read" else "write"]["bw_bytes"])
 
 
+RETRIES = 3
+
+
 def measured(bed: Bed, point: AioPoint, rw: str = "read") -> float:
-    """fio's rate; repeated once (the faster kept) if it misses the model by
-    more than REL: the machine is shared, and noise only slows a run."""
+    """fio's rate against the bed's model. The machine is shared, and noise
+    only ever slows a run: one slower than the model by more than REL is
+    repeated (up to RETRIES times, the fastest kept); one faster than the
+    model allows is never excused."""
     expected = bed.expected_bytes_per_s(point)
     bw = _fio_bw(bed, point, rw)
-    if abs(bw / expected - 1) > REL:
+    for _ in range(RETRIES):
+        if bw >= (1 - REL) * expected:
+            break
         bw = max(bw, _fio_bw(bed, point, rw))
     assert bw == pytest.approx(expected, rel=REL), (bed.spec.name, point.label(), rw, bw / 1e6, expected / 1e6)
     return bw

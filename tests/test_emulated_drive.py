@@ -196,10 +196,16 @@ def test_throughput_scales_with_queue_depth_up_to_parallelism(drive: EmulatedDri
 @needs_root
 @needs_fuse
 def test_model_ceiling_matches_fio(drive: EmulatedDrive, runs: Runs) -> None:
-    for rw, qd in (("randread", 1), ("randread", 4), ("randread", 16), ("randwrite", 4)):
+    """Within 10 % either way for reads. The drive's per-request overhead is
+    measured on reads at start-up; a write also copies its 128 KiB into the
+    daemon, which the model leaves out, so writes may fall up to 15 % short
+    (a CI run measured 0.90 of the model at qd 4). Never faster than the
+    model allows, either way."""
+    for rw, qd, short in (("randread", 1, 0.10), ("randread", 4, 0.10), ("randread", 16, 0.10),
+                          ("randwrite", 4, 0.15)):
         predicted = drive.limits.ceiling_bytes_per_s(128 * KiB, qd)
-        measured = runs.near(qd, predicted / (128 * KiB), 0.10, rw).bw_bytes_per_s
-        assert measured == pytest.approx(predicted, rel=0.10), (rw, qd)
+        measured = runs.near(qd, predicted / (128 * KiB), short, rw).bw_bytes_per_s
+        assert (1 - short) * predicted <= measured <= 1.10 * predicted, (rw, qd, measured / predicted)
 
 
 @needs_root
