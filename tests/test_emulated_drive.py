@@ -188,15 +188,17 @@ def test_qd1_takes_latency_plus_overhead(drive: EmulatedDrive, runs: Runs) -> No
 @needs_fuse
 def test_throughput_scales_with_queue_depth_up_to_parallelism(drive: EmulatedDrive, runs: Runs) -> None:
     qd1 = runs.near(1, 1e6 / (L_US + drive.limits.overhead_us), 0.15).iops
-    assert runs.near(4, 4 * qd1, 0.15).iops == pytest.approx(4 * qd1, rel=0.15)
-    assert runs.near(8, 8 * qd1, 0.15).iops == pytest.approx(8 * qd1, rel=0.15)
+    for qd in (4, 8):       # linear up to P: qd1's rate times qd, up to the machine's noise either way
+        got = runs.near(qd, qd * qd1, 0.15).iops
+        assert (1 - SLOW) * qd * qd1 <= got <= 1.15 * qd * qd1, (qd, got / (qd * qd1))
     # saturated: P / L, whatever the queue depth beyond it, and never more
     saturated = P * 1e6 / L_US
     assert runs.near(16, saturated, SLOW).iops >= (1 - SLOW) * saturated
     assert runs.near(32, saturated, SLOW).iops >= (1 - SLOW) * saturated
     assert max(runs.at(16).iops, runs.at(32).iops) <= saturated * 1.03
     # beyond P, requests queue: latency grows as qd / P x L
-    assert runs.at(32).clat_us == pytest.approx(32 / P * L_US, rel=0.15)
+    queued = 32 / P * L_US
+    assert 0.85 * queued <= runs.at(32).clat_us <= (1 + SLOW) * queued, runs.at(32).clat_us / queued
 
 
 @needs_root
