@@ -66,7 +66,8 @@ class RemoteProcess:
             p.kill()
 
     def _read_stdout(self) -> None:
-        assert self.proc.stdout is not None
+        if self.proc.stdout is None:        # always a pipe here; for the type checker
+            return
         fd = self.proc.stdout.fileno()
         with contextlib.suppress(OSError):      # closed by kill() under a reader still waiting
             while chunk := os.read(fd, 1 << 16):
@@ -76,7 +77,8 @@ class RemoteProcess:
         self.eof_at = time.monotonic()
 
     def _read_stderr(self) -> None:
-        assert self.proc.stderr is not None
+        if self.proc.stderr is None:        # always a pipe here; for the type checker
+            return
         with contextlib.suppress(OSError, ValueError):      # closed by kill() under a reader still waiting
             for raw in iter(self.proc.stderr.readline, b""):
                 line = last_line(raw.decode(errors="replace"), "")
