@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-PHASES: tuple[str, ...] = ("forward", "backward", "accumulate", "optimizer", "checkpoint")
+from .checkpoint_io import CheckpointCall
+
+PHASES: tuple[str, ...] = ("forward", "backward", "accumulate", "optimizer", "checkpoint", "restore")
 
 
 @dataclass(frozen=True)
@@ -15,7 +17,7 @@ class PhaseSpan:
 
     rank: int
     step: int          # engine.global_steps when the call began (0-based)
-    phase: str         # forward | backward | accumulate | optimizer | checkpoint
+    phase: str         # forward | backward | accumulate | optimizer | checkpoint | restore (load_checkpoint)
     t0_ns: int
     t1_ns: int
 
@@ -44,6 +46,7 @@ class Attribution:
     swaps: tuple[SwapTotal, ...] = ()
     ranks: tuple[int, ...] = ()
     swap_files: dict[str, int] = field(default_factory=dict)   # category -> distinct files
+    checkpoints: tuple[CheckpointCall, ...] = ()               # save_checkpoint / load_checkpoint calls
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -51,6 +54,7 @@ class Attribution:
             "swaps": [vars(s).copy() for s in self.swaps],
             "ranks": list(self.ranks),
             "swap_files": dict(self.swap_files),
+            "checkpoints": [c.to_json() for c in self.checkpoints],
         }
 
     @classmethod
@@ -60,6 +64,7 @@ class Attribution:
             swaps=tuple(SwapTotal(**s) for s in data.get("swaps", ())),
             ranks=tuple(data.get("ranks", ())),
             swap_files={str(k): int(v) for k, v in (data.get("swap_files") or {}).items()},
+            checkpoints=tuple(CheckpointCall.from_json(c) for c in data.get("checkpoints") or ()),
         )
 
 

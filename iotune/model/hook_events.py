@@ -15,11 +15,12 @@ import json
 import os
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from .attribution import Attribution, PhaseSpan, SwapTotal, categorize_swap_path
+from .checkpoint_io import LATEST, RECOVERY, WRITER_WAIT, CheckpointCall, CheckpointFile, CheckpointIO, checkpoint_part
 
 EVENTS_ENV = "IOTUNE_EVENTS_DIR"      # where the hook writes; the hook is inert without it
 MAX_STEPS_ENV = "IOTUNE_MAX_STEPS"    # the hook ends each process after this many optimizer steps
@@ -62,12 +63,20 @@ def read_events(events_dir: Path) -> Attribution | None:
     paths: dict[str, set[str]] = defaultdict(set)
     ranks: set[int] = set()
     rank_of: dict[Path, int] = {}
+    pid_of: dict[Path, int] = {}
+    calls: list[CheckpointCall] = []
+    ios: list[CheckpointIO] = []
     seen_any = False
     for f, ev in _event_lines(events_dir):
         kind = ev.get("k")
         rank = rank_of.get(f, 0)
         if kind == "proc":
-            rank_of[f] = int(ev.get("rank", 0))
+            rank_of[f], pid_of[f] = int(ev.get("rank", 0)), int(ev.get("pid", 0))
+        elif kind == "ckcall":
+            seen_any = True
+            calls.append(_call(ev, rank, pid_of.get(f, 0)))
+        elif kind == "ckio":
+            ios.append(_io(ev, pid_of.get(f, 0)))
         elif kind == "phase":
             seen_any = True
             ranks.add(rank)
@@ -86,7 +95,64 @@ def read_events(events_dir: Path) -> Attribution | None:
         swaps=tuple(SwapTotal(r, s, n, c, d, b, t) for (r, s, n, c, d), (b, t) in sorted(swaps.items())),
         ranks=tuple(sorted(ranks)),
         swap_files={c: len(p) for c, p in sorted(paths.items())},
+        checkpoints=checkpoint_calls(calls, ios),
     )
+
+
+def _call(ev: dict[str, Any], rank: int, pid: int) -> CheckpointCall:
+    files = []
+    for row in ev.get("files") or ():
+        path, size, dirty, writeback = (list(row) + [None, None, None, None])[:4]
+        files.append(CheckpointFile(str(path), checkpoint_part(str(path)) or "other", int(size or 0),
+                                    None if dirty is None else int(dirty),
+                                    None if writeback is None else int(writeback)))
+    loaded = ev.get("loaded")
+    return CheckpointCall(rank, str(ev.get("op", "")), int(ev.get("s", 0)), int(ev["t0"]), int(ev["t1"]),
+                          str(ev.get("dir", "")), (), tuple(files),
+                          None if ev.get("mem") is None else int(ev["mem"]),
+                          None if loaded is None else bool(loaded), pid)
+
+
+def _io(ev: dict[str, Any], pid: int) -> CheckpointIO:
+    path = str(ev.get("p", ""))
+    part = WRITER_WAIT if ev.get("w") == "commit" else checkpoint_part(path) or "other"
+    return CheckpointIO(part, path, int(ev.get("t0", 0)), int(ev.get("t1", 0)), pid)
+
+
+def checkpoint_calls(calls: list[CheckpointCall], ios: list[CheckpointIO]) -> tuple[CheckpointCall, ...]:
+    """Each call with the parts that belong to it: by path (a file under its
+    <dir>/<tag>, or the recovery scripts beside it), whichever process did
+    it (the decoupled writer's subprocess has its own pid), to the latest
+    call of that directory that began before the part did."""
+    calls = sorted(calls, key=lambda c: c.t0_ns)
+    owned: dict[int, list[CheckpointIO]] = defaultdict(list)
+    for io in sorted(ios, key=lambda i: i.t0_ns):
+        match = [i for i, c in enumerate(calls) if c.t0_ns <= io.t0_ns and _belongs(io.path, c.directory)]
+        if match:
+            owned[match[-1]].append(io)
+    return tuple(replace(c, io=tuple(owned.get(i, ()))) for i, c in enumerate(calls))
+
+
+def _belongs(path: str, directory: str) -> bool:
+    base = directory.rstrip("/")
+    if not base:
+        return False
+    if path.startswith(base + "/") or path.rstrip("/") == base:
+        return True
+    return os.path.dirname(path) == os.path.dirname(base) and checkpoint_part(path) in (RECOVERY, LATEST)
+
+
+def read_losses(events_dir: Path) -> dict[int, list[tuple[int, float]]]:
+    """rank -> (step, loss) of every backward call in order, as the hook
+    recorded them with IOTUNE_LOSSES=1 (step: this process's 0-based count)."""
+    out: dict[int, list[tuple[int, float]]] = defaultdict(list)
+    rank = 0
+    for _, ev in _event_lines(events_dir):
+        if ev.get("k") == "proc":
+            rank = int(ev.get("rank", 0))
+        elif ev.get("k") == "loss":
+            out[rank].append((int(ev.get("s", 0)), float(ev["v"])))
+    return dict(out)
 
 
 @dataclass(frozen=True)

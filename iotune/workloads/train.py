@@ -28,6 +28,7 @@ import os
 import socket
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from pathlib import Path
@@ -66,7 +67,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--param-buffer-size", type=int, default=10_000_000,
                    help="nvme-all: elements per parameter swap buffer (offload_param.buffer_size)")
     p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--checkpoint-dir", default=None, help="save a checkpoint here after the last step")
+    p.add_argument("--checkpoint-dir", default=None,
+                   help="save a checkpoint here after the last step (after --save-at's step with --save-at)")
+    p.add_argument("--save-at", type=int, default=None, metavar="STEP",
+                   help="save a checkpoint to --checkpoint-dir right after this step, then go on training")
+    p.add_argument("--load-checkpoint", default=None, metavar="DIR",
+                   help="restore the checkpoint DIR holds (its `latest`) before training, and go on from its "
+                        "step with the batches an uninterrupted run would see next")
     p.add_argument("--print-config", action="store_true", help="print the DeepSpeed config and exit")
     p.add_argument("--no-zenflow-workaround", action="store_true",
                    help="do not repair DeepSpeed 0.19.8's ZenFlow weight layout (the run then stops "
@@ -84,6 +91,8 @@ def spec_from_args(a: argparse.Namespace) -> WorkloadSpec:
         raise UsageError(f"unknown size '{a.size}': choose one of {', '.join(PRESETS)}")
     if a.steps < 1:
         raise UsageError("--steps must be at least 1")
+    if a.save_at is not None and not a.checkpoint_dir:
+        raise UsageError("--save-at needs --checkpoint-dir DIR: where to save the checkpoint")
     if a.ds_config:
         return spec_from_ds_config(a, read_ds_config(Path(a.ds_config)))
     strategy = a.strategy or "nvme-opt"
@@ -144,6 +153,9 @@ def single_process_env() -> None:
         port = s.getsockname()[1]
     os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))
+    # the checkpoint.writer block reads the launcher's node rank and count (model_checkpointing/utils.py)
+    os.environ.setdefault("CROSS_RANK", "0")
+    os.environ.setdefault("CROSS_SIZE", "1")
 
 
 def llama_config(shape: ModelShape) -> Any:
@@ -175,7 +187,8 @@ def emit(record: dict[str, Any]) -> None:
 
 
 def train(spec: WorkloadSpec, steps: int, seed: int, checkpoint_dir: str | None,
-          zenflow_workaround: bool = True, config: dict[str, Any] | None = None) -> None:
+          zenflow_workaround: bool = True, config: dict[str, Any] | None = None,
+          plan: CheckpointPlan | None = None) -> None:
     import deepspeed
     import torch
 
@@ -194,9 +207,10 @@ def train(spec: WorkloadSpec, steps: int, seed: int, checkpoint_dir: str | None,
     before.verify(engine.module, spec.strategy)
     shape = PRESETS[spec.size]
     rank0 = int(os.environ.get("RANK", "0")) == 0
-    micro = 0
+    plan = plan or CheckpointPlan()
+    first, micro = restore(engine, plan.load_dir, spec.grad_accum)
     omp_threads = max_threads()     # the count the CPU optimizer runs with (set before this point)
-    for step in range(1, steps + 1):
+    for step in range(first, steps + 1):
         t0 = time.perf_counter()
         losses = []
         opt_s = 0.0
@@ -215,9 +229,34 @@ def train(spec: WorkloadSpec, steps: int, seed: int, checkpoint_dir: str | None,
                   "optimizer_step_s": round(opt_s, 6), "strategy": spec.strategy, "size": spec.size,
                   "params": shape.param_count(), "grad_accum": spec.grad_accum, "omp_threads": omp_threads,
                   **process_memory()})
-    if checkpoint_dir:
-        engine.save_checkpoint(checkpoint_dir)
+        if checkpoint_dir and step == plan.save_at:
+            engine.save_checkpoint(checkpoint_dir, client_state={"iotune_micro": micro})
+    if checkpoint_dir and plan.save_at is None:
+        engine.save_checkpoint(checkpoint_dir, client_state={"iotune_micro": micro})
     del torch
+
+
+@dataclass(frozen=True)
+class CheckpointPlan:
+    """--save-at and --load-checkpoint."""
+
+    save_at: int | None = None
+    load_dir: str | None = None
+
+
+def restore(engine: Any, load_dir: str | None, grad_accum: int) -> tuple[int, int]:
+    """(first step to train, micro-steps already trained): (1, 0) without a
+    checkpoint; after one, its step + 1 and the micro-steps before it, so the
+    data (a function of the seed and the micro-step) goes on where it was."""
+    if not load_dir:
+        return 1, 0
+    path, client = engine.load_checkpoint(load_dir)
+    if path is None:
+        raise UsageError(f"--load-checkpoint {load_dir}: DeepSpeed found no checkpoint there (no `latest` file "
+                         f"naming a tag): give the directory save_checkpoint wrote")
+    done = int(engine.global_steps)
+    micro = int((client or {}).get("iotune_micro", done * grad_accum))
+    return done + 1, micro
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -230,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write(json.dumps(config, indent=1) + "\n")
             return 0
         single_process_env()
-        train(spec, args.steps, args.seed, args.checkpoint_dir, not args.no_zenflow_workaround, config)
+        train(spec, args.steps, args.seed, args.checkpoint_dir, not args.no_zenflow_workaround, config,
+              CheckpointPlan(args.save_at, args.load_checkpoint))
     except IotuneError as e:
         sys.stderr.write(f"iotune-train: error: {e}\n")
         return e.exit_code

@@ -2,8 +2,8 @@
 
 Stdlib only: this runs inside the traced job, whichever Python it uses.
 
-- Phases: DeepSpeedEngine.forward, .backward, .step and .save_checkpoint are
-  wrapped; each call appends {"k": "phase", "n": name, "s": step, "t0", "t1"}
+- Phases: DeepSpeedEngine.forward, .backward, .step, .save_checkpoint and
+  .load_checkpoint ("restore") are wrapped; each call appends {"k": "phase", "n": name, "s": step, "t0", "t1"}
   with CLOCK_MONOTONIC nanoseconds (the clock the block probe uses). Steps
   are numbered from 0 by counting .step() calls against the engine's
   gradient_accumulation_steps(); the call that completes a step is the
@@ -18,6 +18,10 @@ Stdlib only: this runs inside the traced job, whichever Python it uses.
   wrapped so each wait() appends {"k": "wait", "s": step, "n": phase, "t0",
   "t1"}: the time the training thread is blocked on its swaps, the I/O
   stall not hidden behind compute.
+
+- Checkpoints: the parts of every save and load, the files a save leaves
+  and what of them is not yet durable, and the sweep's save, restore and
+  replay of a user's job: see _iotune_ckpt.py.
 
 Events go to IOTUNE_EVENTS_DIR/events-<pid>.jsonl, buffered and flushed at
 the end of every phase and at exit. Timing only: no synchronisation is added,
@@ -44,6 +48,8 @@ import os
 import sys
 import threading
 import time
+
+import _iotune_ckpt
 
 _lock = threading.Lock()
 _state = {"step": 0, "phase": "", "out": None, "optimizer_steps": 0}
@@ -99,6 +105,10 @@ def _wrap_phase(cls, method, name):
     orig = getattr(cls, method)
 
     def wrapper(self, *args, **kwargs):
+        if name == "forward" and not _state["phase"]:
+            args, kwargs = _iotune_ckpt.before_forward(self, args, kwargs)
+        elif name == "backward":
+            _iotune_ckpt.record_loss(args, kwargs)
         # steps are counted here, from .step() calls and the configured
         # gradient accumulation, not from engine.global_steps: ZenFlow, for
         # one, advances that on its own schedule
@@ -123,6 +133,7 @@ def _wrap_phase(cls, method, name):
                 _flush()
         if phase == "optimizer" and not outer:
             _emit_memory(step)
+            _iotune_ckpt.after_step(self, _state["optimizer_steps"] + 1)
             _count_step()
         return result
 
@@ -193,9 +204,10 @@ def _accumulation_steps(engine):
 def _patch_engine(module):
     cls = module.DeepSpeedEngine
     for method, name in (("forward", "forward"), ("backward", "backward"), ("step", "optimizer"),
-                         ("save_checkpoint", "checkpoint")):
+                         ("save_checkpoint", "checkpoint"), ("load_checkpoint", "restore")):
         if hasattr(cls, method):
             _wrap_phase(cls, method, name)
+    _iotune_ckpt.wrap_calls(cls)
 
 
 def _wrap_swap(module, func, direction):
@@ -265,7 +277,14 @@ def _patch_swapper(module):
 SWAPPERS = ("deepspeed.runtime.swap_tensor.partitioned_optimizer_swapper",
             "deepspeed.runtime.swap_tensor.pipelined_optimizer_swapper",
             "deepspeed.runtime.swap_tensor.partitioned_param_swapper")
-PATCHES = {ENGINE: _patch_engine, SWAP_UTILS: _patch_swap_utils, **{m: _patch_swapper for m in SWAPPERS}}
+CKPT_ENGINES = ("deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine",
+                "deepspeed.runtime.checkpoint_engine.fast_checkpoint_engine",
+                "deepspeed.runtime.checkpoint_engine.decoupled_checkpoint_engine")
+PATCHES = {ENGINE: _patch_engine, SWAP_UTILS: _patch_swap_utils, **{m: _patch_swapper for m in SWAPPERS},
+           **{m: _iotune_ckpt.patch_engine_module for m in CKPT_ENGINES}}
+if _iotune_ckpt.cpu_fast_writer():
+    PATCHES.update({"deepspeed.runtime.model_checkpointing.writer_factory": _iotune_ckpt.patch_writer_factory,
+                    "deepspeed.io.fast_file_writer": _iotune_ckpt.patch_fast_file_writer})
 
 
 class _Loader(importlib.abc.Loader):
@@ -305,6 +324,7 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 
 def install():
+    _iotune_ckpt.bind(_emit, _state)
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder())
     os.makedirs(os.environ["IOTUNE_EVENTS_DIR"], exist_ok=True)
