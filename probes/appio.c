@@ -10,19 +10,23 @@
  *              and requests in flight at submission.
  * Seen:        read, write, pread64, pwrite64, readv, writev, preadv,
  *              pwritev, preadv2, pwritev2 on regular files and block device
- *              files; libaio iocbs (IOCB_CMD_PREAD, PWRITE, PREADV, PWRITEV)
+ *              files; sendfile64 and copy_file_range between two of them (a
+ *              read of the source and a write of the destination, each of
+ *              the call's size: Python's shutil.copyfile, so DeepSpeed's
+ *              copy of the offloaded tensors into a checkpoint); libaio iocbs (IOCB_CMD_PREAD, PWRITE, PREADV, PWRITEV)
  *              submitted with io_submit, completed when io_getevents or
  *              io_pgetevents returns them (the job's reap: libaio's user-space
  *              ring peek is not seen, fio's userspace_reap=1 leaves latency
  *              unmatched); io_uring READ, WRITE, READV, WRITEV, READ_FIXED,
  *              WRITE_FIXED, from submission to the CQE being posted.
- * Not seen:    mmap'd file access, sendfile, splice, copy_file_range,
+ * Not seen:    mmap'd file access, splice,
  *              fsync/fdatasync (not reads or writes), io_uring requests on
  *              registered files (counted in drops), pipes, sockets and ttys
  *              (not regular files: left out on purpose), I/O by processes
  *              outside the job.
  * Tracepoints: syscalls:sys_enter/exit_{read,write,pread64,pwrite64,readv,
- *              writev,preadv,pwritev,preadv2,pwritev2,io_submit,io_getevents,
+ *              writev,preadv,pwritev,preadv2,pwritev2,sendfile64,
+ *              copy_file_range,io_submit,io_getevents,
  *              io_pgetevents}, io_uring:io_uring_submit_req,
  *              io_uring:io_uring_complete, sched:sched_process_exit and
  *              sched_process_fork (raw: it reads the child's tgid). No kprobes.
@@ -369,7 +373,7 @@ static __always_inline s64 iov_bytes(u64 uiov, u64 n)
 
 /* ---------------------------------------------------------------- read/write system calls */
 
-static __always_inline int sync_enter(u64 fd, s64 bytes, u8 op)
+static __always_inline int sync_enter_as(u64 fd, s64 bytes, u8 op, u32 kind)
 {
     if (!traced())
         return 0;
@@ -386,7 +390,7 @@ static __always_inline int sync_enter(u64 fd, s64 bytes, u8 op)
         return 0;
     }
     u64 id = bpf_get_current_pid_tgid();
-    struct start_key_t sk = {.tgid = id >> 32, .kind = START_SYNC, .ptr = (u32)id};
+    struct start_key_t sk = {.tgid = id >> 32, .kind = kind, .ptr = (u32)id};
     int kept = starts.update(&sk, &s) == 0;
     if (!kept)
         count_drop(APP_DROP_START);
@@ -394,10 +398,12 @@ static __always_inline int sync_enter(u64 fd, s64 bytes, u8 op)
     return 0;
 }
 
-static __always_inline int sync_exit(s64 ret)
+static __always_inline int sync_enter(u64 fd, s64 bytes, u8 op) { return sync_enter_as(fd, bytes, op, START_SYNC); }
+
+static __always_inline int sync_exit_as(s64 ret, u32 kind)
 {
     u64 id = bpf_get_current_pid_tgid();
-    struct start_key_t sk = {.tgid = id >> 32, .kind = START_SYNC, .ptr = (u32)id};
+    struct start_key_t sk = {.tgid = id >> 32, .kind = kind, .ptr = (u32)id};
     struct start_val_t *s = starts.lookup(&sk);
     if (!s)
         return 0;
@@ -405,6 +411,26 @@ static __always_inline int sync_exit(s64 ret)
     starts.delete(&sk);
     return 0;
 }
+
+static __always_inline int sync_exit(s64 ret) { return sync_exit_as(ret, START_SYNC); }
+
+/* A copy inside the kernel: the destination's write, the source's read, each of the call's size. */
+static __always_inline int copy_enter(u64 in_fd, u64 out_fd, s64 bytes)
+{
+    sync_enter_as(out_fd, bytes, APP_WRITE, START_SYNC);
+    return sync_enter_as(in_fd, bytes, APP_READ, START_COPY);
+}
+
+static __always_inline int copy_exit(s64 ret)
+{
+    sync_exit_as(ret, START_SYNC);
+    return sync_exit_as(ret, START_COPY);
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_sendfile64) { return copy_enter(args->in_fd, args->out_fd, args->count); }
+TRACEPOINT_PROBE(syscalls, sys_exit_sendfile64) { return copy_exit(args->ret); }
+TRACEPOINT_PROBE(syscalls, sys_enter_copy_file_range) { return copy_enter(args->fd_in, args->fd_out, args->len); }
+TRACEPOINT_PROBE(syscalls, sys_exit_copy_file_range) { return copy_exit(args->ret); }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_read) { return sync_enter(args->fd, args->count, APP_READ); }
 TRACEPOINT_PROBE(syscalls, sys_exit_read) { return sync_exit(args->ret); }

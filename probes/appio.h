@@ -20,7 +20,8 @@
 #define APP_WRITE 1
 
 /* How the job submitted it */
-#define IFACE_SYNC   0   /* read, write, pread64, pwrite64, readv, writev, preadv(2), pwritev(2) */
+#define IFACE_SYNC   0   /* read, write, pread64, pwrite64, readv, writev, preadv(2), pwritev(2), sendfile64,
+                            copy_file_range */
 #define IFACE_LIBAIO 1   /* io_submit iocbs: IOCB_CMD_PREAD/PWRITE/PREADV/PWRITEV */
 #define IFACE_URING  2   /* io_uring: READ, WRITE, READV, WRITEV, READ_FIXED, WRITE_FIXED */
 #define NIFACES      3
@@ -29,6 +30,7 @@
 #define START_SYNC   0   /* ptr = thread id; tgid = the process */
 #define START_LIBAIO 1   /* ptr = the iocb's user address; tgid = the process */
 #define START_URING  2   /* ptr = struct io_kiocb address; tgid = 0 (completes anywhere) */
+#define START_COPY   3   /* the source side of sendfile64/copy_file_range: ptr = thread id */
 
 /*
  * Drop counters (`drops` array): what could not be seen or recorded exactly.

@@ -189,6 +189,30 @@ def test_known_counts_through_each_interface_on_a_loop_device(tmp_path: Path) ->
     assert write.block_bytes >= write.app_bytes
 
 
+SENDFILE = ("import os, sys\n"
+            "src, dst = (os.open(p, f) for p, f in ((sys.argv[1], os.O_RDONLY), (sys.argv[2], os.O_WRONLY | os.O_CREAT)))\n"
+            "for i in range(23):\n"
+            "    assert os.sendfile(dst, src, i * 524288, 524288) == 524288\n"
+            "r = os.copy_file_range(src, dst, 7 * 65536, 0, 0)\n"
+            "assert r == 7 * 65536, r\n")
+
+
+@needs_root
+def test_a_copy_in_the_kernel_counts_as_a_read_of_the_source_and_a_write_of_the_destination(tmp_path: Path) -> None:
+    """23 sendfile64 calls of 512 KiB and one copy_file_range of 448 KiB (how
+    shutil.copyfile, and so DeepSpeed's copy of the offloaded tensors, copies):
+    each side counted once per call, with the call's size."""
+    with ext4_mount(tmp_path, 64 * MiB) as mnt:
+        (mnt / "src").write_bytes(b"\1" * (16 * MiB))
+        run = traced(mnt, [sys.executable, "-c", SENDFILE, str(mnt / "src"), str(mnt / "dst")])
+    assert run.exit_status == 0 and run.app is not None
+    files = {(Path(f.path).name, f.op): f for f in run.app.files}
+    src, dst = files[("src", "read")], files[("dst", "write")]
+    for f in (src, dst):
+        assert (f.iface, f.requests, f.bytes, f.sizes, f.completed, f.result_bytes) == \
+            ("sync", 24, 23 * 512 * KiB + 7 * 64 * KiB, {512 * KiB: 23, 7 * 64 * KiB: 1}, 24, 23 * 512 * KiB + 7 * 64 * KiB)
+
+
 @needs_root
 @needs_fio
 def test_known_counts_through_each_interface_on_the_fuse_bed(fusebed: Path) -> None:

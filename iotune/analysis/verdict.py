@@ -37,6 +37,7 @@ from ..model.run import TraceRun
 from ..model.verdict import (COMPUTE_BOUND, CPU_OPTIMIZER_BOUND, NO_TRAINING, NOT_ON_DEVICE, STARTUP_DOMINATED,
                              STORAGE_BOUND, Finding, Verdict, VerdictInputs)
 from .attribution import STEP_PHASES, StepBreakdown, steady, step_breakdowns
+from .checkpoints import checkpoint_findings
 from .device_use import BRIDGE_S, busy_spans, distance_findings, overlap
 from .endurance import run_endurance
 from .verdict_advice import storage_advice
@@ -129,7 +130,7 @@ def judge(run: TraceRun, inputs: VerdictInputs = VerdictInputs()) -> Verdict:
     rows = step_breakdowns(run)
     common = [*distance_findings(run, inputs, BRIDGE_S)]
     wear = run_endurance(run, inputs)
-    tail = [wear] if wear is not None else []
+    tail = [*([wear] if wear is not None else []), *checkpoint_findings(run, inputs)]
     if not rows:
         return _no_training(run, common + tail)
     stable = steady(rows)

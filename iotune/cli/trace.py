@@ -47,7 +47,7 @@ def progress_printer() -> Callable[[float, int, int, int, int], None] | None:
               help="Trace the device(s) holding PATH, e.g. your nvme_path (btrfs: every member). Repeatable.")
 @click.option("--app", "app_layer", is_flag=True,
               help="Also trace the application layer: every read and write the command's processes submit "
-                   "(read/write/pread/pwrite, libaio, io_uring), per file, next to the block requests. "
+                   "(read/write/pread/pwrite/sendfile, libaio, io_uring), per file, next to the block requests. "
                    "On by itself for a --path with no block device (FUSE, NFS).")
 @click.option("--with-lower", is_flag=True,
               help="Also trace what the chosen devices sit on (a loop device's backing disk), "

@@ -11,7 +11,7 @@ from .record import known_fields
 
 # IFACE_* in probes/appio.h, in index order.
 IFACES: tuple[str, ...] = ("sync", "libaio", "io_uring")
-IFACE_TITLES = {"sync": "read/write/pread/pwrite", "libaio": "libaio (io_submit)", "io_uring": "io_uring"}
+IFACE_TITLES = {"sync": "read/write/pread/pwrite/sendfile", "libaio": "libaio (io_submit)", "io_uring": "io_uring"}
 
 
 def _int_keys(d: dict[str, Any] | None) -> dict[int, int]:

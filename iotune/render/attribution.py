@@ -9,6 +9,7 @@ from rich.text import Text
 
 from ..analysis.attribution import (STEP_PHASES, checkpoints, cross_check, median_step, steady,
                                     step_breakdowns, swap_by_category)
+from ..analysis.checkpoints import CheckpointRow, checkpoint_rows
 from ..model import units
 from ..model.run import TraceRun
 
@@ -26,7 +27,10 @@ def attribution_section(run: TraceRun) -> RenderableType:
 
 
 def checkpoint_text(run: TraceRun) -> RenderableType:
-    rows = checkpoints(run)
+    calls = checkpoint_rows(run)
+    if calls:
+        return checkpoint_table(calls)
+    rows = checkpoints(run)        # a run traced before the hook split checkpoints into parts
     if not rows:
         return Text("")
     t = Text("Checkpoints (save_checkpoint)\n", style="bold italic")
@@ -35,6 +39,28 @@ def checkpoint_text(run: TraceRun) -> RenderableType:
                  f"{units.volume(r.during.write_bytes)}, by the end of the trace "
                  f"{units.volume(r.until_end.write_bytes)} (page-cache writeback lands later)\n")
     return t
+
+
+def checkpoint_table(rows: list[CheckpointRow]) -> RenderableType:
+    table = Table(title="Checkpoints (save_checkpoint, load_checkpoint; rank 0; MB = 10^6 B, MB/s decimal)",
+                  title_justify="left", show_edge=False, pad_edge=False)
+    for col in ("at", "call / part", "s", "MB", "MB/s", "not durable MB", "block MB", "app MB", "pid"):
+        table.add_column(col, justify="left" if col == "call / part" else "right")
+    for r in rows:
+        what = "save" if r.op == "save" else "load" + ("" if r.loaded is not False else " (nothing found)")
+        table.add_row(f"{r.t_s:.2f} s", f"{what} {r.directory}", f"{r.seconds:.3f}", units.mb(r.file_bytes),
+                      units.rate(r.bytes_per_s), units.mb(r.not_durable_bytes),
+                      units.mb(r.during.write_bytes if r.op == "save" else r.during.read_bytes), "", "",
+                      style="bold")
+        for p in r.parts:
+            table.add_row("", f"  {p.part}", f"{p.seconds:.3f}", units.mb(p.file_bytes),
+                          units.rate(p.file_bytes / p.seconds if p.seconds > 0 and p.file_bytes else None),
+                          units.mb(p.not_durable_bytes), units.mb(p.block_bytes), units.mb(p.app_bytes),
+                          ",".join(str(pid) for pid in p.pids))
+    note = Text("block MB: written (save) or read (load) on the traced devices while the call or part ran; app MB: "
+                "what the job's processes wrote or read on the part's files (by path); not durable: still dirty "
+                "or under writeback in the page cache when save_checkpoint returned\n", style="dim")
+    return Group(table, note)
 
 
 def step_table(run: TraceRun) -> RenderableType:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..analysis.attribution import STEP_PHASES, StepBreakdown, steady, step_breakdowns, swap_by_category
+from ..analysis.checkpoints import checkpoint_rows
 from ..analysis.downsample import Envelope, IntervalSeries, envelope, interval_series, phase_bands
 from ..analysis.layers import app_rows, category_bytes, layer_rows, no_block_statements
 from ..analysis.summary import summarize
@@ -20,7 +21,7 @@ from .page import TIMELINE_POINTS, Page, colour, esc, sig
 MAX_STEP_BARS = 300         # more steps than this are shown in groups (mean per group)
 PHASE_COLOURS = {"forward": "rgba(44,160,44,0.13)", "backward": "rgba(31,119,180,0.13)",
                  "accumulate": "rgba(148,103,189,0.13)", "optimizer": "rgba(214,39,40,0.15)",
-                 "checkpoint": "rgba(127,127,127,0.2)"}
+                 "checkpoint": "rgba(127,127,127,0.2)", "restore": "rgba(140,86,75,0.2)"}
 
 
 def trace_page(report: TraceReport) -> Page:
@@ -39,6 +40,7 @@ def trace_page(report: TraceReport) -> Page:
     latency_chart(page, run)
     steps_chart(page, run)
     swap_chart(page, run)
+    checkpoint_section(page, run)
     return page
 
 
@@ -270,3 +272,21 @@ def swap_chart(page: Page, run: TraceRun) -> None:
                [(r.category, units.volume(r.read_bytes_per_step), units.volume(r.write_bytes_per_step), r.files,
                  units.volume(r.outside_read_bytes), units.volume(r.outside_write_bytes)) for r in rows],
                "swap level: buffer bytes DeepSpeed handed to aio, per tensor file category")
+
+
+def checkpoint_section(page: Page, run: TraceRun) -> None:
+    rows = checkpoint_rows(run)
+    if not rows:
+        return
+    page.heading("Checkpoints (save_checkpoint, load_checkpoint)")
+    table: list[tuple[object, ...]] = []
+    for r in rows:
+        table.append((f"{r.t_s:.2f} s", f"{r.op} {r.directory}", f"{r.seconds:.3f}", units.mb(r.file_bytes),
+                      units.rate(r.bytes_per_s), units.mb(r.not_durable_bytes),
+                      units.mb(r.during.write_bytes if r.op == "save" else r.during.read_bytes), "", ""))
+        table += [("", f"· {p.part}", f"{p.seconds:.3f}", units.mb(p.file_bytes), "", units.mb(p.not_durable_bytes),
+                   units.mb(p.block_bytes), units.mb(p.app_bytes), ",".join(map(str, p.pids))) for p in r.parts]
+    page.table(("at", "call / part", "seconds", "MB", "MB/s", "not durable MB", "block MB", "app MB", "pid"), table,
+               "rank 0; MB = 10^6 bytes. block: written (save) or read (load) on the traced devices while it ran; "
+               "app: the job's processes on the part's files, by path; not durable: still in the page cache when "
+               "save_checkpoint returned")

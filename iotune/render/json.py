@@ -9,6 +9,7 @@ from typing import cast
 
 import numpy as np
 
+from ..analysis.checkpoints import CheckpointRow, checkpoint_rows
 from ..analysis.layers import app_rows, category_bytes, layer_rows, no_block_statements
 from ..analysis.summary import patterns, summarize, totals
 from ..model.run import TimelinePoint, TraceRun
@@ -36,6 +37,7 @@ class JsonRenderer:
             "summary": [asdict(s) for s in summarize(run)],
             "totals": asdict(totals(run)),
             "patterns": [asdict(p) for p in patterns(run, self.block_size_bytes)],
+            "checkpoints": [_checkpoint_json(r) for r in checkpoint_rows(run, rank=None)],
             "layers": None if run.app is None else {
                 "app": [asdict(r) for r in app_rows(run.app)],
                 "both": [asdict(r) for r in layer_rows(run)],
@@ -43,6 +45,12 @@ class JsonRenderer:
                 "statements": no_block_statements(run.app),
             },
         }
+
+
+def _checkpoint_json(r: CheckpointRow) -> dict[str, object]:
+    doc = asdict(r)
+    doc["bytes_per_s"], doc["durable_bytes_per_s"] = r.bytes_per_s, r.durable_bytes_per_s
+    return doc
 
 
 def run_json(run: TraceRun, opts: RenderOptions) -> str:

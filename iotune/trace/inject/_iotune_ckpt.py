@@ -6,7 +6,7 @@ only when the sweep asks this hook to save, restore or replay (below).
 - Calls: DeepSpeedEngine.save_checkpoint and .load_checkpoint each append,
   when they return, {"k": "ckcall", "op": "save"|"load", "dir": <dir>/<tag>,
   "s", "t0", "t1", "files": [[path, bytes, dirty, writeback], ...],
-  "mem": bytes, "loaded": bool}. files (save only): every file of the
+  "mem": bytes, "loaded": bool}. files: every file of the
   checkpoint (the tag directory, and `latest` and the recovery scripts
   beside it) with the bytes still in the page cache unwritten (dirty) or
   being written (writeback) at that moment, from the cachestat system call
@@ -130,8 +130,8 @@ def _call_done(op, directory, tag, t0, result):
     event = {"k": "ckcall", "op": op, "dir": os.path.join(directory, tag) if tag else directory,
              "s": _ctx["state"]["step"], "t0": t0, "t1": t1}
     try:
+        event["files"] = _files(directory, tag) if tag else []
         if op == "save":
-            event["files"] = _files(directory, tag)
             event["mem"] = _meminfo_dirty()
         else:
             event["loaded"] = bool(isinstance(result, tuple) and result and result[0] is not None)
