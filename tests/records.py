@@ -82,6 +82,45 @@ def attributed_run(strategy: str = "nvme-opt", step_ms: int = 400, swap_bytes: i
                                                                     {"optimizer: exp_avg": 1}))
 
 
+def checkpointed_run() -> TraceRun:
+    """attributed_run with a save_checkpoint after its last step (12 MB
+    written in 0.2 s: 2 MB of model states by the rank, 10 MB of offloaded
+    tensors copied, 4 MB of them still dirty at return) and a
+    load_checkpoint, with the decoupled writer's write of the optimizer file
+    by another process (pid 4242) and the application layer on two files."""
+    from dataclasses import replace
+
+    from iotune.model.appio import AppFileStats, AppLayer
+    from iotune.model.attribution import PhaseSpan
+    from iotune.model.checkpoint_io import CheckpointCall, CheckpointFile, CheckpointIO
+
+    base = attributed_run()
+    assert base.attribution is not None
+    ms, t = 1_000_000, base.clock_origin_ns + 1_600 * 1_000_000
+    d = "/ckpt/global_step4"
+    files = (CheckpointFile(f"{d}/zero_pp_rank_0_mp_rank_00_model_states.pt", "model states", 2_000_000, 0, 0),
+             CheckpointFile(f"{d}/zero_pp_rank_0_mp_rank_00_optim_states.pt", "optimizer partitions", 0, 0, 0),
+             CheckpointFile(f"{d}/offloaded_tensors/rank00/exp_avg-0_38.tensor.swp", "offloaded tensors",
+                            10_000_000, 3_000_000, 1_000_000))
+    save = CheckpointCall(0, "save", 4, t, t + 200 * ms, d, (
+        CheckpointIO("model states", files[0].path, t + 10 * ms, t + 50 * ms, 100),
+        CheckpointIO("optimizer partitions", files[1].path, t + 260 * ms, t + 270 * ms, 4242),
+        CheckpointIO("offloaded tensors", f"{d}/offloaded_tensors/rank00/", t + 50 * ms, t + 190 * ms, 100)),
+        files, 5_000_000, None, 100)
+    load = CheckpointCall(0, "load", 4, t + 300 * ms, t + 350 * ms, d, (
+        CheckpointIO("offloaded tensors", f"{d}/offloaded_tensors/rank00/", t + 310 * ms, t + 340 * ms, 100),),
+        files, None, True, 100)
+    phases = (*base.attribution.phases, PhaseSpan(0, 4, "checkpoint", t, t + 200 * ms),
+              PhaseSpan(0, 4, "restore", t + 300 * ms, t + 350 * ms))
+    app = AppLayer(files=(AppFileStats(7 << 20, 12, "write", "sync", files[2].path, requests=2, bytes=20_000_000,
+                                       completed=2, result_bytes=10_000_000),
+                          AppFileStats(7 << 20, 12, "read", "sync", files[2].path, requests=1, bytes=10_000_000,
+                                       completed=1, result_bytes=10_000_000)))
+    timeline = (*base.timeline, TimelinePoint(1.65, "loop0", "write", 6, 6_000_000))
+    return replace(base, timeline=timeline, duration_s=2.0, app=app,
+                   attribution=replace(base.attribution, phases=phases, checkpoints=(save, load)))
+
+
 def sweep_outcome(confirmed: bool = True) -> SweepOutcome:
     """A fio sweep over block sizes 256K/1M x queue depths 4/8/32 (1 and 2
     threads at 1M qd8), the best confirmed on training steps against the

@@ -29,7 +29,7 @@ from iotune.render.json import JsonRenderer
 from iotune.resources import schema_names, schema_path
 
 from .conftest import make_loops, needs_fio, needs_root
-from .records import attributed_run
+from .records import attributed_run, checkpointed_run
 
 ROOT = Path(__file__).resolve().parents[1]
 IOTUNE = [sys.executable, "-m", "iotune"]
@@ -174,6 +174,17 @@ def test_a_run_with_attribution_and_a_verdict_conforms(tmp_path: Path) -> None:
     assert verdict.Verdict.from_json(doc["verdict"]) == judged
     doc["verdict"] = None                     # a report that could not judge
     assert problems(schema("trace-report-1"), doc) == []
+
+
+def test_a_run_with_checkpoint_calls_conforms(tmp_path: Path) -> None:
+    """Every key of a checkpoint call (the hook's record) and of its derived
+    row (parts on both layers) is written and described."""
+    run = checkpointed_run()
+    doc = strict_json(JsonRenderer().render(run))
+    assert [c["op"] for c in doc["checkpoints"]] == ["save", "load"]
+    conforms("trace-report-1", doc)
+    conforms("run-1", json.loads((save_run(run, tmp_path / "run") / "run.json").read_text()))
+    assert load_run(tmp_path / "run").attribution == run.attribution
 
 
 def test_older_run_files_the_loader_accepts_conform(tmp_path: Path) -> None:

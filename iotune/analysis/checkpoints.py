@@ -4,7 +4,7 @@ tensors' copy, the recovery scripts, the decoupled writer's wait), on both
 layers.
 
 - application layer (TraceRun.app): the bytes the job's processes wrote or
-  read on each of the checkpoint's files, whichever process did it (the
+  read on each of the checkpoint's files (bytes done, as the calls returned), whichever process did it (the
   decoupled writer's subprocess included): by path;
 - block layer: the bytes issued on the traced top-level devices while each
   part ran (BlockTimeline windows over the part's spans); other I/O at the
@@ -111,7 +111,8 @@ def _app_bytes(run: TraceRun, c: CheckpointCall, part: str, op: str) -> int | No
     if run.app is None:
         return None
     paths = frozenset(f.path for f in c.files if f.part == part)
-    return run.app.totals(op=op, paths=paths).bytes if paths else 0
+    # bytes done, not asked: shutil.copyfile asks sendfile for a whole file once more after the last byte
+    return sum(f.result_bytes for f in run.app.files if f.op == op and f.path in paths)
 
 
 def checkpoint_findings(run: TraceRun, inputs: VerdictInputs) -> list[Finding]:
