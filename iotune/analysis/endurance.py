@@ -10,7 +10,9 @@ traced top-level devices over the steady steps (start-up and the tail left
 out), divided among the devices by each one's share of the run's writes;
 the busiest device is the one that wears out first. For any other run it is
 the run's writes over its duration. For a planned job (`iotune plan`) it is
-the planner's bytes written per optimizer step over the step time.
+the planner's bytes written per optimizer step over the step time, and with
+`--checkpoint-every K` a checkpoint's bytes over every K steps (each step
+then also takes a K-th of the checkpoint's save time).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..model import units
-from ..model.plan import Plan
+from ..model.plan import CheckpointPlan, Plan
 from ..model.run import TraceRun
 from ..model.verdict import Finding, VerdictInputs
 from .attribution import steady, step_breakdowns
@@ -98,14 +100,18 @@ def run_write_rate(run: TraceRun, capacity_bytes: float | None = None) -> WriteR
     return WriteRate(rate, basis, busiest.name, cap, source if cap > 0 else "")
 
 
-def plan_write_rate(plan: Plan, step_s: float, step_source: str,
-                    capacity_bytes: float | None = None) -> WriteRate | None:
+def plan_write_rate(plan: Plan, step_s: float, step_source: str, capacity_bytes: float | None = None,
+                    checkpoint: CheckpointPlan | None = None) -> WriteRate | None:
     """One drive's write rate for a planned job: the rank's bytes written per
-    optimizer step, striped over its drives, every `step_s` seconds."""
-    per_step = plan.per_optimizer_step.total_write / plan.inp.drives
+    optimizer step (and per step of the checkpoint interval), striped over
+    its drives, every `step_s` seconds."""
+    saved = (checkpoint.written_bytes_per_step or 0.0) if checkpoint is not None else 0.0
+    per_step = (plan.per_optimizer_step.total_write + saved) / plan.inp.drives
     if per_step <= 0 or step_s <= 0:
         return None
-    basis = (f"{units.volume(per_step)} written per optimizer step per drive "
+    with_ckpt = (f", checkpoints included ({units.volume(saved / plan.inp.drives)} of it: one every "
+                 f"{checkpoint.every_steps} steps)" if saved and checkpoint is not None else "")
+    basis = (f"{units.volume(per_step)} written per optimizer step per drive{with_ckpt} "
              f"({plan.inp.drives} drive(s) per rank) every {step_s:,.2f} s ({step_source})")
     return WriteRate(per_step / step_s, basis, "", float(capacity_bytes or 0),
                      "--drive-capacity" if capacity_bytes else "")
@@ -149,24 +155,27 @@ def endurance_finding(e: Endurance) -> Finding:
 
 
 def plan_endurance(plan: Plan, step_s: float | None, tbw_bytes: float | None = None,
-                   capacity_bytes: float | None = None) -> Finding | None:
+                   capacity_bytes: float | None = None, checkpoint: CheckpointPlan | None = None) -> Finding | None:
     """The endurance finding of a planned job (None when it writes nothing to
     NVMe). The step time is `step_s` (--step-time) or, without it, the storage
-    time per step at the given drive bandwidth: the fastest a storage-bound
-    step can go, so the most it can write per hour."""
-    if plan.per_optimizer_step.total_write <= 0:
+    time per step at the given drive bandwidth (plus a share of the
+    checkpoint's save time): the fastest a storage-bound step can go, so the
+    most it can write per hour."""
+    ckpt_write = (checkpoint.written_bytes_per_step or 0.0) if checkpoint is not None else 0.0
+    if plan.per_optimizer_step.total_write + ckpt_write <= 0:
         return None
+    storage_s = (plan.storage_s_per_step or 0.0) + ((checkpoint.seconds_per_step or 0.0) if checkpoint else 0.0)
     if step_s:
         source = "--step-time"
-    elif plan.storage_s_per_step:
-        step_s, source = plan.storage_s_per_step, "storage time per step at --drive-bandwidth: an upper bound"
+    elif storage_s:
+        step_s, source = storage_s, "storage time per step at --drive-bandwidth: an upper bound"
     else:
-        per = plan.per_optimizer_step.total_write / plan.inp.drives
+        per = (plan.per_optimizer_step.total_write + ckpt_write) / plan.inp.drives
         return Finding("endurance", f"{units.volume(per)} written per optimizer step per drive; give --step-time S "
                                     f"(or --drive-bandwidth) for the writes per day and the days to the rated TBW.",
                        "written per step = the planner's NVMe writes per optimizer step / drives",
                        {"written_bytes_per_step": per})
-    rate = plan_write_rate(plan, step_s, source, capacity_bytes)
+    rate = plan_write_rate(plan, step_s, source, capacity_bytes, checkpoint)
     if rate is None:
         return None
     return endurance_finding(Endurance(rate, tbw_bytes, "--drive-tbw" if tbw_bytes else ""))

@@ -30,6 +30,12 @@ STRATEGIES = ["baseline", "cpu", "nvme-opt", "nvme-all", "zenflow"]
               help="Seconds per optimizer step, for the SSD-endurance forecast (default: the storage time "
                    "per step at --drive-bandwidth, an upper bound on the write rate).")
 @endurance_options(tbw_default="none, no days forecast", capacity_default="per TB")
+@click.option("--keep", type=click.IntRange(min=0), default=1, show_default=True, metavar="N",
+              help="Retained checkpoints: their space is added beside the swap files (refused, with the numbers, "
+                   "when they do not fit --drive-capacity x --drives).")
+@click.option("--checkpoint-every", type=click.IntRange(min=1), default=None, metavar="STEPS",
+              help="A checkpoint every STEPS optimizer steps: its save time and bytes are spread over them, in "
+                   "the time per step and the SSD-wear forecast.")
 @click.option("--check", "check_run", type=click.Path(path_type=Path), default=None, metavar="RUN",
               help="Compare the prediction with a traced run of the same model and strategy.")
 @format_option
@@ -37,7 +43,8 @@ STRATEGIES = ["baseline", "cpu", "nvme-opt", "nvme-all", "zenflow"]
 def plan(model_preset: str | None, params: int | None, strategy: str, precision: str, grad_accum: int, gpus: int,
          drive_bandwidth: float | None, drives: int, target_step: float | None, aio_block_size: int,
          check_run: Path | None, fmt: str, as_json: bool, step_time: float | None = None,
-         drive_tbw: int | None = None, drive_capacity: int | None = None) -> None:
+         drive_tbw: int | None = None, drive_capacity: int | None = None, keep: int = 1,
+         checkpoint_every: int | None = None) -> None:
     """NVMe capacity, GB moved per step, storage time and drives needed for
     an offloaded training job, from the 18-bytes-per-parameter accounting.
 
@@ -46,14 +53,17 @@ def plan(model_preset: str | None, params: int | None, strategy: str, precision:
       iotune plan --model 16b --strategy nvme-opt --drive-bandwidth 3GB/s --drives 3
       iotune plan --params 8000000000 --strategy nvme-all --gpus 8 --target-step 5 --drive-bandwidth 6GB/s
       iotune plan --model tiny --strategy nvme-opt --check iotune-runs/<run>
+      iotune plan --model 8b --drive-bandwidth 3GB/s --keep 3 --checkpoint-every 100 --drive-capacity 3.84TB
     """
     from ..analysis.calibration import check
+    from ..analysis.checkpoint_plan import check_space, checkpoint_plan
+    from ..model.offload import JobShape
     from ..analysis.endurance import plan_endurance
     from ..analysis.planner import make_plan
     from ..model.plan import PlanInput
     from ..model.reports import PlanReport
     from ..model.runfile import load_run
-    from ..workloads.presets import swappable_params
+    from ..workloads.presets import swappable_params, tensor_numels
 
     shape, params = model_size(model_preset, params, required=True)
     if shape is None and given("aio_block_size"):
@@ -64,6 +74,10 @@ def plan(model_preset: str | None, params: int | None, strategy: str, precision:
                     swappable_params=swappable, drive_bytes_per_s=drive_bandwidth, drives=drives,
                     target_step_s=target_step)
     result = make_plan(inp)
+    job = JobShape(tuple(tensor_numels(shape)), gpus) if shape is not None else JobShape.approximate(inp.params,
+                                                                                                      None, gpus)
+    ckpt = checkpoint_plan(result, job, keep, checkpoint_every, max(1 << 20, aio_block_size))
+    check_space(ckpt, drive_capacity, drives)
     rows = tuple(check(result, load_run(check_run))) if check_run else None
-    wear = plan_endurance(result, step_time, drive_tbw, drive_capacity)
-    emit(PlanReport(result, rows, wear), chosen_format(fmt, as_json))
+    wear = plan_endurance(result, step_time, drive_tbw, drive_capacity, ckpt)
+    emit(PlanReport(result, rows, wear, ckpt), chosen_format(fmt, as_json))

@@ -47,3 +47,27 @@ class Plan:
     bandwidth_for_target: float | None         # bytes/s to keep storage time at the target step time
     drives_for_target: int | None
     bottleneck: str
+
+
+@dataclass(frozen=True)
+class CheckpointPlan:
+    """One DeepSpeed checkpoint of the planned job (iotune.analysis.checkpoint_plan):
+    bytes per part, save and load time at the drives' bandwidth, the space
+    of `keep` retained checkpoints beside the swap files, and, with a
+    checkpoint every `every_steps` steps, what checkpoints add to each step."""
+
+    parts: dict[str, float]                  # part -> bytes, one checkpoint, all ranks
+    rank_bytes: float                        # what rank 0 writes (the most any rank writes)
+    total_bytes: float                       # one checkpoint, all ranks
+    save_read_bytes: float                   # per rank: the copy reads the swap files
+    save_write_bytes: float                  # per rank (rank 0)
+    save_s: float | None                     # at drives x drive bandwidth; None: no bandwidth given
+    load_s: float | None
+    keep: int                                # retained checkpoints counted in the space
+    retained_bytes: float                    # keep x rank_bytes (per rank)
+    swap_bytes: float                        # the swap files (the plan's NVMe capacity, per rank)
+    space_bytes: float                       # swap + retained, per rank
+    every_steps: int | None = None           # --checkpoint-every
+    seconds_per_step: float | None = None    # save_s / every_steps
+    written_bytes_per_step: float | None = None   # save_write_bytes / every_steps, per rank
+    formulas: dict[str, str] = field(default_factory=dict)   # part -> the rule

@@ -10,7 +10,7 @@ from typing import Any
 
 from .checks import CheckResult
 from .lint import LintFailure, LintFinding
-from .plan import Plan
+from .plan import CheckpointPlan, Plan
 from .run import TraceRun
 from .verdict import Finding
 
@@ -63,6 +63,7 @@ class PlanReport:
     plan: Plan
     check: tuple[CheckRow, ...] | None = None     # None: no --check run given
     endurance: Finding | None = None              # None: the plan writes nothing to NVMe
+    checkpoint: CheckpointPlan | None = None      # one checkpoint's parts, save/load time, --keep, --checkpoint-every
 
 
 @dataclass(frozen=True)

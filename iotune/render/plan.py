@@ -14,14 +14,14 @@ from rich.text import Text
 
 from ..model import units
 from ..model.reports import CheckRow, PlanReport
-from ..model.plan import Plan
+from ..model.plan import CheckpointPlan, Plan
 from ..model.verdict import Finding
 from .base import RenderOptions
 
 
 def plan_console(r: PlanReport, opts: RenderOptions) -> str:
     width = opts.width or 110
-    text = render_plan(r.plan, width) + render_endurance(r.endurance)
+    text = render_plan(r.plan, width) + render_checkpoint(r.checkpoint, r.plan, width) + render_endurance(r.endurance)
     return text + (render_check(r.check, width) if r.check is not None else "")
 
 
@@ -78,6 +78,34 @@ def render_check(rows: tuple[CheckRow, ...], width: int) -> str:
     return buf.getvalue()
 
 
+def render_checkpoint(cp: CheckpointPlan | None, plan: Plan, width: int) -> str:
+    """One checkpoint's parts, its save and load time, the space with --keep
+    and its share of each step with --checkpoint-every."""
+    if cp is None:
+        return ""
+    t = Table(title="One checkpoint (DeepSpeed save_checkpoint), all ranks", title_justify="left", show_edge=False,
+              pad_edge=False)
+    for col in ("part", "GB", "what"):
+        t.add_column(col, justify="right" if col == "GB" else "left")
+    for part, b in cp.parts.items():
+        t.add_row(part, units.gb(b), cp.formulas.get(part, ""))
+    t.add_row("total", units.gb(cp.total_bytes), f"{units.volume(cp.rank_bytes)} written by rank 0", style="bold")
+    lines = Text()
+    if cp.save_s is not None:
+        lines.append(f"Save: {cp.save_s:.2f} s, load: {cp.load_s:.2f} s per rank at {plan.inp.drives} × "
+                     f"{units.rate(plan.inp.drive_bytes_per_s)} MB/s (the copy of the offloaded tensors reads "
+                     f"{units.volume(cp.save_read_bytes)} of swap files and writes them again, on the same drives)\n")
+    lines.append(f"Space with --keep {cp.keep}: {units.volume(cp.swap_bytes)} of swap files + {cp.keep} × "
+                 f"{units.volume(cp.rank_bytes)} = {units.volume(cp.space_bytes)} per rank\n")
+    if cp.every_steps:
+        share = f"{cp.seconds_per_step:.2f} s and " if cp.seconds_per_step is not None else ""
+        lines.append(f"A checkpoint every {cp.every_steps} steps adds {share}{units.volume(cp.written_bytes_per_step or 0)}"
+                     f" written to each step (per rank)\n")
+    buf = io.StringIO()
+    Console(file=buf, width=width, color_system=None).print(Group(t, lines))
+    return buf.getvalue()
+
+
 def render_endurance(f: Finding | None) -> str:
     """The plan's endurance line (nothing when the plan writes nothing to NVMe)."""
     return f"Endurance: {f.headline}\n  rule: {f.rule}\n" if f is not None else ""
@@ -86,6 +114,7 @@ def render_endurance(f: Finding | None) -> str:
 def plan_json(r: PlanReport, opts: RenderOptions) -> str:
     doc: dict[str, Any] = asdict(r.plan)
     doc["endurance"] = r.endurance.to_json() if r.endurance is not None else None
+    doc["checkpoint"] = asdict(r.checkpoint) if r.checkpoint is not None else None
     if r.check is not None:
         # null where the error has no finite value (nothing measured): JSON has no Infinity
         doc["check"] = [{**asdict(row), "error_pct": _finite(row.error_pct)} for row in r.check]
