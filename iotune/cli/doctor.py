@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,10 +30,15 @@ if TYPE_CHECKING:
 @click.option("--aio-timeout", type=click.FloatRange(min=1), default=300.0, show_default=True, metavar="S",
               help="With --ds-config: how long loading DeepSpeed's async_io op may take (a first build "
                    "takes minutes on a small machine).")
+@click.option("--checkpoint-dir", default=None, metavar="DIR",
+              help="With --ds-config: where the job saves checkpoints (place, free space, earlier tags).")
+@click.option("--keep", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
+              help="With --checkpoint-dir: checkpoints the job keeps there.")
 @format_option
 @library_errors
 def doctor(fix: bool, odirect_path: str | None, ds_config: Path | None, model_preset: str | None,
-           params: int | None, gpus: int, aio_timeout: float, fmt: str, as_json: bool) -> None:
+           params: int | None, gpus: int, aio_timeout: float, fmt: str, as_json: bool,
+           checkpoint_dir: str | None = None, keep: int = 1) -> None:
     """Check every prerequisite and print the fix for each failure.
 
     \b
@@ -40,8 +46,10 @@ def doctor(fix: bool, odirect_path: str | None, ds_config: Path | None, model_pr
     config (iotune lint), DeepSpeed's async_io op loading, O_DIRECT at
     DeepSpeed's alignment and free space on each nvme_path (against
     iotune plan), locked swap buffers against ulimit -l, RAM and the
-    container's memory limit, another job using the same nvme_path, and
-    stale op-build locks (--fix removes them).
+    container's memory limit, another job using the same nvme_path,
+    stale op-build locks (--fix removes them), and with --checkpoint-dir
+    the checkpoints' place, free space for --keep of them and earlier tags
+    a new save could not overwrite (DeepSpeed #7549).
     """
     from ..doctor.checks import run_checks
     from ..doctor.fixes import apply_fixes
@@ -49,7 +57,7 @@ def doctor(fix: bool, odirect_path: str | None, ds_config: Path | None, model_pr
 
     refuse_without_ds_config(ds_config, model_preset, params, odirect_path)
     if ds_config is not None:
-        job = _job(ds_config, model_preset, params, gpus)
+        job = replace(_job(ds_config, model_preset, params, gpus), checkpoint_dir=checkpoint_dir, keep=keep)
 
         def checks() -> list[CheckResult]:
             from ..doctor.job import job_checks
@@ -74,7 +82,8 @@ def refuse_without_ds_config(ds_config: Path | None, model_preset: str | None, p
     if ds_config is None:
         if model_preset or params:
             raise UsageError("--model and --params go with --ds-config FILE")
-        inert = [flag for flag, name in (("--gpus", "gpus"), ("--aio-timeout", "aio_timeout")) if given(name)]
+        inert = [flag for flag, name in (("--gpus", "gpus"), ("--aio-timeout", "aio_timeout"),
+                                         ("--checkpoint-dir", "checkpoint_dir"), ("--keep", "keep")) if given(name)]
         if inert:
             raise click.UsageError(f"{inert[0]} goes with --ds-config FILE (the job's checks): add --ds-config, "
                                    f"or drop {inert[0]}")

@@ -26,11 +26,17 @@ from .options import chosen_format, emit, format_option, library_errors, model_s
                    "with the key table generated from DeepSpeed 0.19.8 (table, fast), or the first that works.")
 @click.option("--device", "expected_device", default=None, metavar="DEV",
               help="The drive nvme_path should be on (e.g. nvme0n1 or /dev/md0): an error if it is elsewhere.")
+@click.option("--checkpoint-dir", default=None, metavar="DIR",
+              help="Where the job saves its checkpoints: checked against nvme_path, for free space (with --model or "
+                   "--params) and for what a restore of NVMe-offloaded state does.")
+@click.option("--keep", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
+              help="With --checkpoint-dir: checkpoints the job keeps there.")
 @click.option("--strict", is_flag=True, help="Exit non-zero on warnings too.")
 @format_option
 @library_errors
 def lint(config: Path, model_preset: str | None, params: int | None, gpus: int, accelerator: str, against: str,
-         expected_device: str | None, strict: bool, fmt: str, as_json: bool) -> None:
+         expected_device: str | None, strict: bool, fmt: str, as_json: bool, checkpoint_dir: str | None = None,
+         keep: int = 1) -> None:
     """Check a DeepSpeed config the way DeepSpeed 0.19.8 reads it, each
     finding with its fix: keys and values DeepSpeed's config models refuse
     (typos, removed keys, fractions for integers, an aio block inside
@@ -39,8 +45,12 @@ def lint(config: Path, model_preset: str | None, params: int | None, gpus: int, 
     CPU offload), parameter-offload settings that crash (on the CPU
     accelerator), memory locked for swap buffers over `ulimit -l` or RAM, and
     an nvme_path DeepSpeed cannot create or use (unmounted mount point, not
-    writable, no O_DIRECT, too small, wrong drive). "auto" values are unknown:
-    rules that need them warn and say what they assume.
+    writable, no O_DIRECT, too small, wrong drive); checkpoints: writer keys
+    DeepSpeed ignores or asserts on, the fast writer on the CPU accelerator,
+    the restore of NVMe-offloaded state (world size, Adam), DeepSpeed #7549,
+    and with --checkpoint-dir its place and free space for --keep
+    checkpoints. "auto" values are unknown: rules that need them warn and
+    say what they assume.
 
     Exit status: 0 clean (warnings allowed), 1 errors (or warnings with
     --strict), 2 bad input. With --json, stdout always holds one JSON
@@ -77,7 +87,9 @@ def lint(config: Path, model_preset: str | None, params: int | None, gpus: int, 
         message = f"DeepSpeed cannot be imported ({e}): use --deepspeed table or install DeepSpeed"
         show_failure("no-deepspeed", message, 2)
         raise UsageError(message) from None
-    env = gather(list(swap_paths(cfg)), params, largest, acc, gpus, expected_device)
+    if keep != 1 and not checkpoint_dir:
+        raise click.UsageError("--keep goes with --checkpoint-dir DIR (where the checkpoints are kept)")
+    env = gather(list(swap_paths(cfg)), params, largest, acc, gpus, expected_device, checkpoint_dir, keep)
     say(f"lint: checked against {schema.source}; accelerator {acc or 'unknown'} ({how})")
     report = LintReport(str(config), tuple(run_lint(cfg, env, schema, duplicates)), None, schema.source,
                         f"{acc or 'unknown'} ({how})")

@@ -159,13 +159,17 @@ def path_facts(path: str, fstab: dict[str, str] | None = None, mounted: set[str]
     return PathFacts(exists=os.path.abspath(path) == checked, writable=writable,
                      direct_io_problem=direct_io_problem(checked) if writable else None,
                      free_bytes=shutil.disk_usage(checked).free, checked=checked, device=device, disk=disk,
-                     looks_unmounted=looks_unmounted(checked, mounted))
+                     looks_unmounted=looks_unmounted(checked, mounted), fs_dev=os.stat(checked).st_dev)
 
 
 def gather(paths: list[str], params: int | None = None, largest_param_numel: int | None = None,
-           accelerator: str | None = None, gpus: int = 1, expected_device: str | None = None) -> LintEnv:
-    """The facts for `paths` (the config's swap paths) and this machine."""
+           accelerator: str | None = None, gpus: int = 1, expected_device: str | None = None,
+           checkpoint_dir: str | None = None, keep: int = 1) -> LintEnv:
+    """The facts for `paths` (the config's swap paths), the checkpoint
+    directory if given, and this machine."""
     return LintEnv(ram_bytes=ram_bytes(), memlock_bytes=memlock_bytes(), can_lock_unlimited=can_lock_unlimited(),
                    paths={p: path_facts(p) for p in paths}, params=params,
                    largest_param_numel=largest_param_numel, accelerator=accelerator,
-                   gds_available=gds_available(accelerator), gpus=gpus, expected_device=expected_device)
+                   gds_available=gds_available(accelerator), gpus=gpus, expected_device=expected_device,
+                   checkpoint_dir=checkpoint_dir, checkpoint_keep=keep,
+                   checkpoint_facts=path_facts(checkpoint_dir) if checkpoint_dir else None)

@@ -23,6 +23,7 @@ from ..model.lint import LintEnv, PathFacts
 from ..model.plan import PlanInput
 from . import jobfacts
 from ..workloads.fastops import prebuilt_ops
+from .checkpoint import checkpoint_checks
 from .facts import gather
 
 AIO_ALIGNED_BYTES = 1024        # DeepSpeed pads swap I/O to this x intra_op_parallelism
@@ -30,7 +31,7 @@ AIO_FIX = ("apt-get install libaio-dev (RHEL: yum install libaio-devel), then th
            "elsewhere: set CFLAGS=-I<prefix>/include LDFLAGS=-L<prefix>/lib; or prebuild it: "
            "DS_BUILD_AIO=1 DS_BUILD_PIN_MEMORY=1 LDFLAGS='-Wl,--no-as-needed -laio' pip install --force-reinstall "
            "--no-deps --no-build-isolation --no-cache-dir deepspeed (or iotune's scripts/setup.sh)")
-LINT_OWN = ("nvme-path-", "pinned-")   # lint rules doctor answers with its own checks
+LINT_OWN = ("nvme-path-", "pinned-", "checkpoint-dir-", "checkpoint-space")   # lint rules doctor answers itself
 
 
 @dataclass(frozen=True)
@@ -42,11 +43,14 @@ class Job:
     swappable_params: int | None = None
     largest_param_numel: int | None = None
     gpus: int = 1
+    checkpoint_dir: str | None = None
+    keep: int = 1
 
 
 def job_checks(job: Job, aio_timeout_s: float = 300.0, env: dict[str, str] | None = None) -> list[CheckResult]:
     paths = swap_paths(job.cfg)
-    lint_env = gather(list(paths), job.params, job.largest_param_numel, None, job.gpus)
+    lint_env = gather(list(paths), job.params, job.largest_param_numel, None, job.gpus, None, job.checkpoint_dir,
+                      job.keep)
     locks = oplocks.build_locks(oplocks.extension_roots(env))
     out = [check_config(job, lint_env), check_async_io(locks, aio_timeout_s, env)]
     if not paths:
@@ -55,6 +59,7 @@ def job_checks(job: Job, aio_timeout_s: float = 300.0, env: dict[str, str] | Non
         facts = lint_env.paths[path]
         out += [check_direct_io(job, path, facts), check_space(job, path, users, facts), check_sharing(path)]
     out += check_memory(job, lint_env)
+    out += checkpoint_checks(job.cfg, lint_env)
     out += [check_lock(lock) for lock in locks] or [CheckResult("op-build locks", "ok", "none in the torch "
                                                                 "extensions cache")]
     return out

@@ -24,6 +24,7 @@ class PathFacts:
     device: str | None = None                  # block device holding `checked` (e.g. nvme0n1p1); None: unknown
     disk: str | None = None                    # its whole disk (e.g. nvme0n1)
     looks_unmounted: str | None = None         # an empty dir under /mnt or /media that is not mounted
+    fs_dev: int | None = None                  # st_dev of `checked`: which filesystem it is on
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,9 @@ class LintEnv:
     gds_available: bool | None = None         # CUDA + libcufile present; None: unknown
     gpus: int = 1                             # data-parallel ranks (the optimizer partition is params / gpus)
     expected_device: str | None = None        # the drive nvme_path should be on (e.g. nvme0n1), if given
+    checkpoint_dir: str | None = None         # where the job saves its checkpoints (save_checkpoint's save_dir)
+    checkpoint_keep: int = 1                  # checkpoints it keeps there
+    checkpoint_facts: PathFacts | None = None
 
 
 SEVERITIES = ("error", "warning")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import UsageError
+from ..model.checkpoint_sweep import CheckpointOutcome
 from ..model.fleet_report import FleetReport
 from ..model.fleet_sweep import FleetSweepReport
 from ..model.offload_result import OffloadOutcome
@@ -15,6 +16,7 @@ from ..model.run import TraceRun
 from ..model.sweep_result import LayoutSweep, SweepOutcome
 from ..model.verdict import TraceReport
 from .base import Renderer, RenderOptions
+from .checkpoint_sweep import checkpoint_console, checkpoint_json
 from .compare import compare_console, compare_json
 from .console import run_console, trace_console
 from .doctor import doctor_console, doctor_json
@@ -56,6 +58,8 @@ RENDERERS: dict[tuple[type, str], Renderer] = {
     (FleetSweepReport, "json"): fleet_sweep_json,
     (OffloadOutcome, "console"): offload_console,
     (OffloadOutcome, "json"): offload_json,
+    (CheckpointOutcome, "console"): checkpoint_console,
+    (CheckpointOutcome, "json"): checkpoint_json,
 }
 
 

@@ -56,29 +56,12 @@ class Journal:
         self.trials.append(trial)
 
     def _append(self, rec: dict[str, Any]) -> None:
-        """One whole line, or nothing: a write the drive cannot take in full
-        is cut back off, so the journal never keeps a torn line (which the
-        next append would run into, losing both) and resumes from every
-        complete one. A torn last line left by a crash gets a newline first."""
-        line = (json.dumps(rec, separators=(",", ":")) + "\n").encode()
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            end = os.lseek(fd, 0, os.SEEK_END)
-            if end and os.pread(fd, 1, end - 1) != b"\n":
-                line = b"\n" + line
-            try:
-                view = memoryview(line)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            except OSError as e:
-                with contextlib.suppress(OSError):      # cut back what part of the line got in
-                    os.ftruncate(fd, end)
-                if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise NoSpaceError(self._full(rec, e.strerror or "")) from None
-                raise
-        finally:
-            os.close(fd)
+            append_record(self.path, rec)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise NoSpaceError(self._full(rec, e.strerror or "")) from None
+            raise
 
     def _full(self, rec: dict[str, Any], why: str) -> str:
         trial = rec.get("kind") == "trial"
@@ -88,6 +71,31 @@ class Journal:
                 f"{', and that trial runs again on resume' if trial else ''}: free space on that drive (or give "
                 f"-o/--out a directory on another drive, with the journal moved there), then run the same command "
                 f"again to resume")
+
+
+def append_record(path: Path, rec: dict[str, Any]) -> None:
+    """Append `rec` to the JSON-lines file at `path` as one whole line, or
+    nothing: a write the drive cannot take in full is cut back off (the
+    OSError is raised), so a journal never keeps a torn line (which the next
+    append would run into, losing both) and resumes from every complete
+    one. A torn last line left by a crash gets a newline first. fsync'ed."""
+    line = (json.dumps(rec, separators=(",", ":")) + "\n").encode()
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        end = os.lseek(fd, 0, os.SEEK_END)
+        if end and os.pread(fd, 1, end - 1) != b"\n":
+            line = b"\n" + line
+        try:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except OSError:
+            with contextlib.suppress(OSError):      # cut back what part of the line got in
+                os.ftruncate(fd, end)
+            raise
+    finally:
+        os.close(fd)
 
 
 def open_journal(out_dir: Path, fresh: bool) -> Journal:

@@ -7,7 +7,9 @@
 - offload: run-time failures and quiet changes of meaning, each scoped to the
   accelerator its evidence comes from;
 - memory: the memory DeepSpeed locks for swap buffers, by dtype;
-- paths: nvme_path on the machine (nearest existing ancestor, mounts).
+- paths: nvme_path on the machine (nearest existing ancestor, mounts);
+- checkpoint: the checkpoint and writer blocks, NVMe-offloaded state's
+  restore, DeepSpeed #7549, and with a checkpoint directory its place and space.
 
 "auto" (filled in by Hugging Face) is unknown: a rule that depends on it is a
 warning saying what it assumed.
@@ -19,6 +21,7 @@ from typing import Any
 
 from ...model.lint import LintEnv, LintFinding
 from .aio import aio_rules
+from .checkpoint import checkpoint_rules
 from .memory import locked_buffers, memory_rules, pinned_bytes
 from .offload import offload_rules
 from .paths import path_rules, swap_paths
@@ -41,6 +44,7 @@ def lint(cfg: dict[str, Any], env: LintEnv, schema: Schema | None = None,
     out += offload_rules(cfg, env)
     out += memory_rules(cfg, env)
     out += path_rules(cfg, env)
+    out += checkpoint_rules(cfg, env)
     return out
 
 

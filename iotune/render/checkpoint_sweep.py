@@ -1,0 +1,54 @@
+"""The checkpoint sweep's outcome (iotune.sweep.checkpoint), as text and JSON."""
+
+from __future__ import annotations
+
+import json
+
+from ..model import units
+from ..model.checkpoint_sweep import CandidateResult, CheckpointOutcome
+from .base import RenderOptions
+
+
+def _seconds(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def _row(r: CandidateResult, label_width: int) -> str:
+    verdict = "restores" if r.restores else f"not picked: {r.reason}"
+    return (f"  {r.candidate.label():<{label_width}} {_seconds(r.save_s):>8} {_seconds(r.load_s):>8} "
+            f"{_seconds(r.interval_s):>10} {units.mb(r.not_durable_bytes):>9}  {verdict}")
+
+
+def checkpoint_console(o: CheckpointOutcome, opts: RenderOptions) -> str:
+    q = o.request
+    job = " ".join(q.steps_cmd) if q.steps_cmd else f"the built-in workload ({q.preset}, {q.strategy})"
+    lines = [f"Checkpoint sweep of {job}: save after step {q.save_at}, {q.measure_steps} step(s) timed after it, "
+             f"interval cost over {q.interval_steps} steps; restore checked on the next {q.restore_steps} step(s) "
+             f"in a fresh process ({'exact losses' if not q.loss_rel_tol else f'relative tolerance {q.loss_rel_tol:g}'})"]
+    width = max([len(r.candidate.label()) for r in o.results] + [9])
+    lines.append(f"\n  {'candidate':<{width}} {'save s':>8} {'load s':>8} {'interval s':>10} {'dirty MB':>9}")
+    lines += [_row(r, width) for r in o.results]
+    lines.append("  (medians over repeats; interval: save + the steps measured after it + the rest of the interval "
+                 "at the pace before the save; dirty: MB = 10^6 B of the checkpoint still in the page cache, not "
+                 "yet durable, when save_checkpoint returned)")
+    lines += [f"\n  note: {n}" for n in o.notes]
+    if o.best is None:
+        lines.append("\nNo recommendation: no candidate's checkpoint restored.")
+        return "\n".join(lines) + "\n"
+    speed = o.save_speedup
+    lines.append(f"\nPick: {o.best.candidate.label()}" + (f", saves {speed:.2f}x as fast as DeepSpeed's defaults"
+                                                           if speed is not None else ""))
+    lines.append(f"  aio: {o.aio_statement}")
+    block = o.best.candidate.writer.to_ds_json()
+    if block is not None:
+        lines.append('  config: "checkpoint": ' + json.dumps({"writer": block}))
+    if o.best.candidate.target:
+        lines.append(f"  save_checkpoint(save_dir) under {o.best.candidate.target}")
+    if o.best.candidate.dirty_limit_bytes is not None:
+        lines.append(f"  writeback: echo {o.best.candidate.dirty_limit_bytes} > /sys/class/bdi/<MAJ:MIN of that "
+                     f"drive>/max_bytes; echo 1 > .../strict_limit")
+    return "\n".join(lines) + "\n"
+
+
+def checkpoint_json(o: CheckpointOutcome, opts: RenderOptions) -> str:
+    return json.dumps(o.to_json(), indent=1, allow_nan=False) + "\n"

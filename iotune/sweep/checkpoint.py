@@ -1,0 +1,180 @@
+"""The checkpoint sweep, as a library: `run_checkpoint_sweep(request)` runs
+real save_checkpoint and load_checkpoint trials of the built-in workload or
+of the user's job (iotune.sweep.checkpoint_trial), stage by stage over the
+space of iotune.sweep.checkpoint_space, and picks the candidate with the
+lowest interval cost (iotune.model.checkpoint_sweep) among those whose
+checkpoint restores. DeepSpeed's defaults are always measured; a candidate
+replaces the best so far only when it is cheaper.
+
+Every trial is appended to REQUEST.out_dir/checkpoint-journal.jsonl the
+moment it ends (fsync'ed, one whole line); the same request resumes from it,
+skipping completed trials. A trial that fails is recorded, never fatal.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+
+from ..errors import UsageError
+from ..fs.directio import direct_io_problem
+from ..model.checkpoint_io import OFFLOADED
+from ..model.checkpoint_sweep import (DEFAULTS, CandidateResult, CheckpointCandidate, CheckpointOutcome,
+                                      CheckpointRequest, CheckpointTrial)
+from .checkpoint_journal import CheckpointJournal
+from .checkpoint_space import aio_stage, refusal, target_stage, writeback_stage, writer_stage
+from .checkpoint_trial import base_config, run_trial
+from .cmd_executor import PLACEHOLDER
+
+Say = Callable[[str], None]
+
+
+def check_request(request: CheckpointRequest) -> None:
+    """UsageError for input that cannot give a result, before anything runs."""
+    for name, value in (("save_at", request.save_at), ("measure_steps", request.measure_steps),
+                        ("restore_steps", request.restore_steps), ("repeats", request.repeats)):
+        if value < 1:
+            raise UsageError(f"{name} must be at least 1, not {value}")
+    if request.interval_steps < request.measure_steps:
+        raise UsageError(f"the checkpoint interval ({request.interval_steps} steps) is shorter than the steps "
+                         f"measured after a save ({request.measure_steps}): raise the interval or measure fewer")
+    for d in (request.swap_dir, *request.targets):
+        if not Path(d).is_dir():
+            raise UsageError(f"{d} is not a directory: create it on the drive to use")
+    problem = direct_io_problem(request.swap_dir)
+    if problem:
+        raise UsageError(f"{request.swap_dir}: {problem}; DeepSpeed swaps with O_DIRECT: give a directory on "
+                         f"ext4, xfs or btrfs on a block device")
+    if request.steps_cmd:
+        if not any(PLACEHOLDER in a for a in request.steps_cmd):
+            raise UsageError(f"the job's command has no {PLACEHOLDER} placeholder: put {PLACEHOLDER} where it takes "
+                             f"its DeepSpeed config")
+        if not request.ds_config:
+            raise UsageError("a user's job needs its DeepSpeed config (ds_config), into whose copies each "
+                             "candidate's checkpoint settings go")
+
+
+class Search:
+    """The stages, the journal, and the trials run so far."""
+
+    def __init__(self, request: CheckpointRequest, say: Say,
+                 runner: Callable[[CheckpointRequest, CheckpointCandidate, int], CheckpointTrial]) -> None:
+        self.request, self.say, self.runner = request, say, runner
+        self.journal = CheckpointJournal(Path(request.out_dir), request)
+        self.config = base_config(request)
+        self.tried: list[CheckpointCandidate] = []
+
+    def measure(self, candidate: CheckpointCandidate) -> CandidateResult:
+        if candidate not in self.tried:
+            self.tried.append(candidate)
+        why = refusal(self.request, candidate, self.config)
+        for repeat in range(self.request.repeats):
+            if self.journal.done(candidate, repeat) is not None:
+                continue
+            if why:
+                trial = CheckpointTrial(candidate, repeat, "refused", why)
+            else:
+                self.say(f"checkpoint: {candidate.label()} (repeat {repeat + 1}/{self.request.repeats})")
+                trial = self.runner(self.request, candidate, repeat)
+            self.journal.record(trial)
+            self.say(f"  {_said(trial, self.request.interval_steps)}")
+            if why:
+                break
+        return summarize(candidate, self.journal.trials_of(candidate), self.request.interval_steps)
+
+    def stage(self, best: CandidateResult, candidates: list[CheckpointCandidate]) -> CandidateResult:
+        for c in candidates:
+            r = self.measure(c)
+            if better(r, best):
+                best = r
+        return best
+
+
+def run_checkpoint_sweep(request: CheckpointRequest, say: Say = lambda _: None,
+                         runner: Callable[[CheckpointRequest, CheckpointCandidate, int], CheckpointTrial]
+                         = run_trial) -> CheckpointOutcome:
+    """Measure DeepSpeed's defaults, then each stage; the outcome names the
+    cheapest candidate whose checkpoint restores (None when none does)."""
+    check_request(request)
+    s = Search(request, say, runner)
+    defaults = s.measure(DEFAULTS)
+    best = s.stage(defaults, writer_stage(request, DEFAULTS))
+    best = s.stage(best, target_stage(request, best.candidate))
+    best = s.stage(best, writeback_stage(request, best.candidate, offloaded_share(s.journal.trials_of(
+        best.candidate))))
+    with_job_aio = best
+    best = s.stage(best, aio_stage(request, best.candidate))
+    results = tuple(summarize(c, s.journal.trials_of(c), request.interval_steps) for c in s.tried)
+    pick = best if best.restores else None
+    return CheckpointOutcome(request, tuple(s.journal.trials), results, defaults, pick,
+                             aio_statement(request, with_job_aio, best, results), tuple(notes(defaults, pick)))
+
+
+def summarize(candidate: CheckpointCandidate, trials: list[CheckpointTrial], interval_steps: int) -> CandidateResult:
+    """Medians over the candidate's trials; it restores only if every trial ran and restored."""
+    def med(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return statistics.median(known) if known else None
+
+    bad = next((t for t in trials if not t.restores), None)
+    reason = "" if bad is None else (bad.error or (bad.restore.reason if bad.restore else "not restored"))
+    durable = [t.not_durable_bytes for t in trials if t.not_durable_bytes is not None]
+    return CandidateResult(candidate, len(trials), bool(trials) and bad is None, med([t.save_s for t in trials]),
+                           med([t.restore.load_s if t.restore else None for t in trials]),
+                           med([t.interval_s(interval_steps) for t in trials]),
+                           int(statistics.median(durable)) if durable else None, reason)
+
+
+def better(r: CandidateResult, best: CandidateResult) -> bool:
+    """`r` restores and its interval costs less than `best`'s (or `best` cannot be picked)."""
+    if not r.restores or r.interval_s is None:
+        return False
+    return not best.restores or best.interval_s is None or r.interval_s < best.interval_s
+
+
+def offloaded_share(trials: list[CheckpointTrial]) -> float:
+    done = [t for t in trials if t.ok and t.file_bytes]
+    return statistics.median(t.part_bytes.get(OFFLOADED, 0) / t.file_bytes for t in done) if done else 0.0
+
+
+def aio_statement(request: CheckpointRequest, job_aio: CandidateResult, best: CandidateResult,
+                  results: tuple[CandidateResult, ...]) -> str:
+    if best.candidate.writer.kind != "fast":
+        return (f"the pick writes with {best.candidate.writer.label()}, which does not use the aio block: the aio "
+                f"block tuned for swapping serves both")
+    if not request.aio_candidates:
+        return ("the fast writer writes through the top-level aio block swapping uses; only the job's own block "
+                "was tried (pass other aio blocks, e.g. the swap sweep's pick, to compare)")
+    if best.candidate == job_aio.candidate:
+        return (f"the job's own aio block serves both: no other aio block tried made the interval cheaper "
+                f"({_cost(job_aio)} per interval with it)")
+    return (f"the checkpoint prefers another aio block ({best.candidate.label()}: {_cost(best)} per interval, "
+            f"against {_cost(job_aio)} with the job's): the interval cost includes the steps, so this block "
+            f"serves both")
+
+
+def notes(defaults: CandidateResult, pick: CandidateResult | None) -> list[str]:
+    out = []
+    if not defaults.restores:
+        out.append(f"DeepSpeed's defaults do not restore this job either ({defaults.reason}): what the job keeps "
+                   f"outside DeepSpeed's checkpoint, or DeepSpeed's own restore, is at fault, not the writer")
+    if pick is None:
+        out.append("no candidate's checkpoint restored: nothing is recommended")
+    return out
+
+
+def _cost(r: CandidateResult) -> str:
+    return "-" if r.interval_s is None else f"{r.interval_s:.2f} s"
+
+
+def _said(t: CheckpointTrial, interval_steps: int) -> str:
+    if t.status == "refused":
+        return f"refused: {t.error}"
+    if not t.ok:
+        return f"failed: {t.error}"
+    cost = t.interval_s(interval_steps)
+    restore = "restores" if t.restores else f"does NOT restore ({t.restore.reason if t.restore else '?'})"
+    return (f"save {t.save_s:.3f} s, {t.file_bytes / 1e6:.1f} MB, interval {cost:.2f} s; {restore}"
+            if t.save_s is not None and cost is not None else restore)
+
