@@ -106,10 +106,10 @@ def checkpointed_run() -> TraceRun:
         CheckpointIO("model states", files[0].path, t + 10 * ms, t + 50 * ms, 100),
         CheckpointIO("optimizer partitions", files[1].path, t + 260 * ms, t + 270 * ms, 4242),
         CheckpointIO("offloaded tensors", f"{d}/offloaded_tensors/rank00/", t + 50 * ms, t + 190 * ms, 100)),
-        files, 5_000_000, None, 100)
+        files, 5_000_000, None, 100, "")
     load = CheckpointCall(0, "load", 4, t + 300 * ms, t + 350 * ms, d, (
         CheckpointIO("offloaded tensors", f"{d}/offloaded_tensors/rank00/", t + 310 * ms, t + 340 * ms, 100),),
-        files, None, True, 100)
+        files, None, True, 100, "")
     phases = (*base.attribution.phases, PhaseSpan(0, 4, "checkpoint", t, t + 200 * ms),
               PhaseSpan(0, 4, "restore", t + 300 * ms, t + 350 * ms))
     app = AppLayer(files=(AppFileStats(7 << 20, 12, "write", "sync", files[2].path, requests=2, bytes=20_000_000,

@@ -96,6 +96,7 @@ class CheckpointCall:
     meminfo_dirty_bytes: int | None = None   # /proc/meminfo Dirty + Writeback at return (whole machine)
     loaded: bool | None = None               # load: whether DeepSpeed found a checkpoint to load
     pid: int = 0
+    raised: str = ""                         # the exception the call raised ("" : it returned)
 
     @property
     def seconds(self) -> float:
@@ -115,11 +116,11 @@ class CheckpointCall:
         return {"rank": self.rank, "op": self.op, "step": self.step, "t0_ns": self.t0_ns, "t1_ns": self.t1_ns,
                 "directory": self.directory, "io": [vars(i).copy() for i in self.io],
                 "files": [vars(f).copy() for f in self.files], "meminfo_dirty_bytes": self.meminfo_dirty_bytes,
-                "loaded": self.loaded, "pid": self.pid}
+                "loaded": self.loaded, "pid": self.pid, "raised": self.raised}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> CheckpointCall:
         return cls(int(d["rank"]), str(d["op"]), int(d["step"]), int(d["t0_ns"]), int(d["t1_ns"]),
                    str(d.get("directory", "")), tuple(CheckpointIO(**i) for i in d.get("io", ())),
                    tuple(CheckpointFile(**f) for f in d.get("files", ())), d.get("meminfo_dirty_bytes"),
-                   d.get("loaded"), int(d.get("pid", 0)))
+                   d.get("loaded"), int(d.get("pid", 0)), str(d.get("raised", "")))

@@ -110,7 +110,7 @@ def _call(ev: dict[str, Any], rank: int, pid: int) -> CheckpointCall:
     return CheckpointCall(rank, str(ev.get("op", "")), int(ev.get("s", 0)), int(ev["t0"]), int(ev["t1"]),
                           str(ev.get("dir", "")), (), tuple(files),
                           None if ev.get("mem") is None else int(ev["mem"]),
-                          None if loaded is None else bool(loaded), pid)
+                          None if loaded is None else bool(loaded), pid, str(ev.get("raised", "")))
 
 
 def _io(ev: dict[str, Any], pid: int) -> CheckpointIO:

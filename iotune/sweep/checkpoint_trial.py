@@ -156,7 +156,9 @@ def check_restore(request: CheckpointRequest, config: dict[str, Any], saved: Run
     diffs = [abs(a - b) / abs(b) if b else abs(a - b) for a, b in zip(got, want)]
     worst = max(diffs) if diffs else None
     reason = ""
-    if loaded is False:
+    if load is not None and load.raised:
+        reason = f"load_checkpoint raised {load.raised}"
+    elif loaded is False:
         reason = "load_checkpoint found no checkpoint to load (no `latest` naming a tag)"
     elif len(want) < request.restore_steps * gas:
         reason = f"the uninterrupted run recorded {len(want)} loss(es) after the save, not {request.restore_steps * gas}"

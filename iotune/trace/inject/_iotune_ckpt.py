@@ -6,7 +6,8 @@ only when the sweep asks this hook to save, restore or replay (below).
 - Calls: DeepSpeedEngine.save_checkpoint and .load_checkpoint each append,
   when they return, {"k": "ckcall", "op": "save"|"load", "dir": <dir>/<tag>,
   "s", "t0", "t1", "files": [[path, bytes, dirty, writeback], ...],
-  "mem": bytes, "loaded": bool}. files: every file of the
+  "mem": bytes, "loaded": bool, "raised": "<exception>"}. raised: what the
+  call raised, if it did (loaded is then absent). files: every file of the
   checkpoint (the tag directory, and `latest` and the recovery scripts
   beside it) with the bytes still in the page cache unwritten (dirty) or
   being written (writeback) at that moment, from the cachestat system call
@@ -102,13 +103,16 @@ def _wrap_call(cls, method, op):
         tag = str(tag) if tag is not None else _default_tag(self, op, str(directory))
         outer, t0 = _ctx["call"], time.monotonic_ns()
         _ctx["call"] = op
-        result = None
+        result, raised = None, None
         try:
             result = orig(self, directory, *args, **kwargs)
             return result
+        except BaseException as e:
+            raised = f"{type(e).__name__}: {e}"[:500]
+            raise
         finally:
             _ctx["call"] = outer
-            _call_done(op, str(directory), tag, t0, result)
+            _call_done(op, str(directory), tag, t0, result, raised)
 
     wrapper.__wrapped__ = orig
     wrapper.__name__ = method
@@ -125,18 +129,20 @@ def _default_tag(engine, op, directory):
         return ""
 
 
-def _call_done(op, directory, tag, t0, result):
+def _call_done(op, directory, tag, t0, result, raised):
     t1 = time.monotonic_ns()
     event = {"k": "ckcall", "op": op, "dir": os.path.join(directory, tag) if tag else directory,
              "s": _ctx["state"]["step"], "t0": t0, "t1": t1}
+    if raised:
+        event["raised"] = raised
     try:
         event["files"] = _files(directory, tag) if tag else []
         if op == "save":
             event["mem"] = _meminfo_dirty()
-        else:
+        elif not raised:
             event["loaded"] = bool(isinstance(result, tuple) and result and result[0] is not None)
     except Exception as e:  # noqa: BLE001 - attribution must never break the job
-        event["error"] = f"{type(e).__name__}: {e}"
+        event["hook_error"] = f"{type(e).__name__}: {e}"
     _emit(event)
 
 
