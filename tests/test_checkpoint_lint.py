@@ -208,3 +208,30 @@ def test_a_checkpoint_inside_the_swap_tree_copies_itself_until_the_path_is_too_l
     shutil.rmtree(swap)                  # gigabytes of copies of copies
     [f] = [f for f in lint(nvme(str(swap)), LintEnv(checkpoint_dir=str(inside))) if f.rule == "checkpoint-dir-in-swap"]
     assert f.severity == "error"
+
+
+@needs_deepspeed
+def test_nvme_state_saved_at_two_ranks_loads_wrongly_at_one_without_an_error(tmp_path: Path) -> None:
+    """Rule checkpoint-nvme-world-size: two ranks (the deepspeed launcher, CPU
+    ranks) save after step 2; one rank loads it, with no error, and its next
+    loss is not the uninterrupted run's."""
+    launcher = shutil.which("deepspeed", path=str(Path(sys.executable).parent))
+    assert launcher is not None
+    swap, ckpt = tmp_path / "swap", tmp_path / "ckpt"
+    swap.mkdir()
+    train = Path(__file__).resolve().parents[1] / "iotune" / "workloads" / "train.py"
+    common = ["--strategy", "nvme-opt", "--size", "tiny", "--nvme-path", str(swap), "--checkpoint-dir", str(ckpt)]
+    port = str(29300 + os.getpid() % 2000)
+    two = subprocess.run([launcher, "--num_gpus", "2", "--master_port", port, str(train), *common, "--steps", "3",
+                          "--save-at", "2"], capture_output=True, text=True, timeout=1200)
+    assert two.returncode == 0, two.stderr[-2000:]
+    assert sorted(p.name for p in (ckpt / "global_step2" / "offloaded_tensors").iterdir()) == ["rank00", "rank01"]
+    expected = [json.loads(line.split(" ", 1)[1])["loss"] for line in two.stdout.splitlines()
+                if line.startswith("IOTUNE_STEP") and '"step": 3' in line][0]
+    shutil.rmtree(swap)
+    swap.mkdir()
+    one = subprocess.run([sys.executable, "-W", "ignore", "-m", "iotune.workloads.train", *common, "--steps", "3",
+                          "--load-checkpoint", str(ckpt)], capture_output=True, text=True, timeout=900)
+    assert one.returncode == 0, one.stderr[-2000:]                                  # no error at all
+    [step3] = [json.loads(line.split(" ", 1)[1]) for line in one.stdout.splitlines() if line.startswith("IOTUNE_STEP")]
+    assert step3["step"] == 3 and abs(step3["loss"] - expected) > 0.1 * expected, (step3["loss"], expected)

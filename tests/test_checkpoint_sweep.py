@@ -175,6 +175,15 @@ def test_nvme_offload_restores_the_weights_but_restarts_adam(tmp_path: Path) -> 
 
 
 @needs_deepspeed
+def test_cpu_offload_restores_the_moments_too(tmp_path: Path) -> None:
+    """ZeRO-2 with the optimizer in RAM (offload to cpu): the second step after
+    the restore matches as well, within float rounding (the lint fix's claim)."""
+    t = run_trial(request(tmp_path, strategy="cpu", restore_steps=2, loss_rel_tol=1e-5, measure_steps=2), DEFAULTS, 0)
+    assert t.ok and t.restore is not None and t.restore.restored, t.restore
+    assert t.restore.expected[0] == t.restore.got[0] and (t.restore.max_rel_diff or 0) < 1e-6
+
+
+@needs_deepspeed
 def test_a_users_job_that_starts_its_data_over_is_compared_on_the_replayed_batches(tmp_path: Path) -> None:
     cfg = tmp_path / "ds_config.json"
     cfg.write_text(subprocess.run([sys.executable, "-m", "iotune.workloads.train", "--strategy", "nvme-opt",

@@ -170,12 +170,12 @@ def test_json_report_keeps_its_keys_and_adds_the_verdict() -> None:
     run = training_run()
     v = judge(run, ceiling(1e9))
     doc = json.loads(render(TraceReport(run, v), "json"))
-    assert list(doc) == ["run", "summary", "totals", "patterns", "layers", "verdict"]
+    assert list(doc) == ["run", "summary", "totals", "patterns", "layers", "checkpoints", "verdict"]
     assert doc["layers"] is None                      # no application layer traced (trace --app)
     assert doc["verdict"] == v.to_json() and Verdict.from_json(doc["verdict"]) == v
     assert doc["verdict"]["limit"] == STORAGE_BOUND and all(f["rule"] for f in doc["verdict"]["findings"])
     assert json.loads(render(TraceReport(run), "json"))["verdict"] is None
-    assert list(json.loads(render(run, "json"))) == ["run", "summary", "totals", "patterns", "layers"]
+    assert list(json.loads(render(run, "json"))) == ["run", "summary", "totals", "patterns", "layers", "checkpoints"]
 
 
 def test_report_cli_judges_a_saved_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -37,13 +37,13 @@ class JsonRenderer:
             "summary": [asdict(s) for s in summarize(run)],
             "totals": asdict(totals(run)),
             "patterns": [asdict(p) for p in patterns(run, self.block_size_bytes)],
-            "checkpoints": [_checkpoint_json(r) for r in checkpoint_rows(run, rank=None)],
             "layers": None if run.app is None else {
                 "app": [asdict(r) for r in app_rows(run.app)],
                 "both": [asdict(r) for r in layer_rows(run)],
                 "categories": [asdict(r) for r in category_bytes(run.app)],
                 "statements": no_block_statements(run.app),
             },
+            "checkpoints": [_checkpoint_json(r) for r in checkpoint_rows(run, rank=None)],
         }
 
 

@@ -180,7 +180,9 @@ def step_times(att: Attribution | None) -> dict[int, float]:
     """step -> seconds from its first phase to the end of its optimizer phase,
     the slowest rank's (a save between steps is left out)."""
     out: dict[int, float] = {}
-    for rank in att.ranks if att else ():
+    if att is None:
+        return out
+    for rank in att.ranks:
         start: dict[int, int] = {}
         end: dict[int, int] = {}
         for p in (p for p in att.phases if p.rank == rank and p.phase not in ("checkpoint", "restore")):
