@@ -37,6 +37,7 @@ import argparse
 import contextlib
 import datetime as dt
 import json
+import signal
 import statistics
 import subprocess
 import sys
@@ -172,5 +173,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    # SIGTERM (and SIGINT, which a background job ignores) unwinds: drives, mounts and cgroups go
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(130))
     with contextlib.suppress(KeyboardInterrupt):
         sys.exit(main())

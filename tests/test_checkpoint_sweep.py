@@ -44,6 +44,7 @@ def test_the_interval_cost_charges_what_the_save_leaves_to_the_next_steps() -> N
     t = trial(DEFAULTS, 2.0)
     # save 2 s + the 2 measured steps (1.5 + 1.0 s) + 8 more steps at the 1.0 s before the save
     assert t.interval_s(10) == pytest.approx(2.0 + 2.5 + 8 * 1.0)
+    assert t.overhead_s() == pytest.approx(2.0 + 0.5)          # what the checkpoint adds: the save and 0.5 s of writeback
     r = summarize(DEFAULTS, [trial(DEFAULTS, 2.0), trial(DEFAULTS, 4.0, repeat=1), trial(DEFAULTS, 3.0, repeat=2)], 10)
     assert (r.save_s, r.trials, r.restores) == (3.0, 3, True)
     assert not summarize(DEFAULTS, [trial(DEFAULTS, 2.0), trial(DEFAULTS, 1.0, False, 1)], 10).restores

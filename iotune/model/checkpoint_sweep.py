@@ -12,7 +12,15 @@ A trial's figure of merit is the time its checkpoint interval costs:
                   + (interval - steps measured) x the median step before the save
 
 so a save that returns early and leaves its writeback to slow the next
-steps is charged for it. A candidate whose checkpoint does not restore (the
+steps is charged for it. What the checkpoint itself adds to its interval,
+its overhead, is
+
+    overhead = save seconds + sum over the measured steps of (step - median step before the save)
+
+Candidates with the same aio block are compared by their overhead: their
+steady step is the same job's, and comparing whole intervals would let the
+noise of that shared baseline decide; candidates with different aio blocks,
+whose steady steps differ for real, by the interval cost. A candidate whose checkpoint does not restore (the
 next step's loss after load_checkpoint in a fresh process differs from the
 uninterrupted run's) is never picked.
 """
@@ -165,6 +173,13 @@ class CheckpointTrial:
     def restores(self) -> bool:
         return self.ok and self.restore is not None and self.restore.restored
 
+    def overhead_s(self) -> float | None:
+        """The save and the extra time of the steps after it (module docstring)."""
+        if self.save_s is None or not self.steps_after_s:
+            return None
+        before = statistics.median(self.steps_before_s) if self.steps_before_s else min(self.steps_after_s)
+        return self.save_s + sum(s - before for s in self.steps_after_s)
+
     def interval_s(self, interval_steps: int) -> float | None:
         """The interval cost (module docstring)."""
         if self.save_s is None or not self.steps_after_s:
@@ -203,6 +218,7 @@ class CandidateResult:
     interval_s: float | None
     not_durable_bytes: int | None
     reason: str = ""                     # why it cannot be picked
+    overhead_s: float | None = None      # what the checkpoint adds to its interval
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "candidate": self.candidate.to_json()}
@@ -211,7 +227,7 @@ class CandidateResult:
     def from_json(cls, d: dict[str, Any]) -> CandidateResult:
         return cls(CheckpointCandidate.from_json(d["candidate"]), int(d["trials"]), bool(d["restores"]),
                    d.get("save_s"), d.get("load_s"), d.get("interval_s"), d.get("not_durable_bytes"),
-                   str(d.get("reason", "")))
+                   str(d.get("reason", "")), d.get("overhead_s"))
 
 
 @dataclass(frozen=True)

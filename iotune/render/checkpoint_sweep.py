@@ -16,7 +16,7 @@ def _seconds(v: float | None) -> str:
 def _row(r: CandidateResult, label_width: int) -> str:
     verdict = "restores" if r.restores else f"not picked: {r.reason}"
     return (f"  {r.candidate.label():<{label_width}} {_seconds(r.save_s):>8} {_seconds(r.load_s):>8} "
-            f"{_seconds(r.interval_s):>10} {units.mb(r.not_durable_bytes):>9}  {verdict}")
+            f"{_seconds(r.overhead_s):>10} {_seconds(r.interval_s):>10} {units.mb(r.not_durable_bytes):>9}  {verdict}")
 
 
 def checkpoint_console(o: CheckpointOutcome, opts: RenderOptions) -> str:
@@ -26,11 +26,13 @@ def checkpoint_console(o: CheckpointOutcome, opts: RenderOptions) -> str:
              f"interval cost over {q.interval_steps} steps; restore checked on the next {q.restore_steps} step(s) "
              f"in a fresh process ({'exact losses' if not q.loss_rel_tol else f'relative tolerance {q.loss_rel_tol:g}'})"]
     width = max([len(r.candidate.label()) for r in o.results] + [9])
-    lines.append(f"\n  {'candidate':<{width}} {'save s':>8} {'load s':>8} {'interval s':>10} {'dirty MB':>9}")
+    lines.append(f"\n  {'candidate':<{width}} {'save s':>8} {'load s':>8} {'overhead s':>10} {'interval s':>10} "
+                 f"{'dirty MB':>9}")
     lines += [_row(r, width) for r in o.results]
-    lines.append("  (medians over repeats; interval: save + the steps measured after it + the rest of the interval "
-                 "at the pace before the save; dirty: MB = 10^6 B of the checkpoint still in the page cache, not "
-                 "yet durable, when save_checkpoint returned)")
+    lines.append("  (medians over repeats; overhead: the save + what the steps after it took beyond the pace before "
+                 "it; interval: the save + the steps measured after it + the rest of the interval at the pace before "
+                 "the save; dirty: MB = 10^6 B of the checkpoint still in the page cache, not yet durable, when "
+                 "save_checkpoint returned; with the same aio block the overhead decides)")
     lines += [f"\n  note: {n}" for n in o.notes]
     if o.best is None:
         lines.append("\nNo recommendation: no candidate's checkpoint restored.")

@@ -123,14 +123,21 @@ def summarize(candidate: CheckpointCandidate, trials: list[CheckpointTrial], int
     return CandidateResult(candidate, len(trials), bool(trials) and bad is None, med([t.save_s for t in trials]),
                            med([t.restore.load_s if t.restore else None for t in trials]),
                            med([t.interval_s(interval_steps) for t in trials]),
-                           int(statistics.median(durable)) if durable else None, reason)
+                           int(statistics.median(durable)) if durable else None, reason,
+                           med([t.overhead_s() for t in trials]))
 
 
 def better(r: CandidateResult, best: CandidateResult) -> bool:
-    """`r` restores and its interval costs less than `best`'s (or `best` cannot be picked)."""
-    if not r.restores or r.interval_s is None:
+    """`r` restores and costs less than `best` (or `best` cannot be picked):
+    by the checkpoint's overhead when both use the same aio block, by the
+    whole interval's cost when they do not (iotune.model.checkpoint_sweep)."""
+    if not r.restores or r.interval_s is None or r.overhead_s is None:
         return False
-    return not best.restores or best.interval_s is None or r.interval_s < best.interval_s
+    if not best.restores or best.interval_s is None or best.overhead_s is None:
+        return True
+    if r.candidate.aio == best.candidate.aio:
+        return r.overhead_s < best.overhead_s
+    return r.interval_s < best.interval_s
 
 
 def offloaded_share(trials: list[CheckpointTrial]) -> float:
