@@ -16,10 +16,10 @@ import pytest
 
 from iotune.errors import UsageError
 from iotune.model.checkpoint import WriterSettings
-from iotune.model.checkpoint_sweep import (DEFAULTS, CheckpointCandidate, CheckpointOutcome, CheckpointRequest,
-                                           CheckpointTrial, RestoreCheck)
+from iotune.model.checkpoint_sweep import (DEFAULTS, CandidateResult, CheckpointCandidate, CheckpointOutcome,
+                                           CheckpointRequest, CheckpointTrial, RestoreCheck)
 from iotune.render.registry import render
-from iotune.sweep.checkpoint import run_checkpoint_sweep, summarize
+from iotune.sweep.checkpoint import better, run_checkpoint_sweep, summarize
 from iotune.sweep.checkpoint_trial import base_config, candidate_config, check_restore, restore_run, run_trial, save_run
 
 from .conftest import needs_deepspeed
@@ -48,6 +48,20 @@ def test_the_interval_cost_charges_what_the_save_leaves_to_the_next_steps() -> N
     r = summarize(DEFAULTS, [trial(DEFAULTS, 2.0), trial(DEFAULTS, 4.0, repeat=1), trial(DEFAULTS, 3.0, repeat=2)], 10)
     assert (r.save_s, r.trials, r.restores) == (3.0, 3, True)
     assert not summarize(DEFAULTS, [trial(DEFAULTS, 2.0), trial(DEFAULTS, 1.0, False, 1)], 10).restores
+
+
+def test_a_difference_the_step_jitter_explains_keeps_the_earlier_choice() -> None:
+    def result(c: CheckpointCandidate, overhead: float, save: float, dirty: int) -> CandidateResult:
+        return CandidateResult(c, 1, True, save, 1.0, 10 + overhead, dirty, "", overhead, jitter_s=1.0)
+
+    defaults = result(DEFAULTS, 2.0, 2.5, 490_000_000)
+    assert not better(result(PYTHON, 1.5, 2.5, 490_000_000), defaults)      # 0.5 s better: within 1 s of jitter
+    assert better(result(PYTHON, 0.5, 1.0, 490_000_000), defaults)          # 1.5 s better: beyond it
+    limited = CheckpointCandidate(dirty_limit_bytes=32 << 20)
+    # within the noise, as fast to save and most of it durable at return: the more durable one
+    assert better(result(limited, 2.4, 2.6, 20_000_000), defaults)
+    assert not better(result(limited, 2.4, 3.0, 20_000_000), defaults)      # 20 % slower to save
+    assert not better(result(limited, 2.4, 2.5, 300_000_000), defaults)     # not half as much left dirty
 
 
 def test_a_checkpoint_that_does_not_restore_is_never_picked(tmp_path: Path) -> None:

@@ -5,6 +5,9 @@ verdict note derived from them, on hand-built records with known figures."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,11 @@ from iotune.render.base import RenderOptions
 from iotune.render.registry import render
 from iotune.model.verdict import TraceReport
 
+from iotune.blockdev.targets import path_target
+from iotune.trace.applayer import AppOptions
+from iotune.trace.session import TraceOptions, trace_command
+
+from .conftest import needs_deepspeed, needs_root
 from .records import checkpointed_run
 
 
@@ -99,3 +107,42 @@ def test_reports_show_every_part(fmt: str) -> None:
     out = render(TraceReport(checkpointed_run()), fmt, RenderOptions(width=160))
     for text in ("save /ckpt/global_step4", "offloaded tensors", "optimizer partitions", "4242"):
         assert text in out
+
+
+@needs_root
+@needs_deepspeed
+def test_the_decoupled_writers_io_is_attributed_by_path(tmp_path: Path) -> None:
+    """A real trace (block and application layers) of the built-in workload
+    saving with the decoupled fast writer (on the CPU accelerator through the
+    hook's workaround): the writer's subprocess writes the model-state and
+    optimizer files with another pid, after save_checkpoint returned; both
+    layers give those bytes to their part by path."""
+    swap, ckpt = tmp_path / "swap", tmp_path / "ckpt"
+    swap.mkdir()
+    cfg = json.loads(subprocess.run([sys.executable, "-m", "iotune.workloads.train", "--strategy", "nvme-opt",
+                                     "--size", "tiny", "--nvme-path", str(swap), "--print-config"],
+                                    capture_output=True, text=True, check=True).stdout)
+    cfg["checkpoint"] = {"writer": {"type": "fast", "decoupled": True}}
+    (tmp_path / "ds.json").write_text(json.dumps(cfg))
+    target = path_target(str(swap))
+    opts = TraceOptions(devices=target.devices, app=AppOptions(targets=(path_target(str(tmp_path)),)),
+                        stdout_to_stderr=True, inject=True)
+    job = [sys.executable, "-W", "ignore", "-m", "iotune.workloads.train", "--ds-config", str(tmp_path / "ds.json"),
+           "--size", "tiny", "--steps", "3", "--save-at", "1", "--checkpoint-dir", str(ckpt)]
+    os.environ["IOTUNE_CPU_FAST_WRITER"] = "1"
+    try:
+        run = trace_command(job, opts)
+    finally:
+        del os.environ["IOTUNE_CPU_FAST_WRITER"]
+    assert run.exit_status == 0
+    [save] = checkpoint_rows(run)
+    assert run.attribution is not None
+    [call] = run.attribution.checkpoints
+    parts = {p.part: p for p in save.parts}
+    writer_pids = set(parts["model states"].pids) - {call.pid}
+    assert writer_pids, parts["model states"]                    # the subprocess wrote it
+    assert parts["writer wait"].seconds > 0                      # the commit at the next step waited for it
+    on_disk = sum(p.stat().st_size for p in (ckpt / "global_step1").glob("*model_states.pt"))
+    assert on_disk > 0
+    app = sum(f.result_bytes for f in run.app.files if f.op == "write" and f.path.endswith("model_states.pt"))
+    assert app == on_disk                                        # the application layer, by path

@@ -20,7 +20,11 @@ its overhead, is
 Candidates with the same aio block are compared by their overhead: their
 steady step is the same job's, and comparing whole intervals would let the
 noise of that shared baseline decide; candidates with different aio blocks,
-whose steady steps differ for real, by the interval cost. A candidate whose checkpoint does not restore (the
+whose steady steps differ for real, by the interval cost. A difference
+within the step-time jitter the trials saw (the spread of their timed steps)
+is noise: the earlier choice stays (DeepSpeed's defaults first), unless the
+newer one saves as fast (within 10 %) and leaves at most half as many bytes
+of the checkpoint in the page cache when save_checkpoint returns. A candidate whose checkpoint does not restore (the
 next step's loss after load_checkpoint in a fresh process differs from the
 uninterrupted run's) is never picked.
 """
@@ -180,6 +184,11 @@ class CheckpointTrial:
         before = statistics.median(self.steps_before_s) if self.steps_before_s else min(self.steps_after_s)
         return self.save_s + sum(s - before for s in self.steps_after_s)
 
+    def jitter_s(self) -> float:
+        """The spread of the trial's timed steps (before and after the save)."""
+        steps = (*self.steps_before_s, *self.steps_after_s)
+        return max(steps) - min(steps) if steps else 0.0
+
     def interval_s(self, interval_steps: int) -> float | None:
         """The interval cost (module docstring)."""
         if self.save_s is None or not self.steps_after_s:
@@ -219,6 +228,7 @@ class CandidateResult:
     not_durable_bytes: int | None
     reason: str = ""                     # why it cannot be picked
     overhead_s: float | None = None      # what the checkpoint adds to its interval
+    jitter_s: float = 0.0                # the spread of the trials' timed steps (median over trials)
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "candidate": self.candidate.to_json()}
@@ -227,7 +237,7 @@ class CandidateResult:
     def from_json(cls, d: dict[str, Any]) -> CandidateResult:
         return cls(CheckpointCandidate.from_json(d["candidate"]), int(d["trials"]), bool(d["restores"]),
                    d.get("save_s"), d.get("load_s"), d.get("interval_s"), d.get("not_durable_bytes"),
-                   str(d.get("reason", "")), d.get("overhead_s"))
+                   str(d.get("reason", "")), d.get("overhead_s"), float(d.get("jitter_s") or 0.0))
 
 
 @dataclass(frozen=True)

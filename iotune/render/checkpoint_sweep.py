@@ -32,7 +32,9 @@ def checkpoint_console(o: CheckpointOutcome, opts: RenderOptions) -> str:
     lines.append("  (medians over repeats; overhead: the save + what the steps after it took beyond the pace before "
                  "it; interval: the save + the steps measured after it + the rest of the interval at the pace before "
                  "the save; dirty: MB = 10^6 B of the checkpoint still in the page cache, not yet durable, when "
-                 "save_checkpoint returned; with the same aio block the overhead decides)")
+                 "save_checkpoint returned; with the same aio block the overhead decides, and a difference within the "
+                 "trials' step jitter keeps the earlier choice unless the newer saves as fast and leaves half as "
+                 "much dirty)")
     lines += [f"\n  note: {n}" for n in o.notes]
     if o.best is None:
         lines.append("\nNo recommendation: no candidate's checkpoint restored.")

@@ -124,20 +124,31 @@ def summarize(candidate: CheckpointCandidate, trials: list[CheckpointTrial], int
                            med([t.restore.load_s if t.restore else None for t in trials]),
                            med([t.interval_s(interval_steps) for t in trials]),
                            int(statistics.median(durable)) if durable else None, reason,
-                           med([t.overhead_s() for t in trials]))
+                           med([t.overhead_s() for t in trials]), med([t.jitter_s() for t in trials]) or 0.0)
+
+
+SAVE_AS_FAST = 1.10          # "saves as fast": within 10 %
+DURABLE_GAIN = 0.5           # "more durable": at most half the bytes left in the page cache
 
 
 def better(r: CandidateResult, best: CandidateResult) -> bool:
-    """`r` restores and costs less than `best` (or `best` cannot be picked):
-    by the checkpoint's overhead when both use the same aio block, by the
-    whole interval's cost when they do not (iotune.model.checkpoint_sweep)."""
+    """`r` restores and costs less than `best` beyond the noise (or `best`
+    cannot be picked): by the checkpoint's overhead when both use the same
+    aio block, by the whole interval's cost when they do not; within the
+    noise, `r` wins only by being as fast to save and much more durable
+    (iotune.model.checkpoint_sweep)."""
     if not r.restores or r.interval_s is None or r.overhead_s is None:
         return False
     if not best.restores or best.interval_s is None or best.overhead_s is None:
         return True
-    if r.candidate.aio == best.candidate.aio:
-        return r.overhead_s < best.overhead_s
-    return r.interval_s < best.interval_s
+    same_aio = r.candidate.aio == best.candidate.aio
+    mine, theirs = (r.overhead_s, best.overhead_s) if same_aio else (r.interval_s, best.interval_s)
+    margin = max(r.jitter_s, best.jitter_s)
+    if mine < theirs - margin or mine > theirs + margin:
+        return mine < theirs
+    as_fast = r.save_s is not None and best.save_s is not None and r.save_s <= SAVE_AS_FAST * best.save_s
+    return as_fast and (r.not_durable_bytes or 0) <= DURABLE_GAIN * (best.not_durable_bytes or 0) \
+        and best.not_durable_bytes is not None and r.not_durable_bytes is not None
 
 
 def offloaded_share(trials: list[CheckpointTrial]) -> float:

@@ -233,6 +233,9 @@ def train(spec: WorkloadSpec, steps: int, seed: int, checkpoint_dir: str | None,
             engine.save_checkpoint(checkpoint_dir, client_state={"iotune_micro": micro})
     if checkpoint_dir and plan.save_at is None:
         engine.save_checkpoint(checkpoint_dir, client_state={"iotune_micro": micro})
+    # DeepSpeed's decoupled checkpoint writer commits here and its subprocess exits; left to the
+    # interpreter's exit, multiprocessing can wait on that subprocess forever
+    engine.destroy()
     del torch
 
 
