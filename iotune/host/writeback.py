@@ -42,13 +42,16 @@ def dirty_limit(directory: str, limit_bytes: int | None) -> Iterator[None]:
     if bdi is None:
         raise UsageError(f"{directory}: its filesystem has no backing device of its own in {BDI}, so its "
                          f"writeback cannot be limited (tmpfs, btrfs): leave out the dirty-limit candidates")
-    saved = {name: (bdi / name).read_text().strip() for name in ("max_bytes", "strict_limit")}
+    # the kernel keeps the limit as a ratio of the machine's dirty threshold (max_bytes is read back
+    # from it, and moves with free memory): the ratio is what is put back, to the part per million
+    ratio = "max_ratio_fine" if (bdi / "max_ratio_fine").exists() else "max_ratio"
+    saved = {name: (bdi / name).read_text().strip() for name in (ratio, "strict_limit")}
     try:
         _write(bdi / "max_bytes", str(limit_bytes))
         _write(bdi / "strict_limit", "1")
         yield
     finally:
-        for name in ("strict_limit", "max_bytes"):
+        for name in ("strict_limit", ratio):
             with contextlib.suppress(OSError):
                 (bdi / name).write_text(saved[name])
 
