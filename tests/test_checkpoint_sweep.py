@@ -120,6 +120,8 @@ def test_bad_requests_are_refused_with_the_fix(tmp_path: Path) -> None:
         run_checkpoint_sweep(request(tmp_path, targets=(str(tmp_path / "nowhere"),)))
     with pytest.raises(UsageError, match="interval .* is shorter than the steps measured"):
         run_checkpoint_sweep(request(tmp_path, interval_steps=1, measure_steps=2))
+    with pytest.raises(UsageError, match="measure at least as many steps as are compared"):
+        run_checkpoint_sweep(request(tmp_path, restore_steps=2, measure_steps=1))
     with pytest.raises(UsageError, match="no \\{config\\} placeholder"):
         run_checkpoint_sweep(request(tmp_path, steps_cmd=("python", "train.py"), ds_config="x.json"))
 

@@ -36,6 +36,9 @@ def check_request(request: CheckpointRequest) -> None:
                         ("restore_steps", request.restore_steps), ("repeats", request.repeats)):
         if value < 1:
             raise UsageError(f"{name} must be at least 1, not {value}")
+    if request.measure_steps < request.restore_steps:
+        raise UsageError(f"the restore is compared on {request.restore_steps} step(s) after the save, but only "
+                         f"{request.measure_steps} are run after it: measure at least as many steps as are compared")
     if request.interval_steps < request.measure_steps:
         raise UsageError(f"the checkpoint interval ({request.interval_steps} steps) is shorter than the steps "
                          f"measured after a save ({request.measure_steps}): raise the interval or measure fewer")
