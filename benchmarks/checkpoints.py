@@ -17,7 +17,8 @@ swap directory and the checkpoint directory both on it:
 
 Per bed: the drive's write ceiling (fio, 1 MiB direct writes at qd 16,
 through the bed's cgroup); the checkpoint sweep (iotune.sweep.checkpoint:
-writer, writeback dirty limit) picks a candidate; then DeepSpeed's defaults
+the python and fast writers, a 32 MiB writeback dirty limit; --repeats
+trials each, medians) picks a candidate; then DeepSpeed's defaults
 and the pick run side by side, --rounds rounds, the order alternating: save
 seconds, load seconds, the bytes not yet durable when save_checkpoint
 returned, and whether the checkpoint restored (the next step's loss after a
@@ -55,9 +56,8 @@ from iotune.sweep.checkpoint_trial import run_trial  # noqa: E402
 from iotune.volumes.scratch import scratch_drive  # noqa: E402
 
 MiB = 1 << 20
-WRITERS = (WriterSettings("python"), WriterSettings("fast"), WriterSettings("fast", io_buffer_double=False),
-           WriterSettings("fast", decoupled=True))
-DIRTY_LIMITS = (32 * MiB, 256 * MiB)
+WRITERS = (WriterSettings("python"), WriterSettings("fast"))
+DIRTY_LIMITS = (32 * MiB,)
 
 
 def say(msg: str) -> None:
@@ -108,7 +108,7 @@ def run_bed(name: str, args: argparse.Namespace, out: dict[str, Any], save: Any)
                     measure_steps=args.measure_steps, interval_steps=args.interval, cgroup=cgroup,
                     precision=args.precision, timeout_s=args.timeout)
         sweep = run_checkpoint_sweep(CheckpointRequest(out_dir=str(args.work / f"sweep-{name}"), writers=WRITERS,
-                                                       dirty_limits=DIRTY_LIMITS, **base), say)
+                                                       dirty_limits=DIRTY_LIMITS, repeats=args.repeats, **base), say)
         pick = sweep.best.candidate if sweep.best else DEFAULTS
         bed["sweep"] = {"pick": pick.to_json(), "pick_label": pick.label(),
                         "results": [r.to_json() for r in sweep.results], "aio": sweep.aio_statement,
@@ -147,6 +147,7 @@ def main() -> int:
     p.add_argument("--model", default="wide", help="the built-in workload's preset (wide; 1b needs ~15 GB of RAM)")
     p.add_argument("--beds", default="capped,loop")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=3, help="the sweep's repeats per candidate (medians)")
     p.add_argument("--cap-mb-per-s", type=float, default=200.0)
     p.add_argument("--drive-gib", type=int, default=8)
     p.add_argument("--save-at", type=int, default=2)

@@ -69,12 +69,13 @@ def test_a_checkpoint_that_does_not_restore_is_never_picked(tmp_path: Path) -> N
 
     def runner(req: CheckpointRequest, c: CheckpointCandidate, repeat: int) -> CheckpointTrial:
         runs.append(c.writer.label())
-        return {DEFAULTS: trial(DEFAULTS, 3.0), PYTHON: trial(PYTHON, 2.0), FAST: trial(FAST, 0.5, False)}[c]
+        return {DEFAULTS: trial(DEFAULTS, 3.0), PYTHON: trial(PYTHON, 1.5), FAST: trial(FAST, 0.5, False)}[c]
 
     req = request(tmp_path, writers=(WriterSettings("python"), WriterSettings("fast")))
     out = run_checkpoint_sweep(req, runner=runner)
     assert runs == ["torch.save", "python writer", "fast writer (64 MiB double)"]
-    assert out.best is not None and out.best.candidate == PYTHON and out.save_speedup == pytest.approx(1.5)
+    # 1.5 s less overhead, beyond the 0.5 s step jitter x the 2 steps measured after the save
+    assert out.best is not None and out.best.candidate == PYTHON and out.save_speedup == pytest.approx(2.0)
     assert [r.restores for r in out.results] == [True, True, False]
     assert "does not use the aio block" in out.aio_statement
     # every trial journaled; the same request resumes without running anything again
@@ -84,7 +85,7 @@ def test_a_checkpoint_that_does_not_restore_is_never_picked(tmp_path: Path) -> N
     assert again.best == out.best
     assert CheckpointOutcome.from_json(json.loads(json.dumps(out.to_json()))) == out
     text = render(out, "console")
-    assert "Pick: python writer, saves 1.50x as fast as DeepSpeed's defaults" in text
+    assert "Pick: python writer, saves 2.00x as fast as DeepSpeed's defaults" in text
     assert '"checkpoint": {"writer": {"type": "python"}}' in text
     assert "not picked: loss after the restore 5.0 != 6.0" in text
     with pytest.raises(UsageError, match="recorded for another checkpoint sweep"):

@@ -21,8 +21,8 @@ Candidates with the same aio block are compared by their overhead: their
 steady step is the same job's, and comparing whole intervals would let the
 noise of that shared baseline decide; candidates with different aio blocks,
 whose steady steps differ for real, by the interval cost. A difference
-within the step-time jitter the trials saw (the spread of their timed steps)
-is noise: the earlier choice stays (DeepSpeed's defaults first), unless the
+within the step-time jitter the trials saw (the spread of their timed steps,
+times the steps measured after the save, each of which adds its own) is noise: the earlier choice stays (DeepSpeed's defaults first), unless the
 newer one saves as fast (within 10 %) and leaves at most half as many bytes
 of the checkpoint in the page cache when save_checkpoint returns. A candidate whose checkpoint does not restore (the
 next step's loss after load_checkpoint in a fresh process differs from the

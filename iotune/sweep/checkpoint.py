@@ -89,7 +89,7 @@ class Search:
     def stage(self, best: CandidateResult, candidates: list[CheckpointCandidate]) -> CandidateResult:
         for c in candidates:
             r = self.measure(c)
-            if better(r, best):
+            if better(r, best, self.request.measure_steps):
                 best = r
         return best
 
@@ -134,11 +134,12 @@ SAVE_AS_FAST = 1.10          # "saves as fast": within 10 %
 DURABLE_GAIN = 0.5           # "more durable": at most half the bytes left in the page cache
 
 
-def better(r: CandidateResult, best: CandidateResult) -> bool:
+def better(r: CandidateResult, best: CandidateResult, measured_steps: int = 1) -> bool:
     """`r` restores and costs less than `best` beyond the noise (or `best`
     cannot be picked): by the checkpoint's overhead when both use the same
     aio block, by the whole interval's cost when they do not; within the
-    noise, `r` wins only by being as fast to save and much more durable
+    noise (the larger step jitter times the steps measured after the save),
+    `r` wins only by being as fast to save and much more durable
     (iotune.model.checkpoint_sweep)."""
     if not r.restores or r.interval_s is None or r.overhead_s is None:
         return False
@@ -146,7 +147,7 @@ def better(r: CandidateResult, best: CandidateResult) -> bool:
         return True
     same_aio = r.candidate.aio == best.candidate.aio
     mine, theirs = (r.overhead_s, best.overhead_s) if same_aio else (r.interval_s, best.interval_s)
-    margin = max(r.jitter_s, best.jitter_s)
+    margin = max(r.jitter_s, best.jitter_s) * max(1, measured_steps)     # each measured step adds its noise
     if mine < theirs - margin or mine > theirs + margin:
         return mine < theirs
     as_fast = r.save_s is not None and best.save_s is not None and r.save_s <= SAVE_AS_FAST * best.save_s
