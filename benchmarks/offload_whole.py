@@ -53,6 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 from iotune.host.ledger import temp_dir  # noqa: E402
 from iotune.model.offload import JobShape, OffloadKnobs, host_memory  # noqa: E402
+from iotune.model.host_memory import host_memory
 from iotune.sweep.offload_search import (BuiltinRunner, Journal, apply_changes, knob_changes,  # noqa: E402
                                          search_offload)
 from iotune.sweep.offload_space import Budget, candidates, dimensions, parse_fixes  # noqa: E402

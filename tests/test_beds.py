@@ -75,7 +75,7 @@ def test_bandwidth_only_every_sensible_setting_ties() -> None:
 
 
 def test_builtin_is_the_sweeps_drive() -> None:
-    from iotune.sweep.command import BUILTIN_LIMITS
+    from iotune.sweep.modes import BUILTIN_LIMITS
 
     assert bed_spec("builtin").member == BUILTIN_LIMITS
     assert bed_spec("builtin").expected_bytes_per_s(AioPoint(128 * KiB, 8)) == 800 * 128 * KiB

@@ -33,7 +33,7 @@ CLEAN = {
             "overlap_events": True, "use_gds": False},
 }
 ENV = LintEnv(ram_bytes=24 << 30, memlock_bytes=8 << 20, can_lock_unlimited=False, paths={"/nvme": GOOD_PATH},
-              params=1_000_000, largest_param_numel=5_000_000)
+              params=1_000_000, largest_param_numel=800_000)
 
 # ds_nvme_tune's printed block (DeepSpeed 0.19.8): num_threads is ignored, booleans are strings
 DS_NVME_TUNE_AIO = {"block_size": 1048576, "queue_depth": 32, "intra_op_parallelism": 1,
@@ -76,7 +76,7 @@ def test_clean_config_passes() -> None:
     (("bf16", {"enabled": False}), "param-offload-fp32"),
     (("zero_optimization.stage3_prefetch_bucket_size", 50_000_000), "param-offload-prefetch"),
     (("zero_optimization.offload_optimizer.nvme_path", DELETE), "nvme-path-missing"),
-    (("zero_optimization.offload_param.buffer_size", 1_000_000), "param-buffer-small"),
+    (("zero_optimization.offload_param.buffer_size", 500_000), "param-buffer-small"),
 ])
 def test_each_rule_fires(change: tuple[str, object], rule: str) -> None:
     env = LintEnv(**{**vars(ENV), "memlock_bytes": None})
@@ -88,8 +88,9 @@ def test_pinned_memory_over_ulimit_and_ram() -> None:
     # parameters 5 x aligned(1e7) x 2 B (bf16) and optimizer 4 x aligned(1e6 params) x 4 B
     found = {f.rule: f for f in lint(CLEAN, ENV)}
     assert found["pinned-memlock"].message == (
-        "swap buffers lock 110.6 MiB per rank (parameters (bf16) 5 x 10,000,384 x 2 B = 95.4 MiB; "
-        "optimizer (fp32 master) 4 x 1,000,192 x 4 B = 15.3 MiB), over ulimit -l (8.0 MiB): mlock fails")
+        "swap buffers lock 110.6 MiB per rank (optimizer swap buffers 15.3 MiB (4 x 1,000,192 elements (largest "
+        "sub-group, aligned) x 4 B, each in whole pages); parameter swap buffers 95.4 MiB (5 x 10,000,384 elements "
+        "(buffer_size, aligned) x 2 B, one allocation)), over ulimit -l (8.0 MiB): mlock fails")
     assert found["pinned-memlock"].severity == "error"
     big = with_change("zero_optimization.offload_param.buffer_size", 2_000_000_000)
     assert "pinned-ram" in rules(big)
@@ -554,9 +555,9 @@ def test_parameter_swap_out_buffer_when_parameters_exceed_max_in_cpu() -> None:
     cfg = {"bf16": {"enabled": True}, "zero_optimization": {"stage": 3, "sub_group_size": 102_400_000,
                                                            "offload_param": {"device": "nvme", "nvme_path": "/nvme",
                                                                              "max_in_cpu": 1_000_000_000}}}
-    assert [b.label for b in locked_buffers(cfg, LintEnv(params=900_000_000))] == ["parameters (bf16)"]
+    assert [b.label for b in locked_buffers(cfg, LintEnv(params=900_000_000))] == ["parameter swap buffers"]
     big = {b.label: b for b in locked_buffers(cfg, LintEnv(params=3_000_000_000))}
-    assert big["parameter swap-out"].bytes == 102_400_000 * 2          # one sub-group (a multiple of 512), 2 B
+    assert big["parameter swap-out buffer"].nbytes == 102_400_000 * 2          # one sub-group (a multiple of 512), 2 B
 
 
 @pytest.mark.parametrize("path,rules", [("none", {"nvme-path-relative"}), ("swap/dir", {"nvme-path-relative"}),

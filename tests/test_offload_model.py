@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from iotune.model.offload import (JobShape, OffloadKnobs, gain_split, host_memory, step_swap_bytes, sub_groups,
+from iotune.model.offload import (JobShape, OffloadKnobs, gain_split, step_swap_bytes, sub_groups,
                                   swap_split, violations)
+from iotune.model.host_memory import host_memory
 from iotune.model.steps import parse_steps
 from iotune.workloads.presets import PRESETS, tensor_numels
 

@@ -13,7 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from iotune.cli import cli
-from iotune.model.offload import JobShape, OffloadKnobs, host_memory
+from iotune.model.offload import JobShape, OffloadKnobs
+from iotune.model.host_memory import host_memory
 from iotune.workloads.presets import PRESETS, tensor_numels
 
 from .conftest import needs_deepspeed, needs_root

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from iotune.errors import UsageError
-from iotune.model.offload import JobShape, OffloadKnobs, host_memory, violations
+from iotune.model.offload import JobShape, OffloadKnobs, violations
+from iotune.model.host_memory import host_memory
 from iotune.sweep.offload_space import Budget, candidates, dimensions, parse_fixes
 from iotune.workloads.presets import PRESETS, tensor_numels
 

@@ -86,11 +86,30 @@ def refuse_without_ds_config(ds_config: Path | None, model_preset: str | None, p
 def _job(path: Path, model_preset: str | None, params: int | None, gpus: int) -> Job:
     from ..doctor.job import Job
     from ..dsconfig import read_ds_config
-    from ..workloads.presets import swappable_params
+    from ..workloads.presets import tensor_numels
 
     shape, params = model_size(model_preset, params, required=False)
     cfg = read_ds_config(path)
+    accelerator, baseline = machine_baseline()
     if shape is None:
-        return Job(cfg, params, gpus=gpus)
-    return Job(cfg, shape.param_count(), swappable_params(shape),
-               max(shape.vocab * shape.hidden, shape.hidden * shape.intermediate), gpus)
+        return Job(cfg, params, gpus=gpus, baseline_bytes=baseline, accelerator=accelerator)
+    numels = tuple(tensor_numels(shape))
+    return Job(cfg, shape.param_count(), numels, max(numels), gpus, baseline, accelerator)
+
+
+def machine_baseline() -> tuple[str | None, int]:
+    """(DeepSpeed's accelerator here, what a process with torch and DeepSpeed
+    holds), measured once per environment; (None, 0) without DeepSpeed."""
+    import importlib.util
+
+    from ..errors import IotuneError
+    from ..workloads.baseline import measure_baseline
+
+    if importlib.util.find_spec("deepspeed") is None:
+        return None, 0
+    try:
+        found = measure_baseline()
+    except IotuneError as e:
+        say(f"doctor: {e}; the host-memory check leaves the process's own memory out")
+        return None, 0
+    return found.accelerator, found.baseline_bytes

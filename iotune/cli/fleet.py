@@ -21,7 +21,7 @@ from .options import emit, library_errors, say
 
 if TYPE_CHECKING:
     from ..remote.ssh import Transport
-    from ..sweep.command import SweepArgs
+    from ..sweep.modes import SweepArgs
 
 DEEPSPEED_LAUNCHERS = ("deepspeed", "ds")
 
@@ -175,7 +175,7 @@ def sweep_hosts(hosts: tuple[str, ...], transport: Transport, args: SweepArgs, r
 
     from ..analysis.fleet_sweep import fleet_sweep_report
     from ..render.registry import render
-    from ..sweep.command import build_profile
+    from ..sweep.modes import build_profile
     from ..sweep.fleet import FleetSweepOptions, sweep_fleet
 
     if args.target_dir is None:

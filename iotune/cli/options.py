@@ -351,3 +351,27 @@ def endurance_options(tbw_default: str, capacity_default: str) -> Callable[[F], 
                             help=f"One drive's rated endurance (total bytes written), e.g. 600TB, for the days "
                                  f"until it is reached (default: {tbw_default}).")(fn)
     return decorate
+
+
+# Commands with several modes: --help lists the options in sections, one per
+# group (what `iotune sweep` takes in each of its modes).
+
+class GroupedCommand(click.Command):
+    """A command whose --help lists its options under the groups
+    `groups` names (parameter name -> section), in the order the sections
+    first appear; an option not named there goes under "Options"."""
+
+    def __init__(self, *args: Any, groups: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.groups = dict(groups or {})
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        sections: dict[str, list[tuple[str, str]]] = {}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None:
+                sections.setdefault(self.groups.get(param.name or "", "Options"), []).append(record)
+        order = list(dict.fromkeys([*self.groups.values(), "Options"]))
+        for name in sorted(sections, key=lambda n: order.index(n) if n in order else len(order)):
+            with formatter.section(name):
+                formatter.write_dl(sections[name])

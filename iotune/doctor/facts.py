@@ -9,40 +9,15 @@ import ctypes.util
 import glob
 import importlib.util
 import os
-import resource
 import shutil
 
 from ..fs import mountinfo
 from ..fs.directio import direct_io_problem
-from ..host.proc import CAP_IPC_LOCK, has_cap
+from ..host.memory import can_lock_unlimited, memlock_bytes, ram_bytes
 from ..model.lint import LintEnv, PathFacts
 
 ACCELERATORS = ("cuda", "cpu", "xpu", "npu", "mps", "hpu", "mlu", "sdaa", "supa", "klxpu")   # DeepSpeed 0.19.8
 MOUNT_DIRS = ("/mnt", "/media")
-
-
-def ram_bytes(field: str = "MemTotal") -> int | None:
-    """/proc/meminfo's `field` (MemTotal, MemAvailable, ...) in bytes."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith(f"{field}:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def memlock_bytes() -> int | None:
-    soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
-    return None if soft == resource.RLIM_INFINITY else soft
-
-
-def can_lock_unlimited() -> bool:
-    try:
-        return has_cap(CAP_IPC_LOCK)
-    except OSError:
-        return os.geteuid() == 0
 
 
 def detect_accelerator() -> tuple[str | None, str]:

@@ -37,6 +37,7 @@ class WorkloadSpec:
     precision: str = "fp32"            # fp32 | bf16
     micro_batch: int = 4
     grad_accum: int = 1
+    seq_len: int | None = None         # tokens per sample (None: the preset's)
     activation_checkpointing: bool = False
     zenflow_topk: float = 0.1
     lr: float = 1e-3
@@ -58,6 +59,8 @@ class WorkloadSpec:
                              "offload in fp32 ('Not enough buffers 0 for swapping 1')")
         if self.micro_batch < 1 or self.grad_accum < 1:
             raise UsageError("--micro-batch and --grad-accum must be at least 1")
+        if self.seq_len is not None and self.seq_len < 2:
+            raise UsageError("--seq-len must be at least 2 (tokens per sample; the loss predicts each next token)")
         if not 0 < self.zenflow_topk <= 1:
             raise UsageError("--zenflow-topk is a fraction in (0, 1], e.g. 0.1 for the top 10%")
 
