@@ -157,11 +157,9 @@ INERT = [
     (["sweep", "--netfs", "--dry-run", "--json"],
      "--dry-run prints the commands a --netfs sweep would run, as text: drop --json"),
     (["sweep", "--offload", "--executor", "aio"],
-     "--offload runs the whole-offload search on the built-in workload; --executor belongs to the aio sweep: "
-     "drop it, or drop --offload"),
+     "--executor belongs to the aio sweep: drop it, or drop --offload"),
     (["sweep", "--offload", "--block-sizes", "1M", "--repeats", "2"],
-     "--offload runs the whole-offload search on the built-in workload; --block-sizes, --repeats belong to the "
-     "aio sweep: drop them, or drop --offload"),
+     "--block-sizes, --repeats belong to the aio sweep: drop them, or drop --offload"),
     (["sweep", "--model", "tiny"], "--model goes with --offload (the whole-offload search): add --offload"),
     (["sweep", "--remote-iotune", "/opt/iotune"],
      "--remote-iotune is for a multi-node sweep: add --hosts, --hostfile or --slurm, or drop --remote-iotune"),

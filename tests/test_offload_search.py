@@ -31,7 +31,7 @@ def test_pinned_to_nvme_the_search_runs_pipelined_candidates_with_the_buffers_th
                                  "--json"])
     assert r.exit_code in (0, 1), r.output
     doc = json.loads(r.stdout)
-    conforms("sweep-offload-1", doc)
+    conforms("sweep-offload-2", doc)
     assert [d["key"] for d in doc["searched"]] == ["zero_optimization.offload_optimizer.pipeline_read",
                                                    "zero_optimization.offload_optimizer.pipeline_write"]
     search = [t for t in doc["trials"] if t["role"] == "search"]
@@ -73,7 +73,7 @@ def test_where_ram_holds_the_state_the_optimizer_in_ram_runs_first_and_its_gain_
                                  "-o", str(tmp_path), "--json"])
     assert r.exit_code in (0, 1), r.output
     doc = json.loads(r.stdout)
-    conforms("sweep-offload-1", doc)
+    conforms("sweep-offload-2", doc)
     [search] = [t for t in doc["trials"] if t["role"] == "search"]
     assert search["changes"] == {"zero_optimization.offload_optimizer.device": "cpu"}, search
     assert search["status"] == "ok" and search["swap_bytes"] == {} and search["io_wait_s"] == 0.0
@@ -107,7 +107,7 @@ def test_a_budget_nothing_fits_in_refuses_every_candidate_with_the_numbers(tmp_p
                                         "zero_optimization.offload_optimizer.device=cpu", "--fix",
                                         "zero_optimization.offload_param.device=none", "--max-host-memory", "1MiB",
                                         "-o", str(tmp_path), "--json"])
-    conforms("sweep-offload-1", json.loads(json_run.stdout))
+    conforms("sweep-offload-2", json.loads(json_run.stdout))
 
 
 def test_a_config_without_zero3_says_which_dimensions_apply(tmp_path: Path) -> None:
@@ -147,7 +147,7 @@ def test_the_what_if_reports_gradient_accumulation_without_applying_it(tmp_path:
                                  str(tmp_path), "--json"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    conforms("sweep-offload-1", doc)
+    conforms("sweep-offload-2", doc)
     one, four = doc["what_if"]
     assert (one["key"], one["value"], four["value"]) == ("gradient_accumulation_steps", 1, 4)
     assert one["status"] == four["status"] == "ok"
@@ -176,7 +176,7 @@ def test_the_users_own_command_and_config_are_the_loop(tmp_path: Path) -> None:
                                  "-o", str(tmp_path / "journal"), "--json"])
     assert r.exit_code in (0, 1), r.output
     doc = json.loads(r.stdout)
-    conforms("sweep-offload-1", doc)
+    conforms("sweep-offload-2", doc)
     assert doc["model"] == f"`{command}`"
     assert "running `" in r.stderr and "once with its own config, to see its tensors" in r.stderr
     assert all(t["status"] == "ok" for t in doc["trials"]), doc["trials"]

@@ -89,7 +89,7 @@ def strict_json(text: str) -> Any:
 
 def test_every_schema_is_a_valid_draft_2020_12_schema() -> None:
     assert schema_names() == ["fleet-1", "fleet-report-1", "fleet-sweep-1", "plan-1", "run-1", "sweep-1",
-                              "sweep-layouts-1", "sweep-offload-1", "trace-report-1"]
+                              "sweep-layouts-1", "sweep-offload-2", "trace-report-1"]
     for name in schema_names():
         s = schema(name)
         Draft202012Validator.check_schema(s)
@@ -313,4 +313,4 @@ def test_schema_command_lists_prints_and_validates(tmp_path: Path) -> None:
     r = CliRunner().invoke(cli, ["schema", "runs"])
     assert r.exit_code == 2 and r.stderr == (
         "Error: no JSON Schema named runs: choose one of fleet-1, fleet-report-1, fleet-sweep-1, plan-1, run-1, sweep-1, "
-        "sweep-layouts-1, sweep-offload-1, trace-report-1\n")
+        "sweep-layouts-1, sweep-offload-2, trace-report-1\n")

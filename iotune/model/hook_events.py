@@ -15,7 +15,7 @@ import json
 import os
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +167,7 @@ class JobTensors:
     numels: tuple[int, ...]
     world: int
     micro_batch: int
+    partition_dtype: str = ""       # fp32 | bf16 | fp16 ZeRO-3 partitions them in ("": not reported)
 
 
 def read_tensors(events_dir: Path) -> JobTensors | None:
@@ -177,8 +178,10 @@ def read_tensors(events_dir: Path) -> JobTensors | None:
     for _, ev in _event_lines(events_dir):
         if ev.get("k") == "shape" and isinstance(ev.get("numels"), list):
             found.append(JobTensors(tuple(int(n) for n in ev["numels"]), int(ev.get("world", 1)),
-                                    int(ev.get("micro", 1))))
-    return next((t for t in found if t.micro_batch), found[0] if found else None)
+                                    int(ev.get("micro", 1)), str(ev.get("dtype") or "")))
+    dtype = next((t.partition_dtype for t in found if t.partition_dtype), "")
+    best = next((t for t in found if t.micro_batch), found[0] if found else None)
+    return replace(best, partition_dtype=dtype) if best is not None else None
 
 
 @dataclass(frozen=True)

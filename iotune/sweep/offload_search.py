@@ -149,8 +149,8 @@ class Trials:
 
 def search_offload(search: OffloadSearch, target: Target, journal: Journal,
                    say: Callable[[str], None] = lambda s: None) -> OffloadOutcome:
-    shape = job_shape(search, target, say)
-    base = OffloadKnobs.from_ds_config(search.base_cfg)
+    shape, dtype = job_shape(search, target, say)
+    base = partitioned_in(OffloadKnobs.from_ds_config(search.base_cfg), dtype)
     searched, skipped = dimensions(base, shape, search.fixes)
     fit, refused = candidates(base, shape, searched, search.fixes, search.budget, search.context)
     over = refusals(base, shape, search.budget, search.context)
@@ -321,15 +321,26 @@ def _what_if_row(key: str, value: int, t: OffloadTrial, knobs: OffloadKnobs, sha
                   moved / samples_per_step(cfg))
 
 
-def job_shape(search: OffloadSearch, target: Target, say: Callable[[str], None]) -> JobShape:
-    """The job's parameter tensors: the built-in model's are known; the
-    user's job is started once and stopped at deepspeed.initialize, where
-    its hook reports them, before DeepSpeed allocates anything."""
+def partitioned_in(knobs: OffloadKnobs, dtype: str) -> OffloadKnobs:
+    """`knobs` with the dtype ZeRO-3 partitions the parameters in (reported
+    by the job's hook; DeepSpeed may convert an fp32 model to bf16), the
+    gradient-accumulation dtype staying the config's."""
+    if not dtype or dtype == knobs.dtype:
+        return knobs
+    return replace(knobs, dtype=dtype, grad_accum_dtype=knobs.grad_accum_dtype or knobs.dtype)
+
+
+def job_shape(search: OffloadSearch, target: Target, say: Callable[[str], None]) -> tuple[JobShape, str]:
+    """The job's parameter tensors and the dtype they are partitioned in
+    ("": the config's): the built-in model's are known (built under
+    deepspeed.zero.Init, in the config's dtype); the user's job is started
+    once and stopped at deepspeed.initialize, where its hook reports them,
+    before DeepSpeed allocates anything."""
     runner = search.runner
     if isinstance(runner, BuiltinRunner):
         if runner.size not in PRESETS:
             raise UsageError(f"unknown --model '{runner.size}': choose one of {', '.join(PRESETS)}")
-        return JobShape(tuple(tensor_numels(PRESETS[runner.size])))
+        return JobShape(tuple(tensor_numels(PRESETS[runner.size]))), ""
     job: UserJob = runner.job       # type: ignore[attr-defined]
     say(f"offload: starting {runner.what} up to deepspeed.initialize, to see its tensors")
     with contextlib.ExitStack() as stack:
@@ -341,7 +352,7 @@ def job_shape(search: OffloadSearch, target: Target, say: Callable[[str], None])
         raise IotuneError(f"your command reported no DeepSpeed model ({error}): iotune sees the model's tensors "
                           f"through its startup hook on PYTHONPATH, at deepspeed.initialize, so the command must "
                           f"train with DeepSpeed in Python")
-    return JobShape(tensors.numels, max(1, tensors.world))
+    return JobShape(tensors.numels, max(1, tensors.world)), tensors.partition_dtype
 
 
 def _reason(key: str, value: Any, base: OffloadKnobs, shape: JobShape) -> str:

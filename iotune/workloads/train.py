@@ -123,7 +123,8 @@ def spec_from_ds_config(a: argparse.Namespace, config: dict[str, Any]) -> Worklo
                         micro_batch=int(config.get("train_micro_batch_size_per_gpu", a.micro_batch)),
                         grad_accum=int(config.get("gradient_accumulation_steps", 1)), seq_len=a.seq_len,
                         activation_checkpointing=a.activation_checkpointing)
-    spec.check()
+    if a.seq_len is not None and a.seq_len < 2:
+        raise UsageError("--seq-len must be at least 2 (tokens per sample; the loss predicts each next token)")
     if spec.strategy in NVME_STRATEGIES:
         for path in nvme:
             assert_swappable(str(path or ""))

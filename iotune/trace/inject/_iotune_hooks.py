@@ -30,8 +30,9 @@ bed: iotune.trace.agent.node_identity computes the same).
 
 Shape (`iotune sweep --offload`): deepspeed.initialize is wrapped so that
 its first call appends {"k": "shape", "numels", "world", "micro": 0, "at":
-"initialize"} before DeepSpeed allocates anything (each parameter's full
-element count, ds_numel under deepspeed.zero.Init). With
+"initialize", "dtype"} before DeepSpeed allocates anything (each
+parameter's full element count, ds_numel under deepspeed.zero.Init; dtype:
+the one ZeRO-3 will partition the parameters in). With
 IOTUNE_SHAPE_ONLY=1 the process then leaves (SystemExit(0)): the sweep
 learns the model's tensors without building the optimizer, whose buffers
 alone may not fit the host.
@@ -229,6 +230,26 @@ def _model_numels(model):
     return [int(getattr(p, "ds_numel", 0) or p.numel()) for p in model.parameters()]
 
 
+DTYPES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}
+
+
+def _partition_dtype(model):
+    """The dtype ZeRO-3 partitions the parameters in: theirs when the model
+    was built under deepspeed.zero.Init; else the one DeepSpeed 0.19.8's
+    engine converts them to (partition_parameters.Init._set_dtype with the
+    module's dtype: kept where the accelerator supports fp16, else bf16;
+    on the CPU accelerator an fp32 model is partitioned in bf16)."""
+    first = next(iter(model.parameters()), None)
+    if first is None:
+        return None
+    if hasattr(first, "ds_tensor"):
+        return DTYPES.get(str(first.ds_tensor.dtype))
+    from deepspeed.accelerator import get_accelerator
+
+    accelerator = get_accelerator()
+    return DTYPES.get(str(first.dtype)) if accelerator.is_fp16_supported() else "bf16"
+
+
 def _patch_initialize(module):
     orig = module.initialize
 
@@ -238,12 +259,13 @@ def _patch_initialize(module):
             model = kwargs.get("model", args[1] if len(args) > 1 else None)
             try:
                 numels = _model_numels(model) if model is not None else None
+                dtype = _partition_dtype(model) if model is not None else None
             except Exception:  # noqa: BLE001 - attribution must never break the job
-                numels = None
+                numels, dtype = None, None
             if numels is not None:
                 world = os.environ.get("WORLD_SIZE", "1")
                 _emit({"k": "shape", "numels": numels, "world": int(world) if world.isdigit() else 1,
-                       "micro": 0, "at": "initialize", "t": time.monotonic_ns()})
+                       "micro": 0, "at": "initialize", "dtype": dtype, "t": time.monotonic_ns()})
             if os.environ.get("IOTUNE_SHAPE_ONLY") == "1":
                 _emit({"k": "stop", "steps": 0, "t": time.monotonic_ns()})
                 _flush()
