@@ -29,11 +29,13 @@ resident
                            model dtype (accelerator memory), touched up to the
                            largest bucket the backward fills
 transient
-  forward/backward         parameters gathered for a module (the largest
-                           parameter, and what prefetch and the live limit
-                           keep beside it), activations where the model is
-                           known, and the fp32 copies of one bucket's gradients
-                           on their way to the swap files (nvme optimizer)
+  initialize               the fp32 master of one sub-group, built before it
+                           is first swapped out (nvme optimizer)
+  forward/backward         the largest parameter gathered whole while its
+                           module runs, and its gradient before the reduce;
+                           activations where the model is known; the fp32
+                           copies of one bucket's gradients on their way to
+                           the swap files (nvme optimizer)
   step 1                   Adam's moments, created lazily by the first step for
                            one sub-group at a time (cpu_adam.py: zeros_like, not
                            locked) before they are swapped out
@@ -50,7 +52,7 @@ from dataclasses import dataclass
 
 from .offload import (DTYPE_BYTES, JobShape, OffloadKnobs, aligned, pages, sub_groups, swap_split)
 
-PHASES = ("resident", "forward/backward", "step 1")
+PHASES = ("resident", "initialize", "forward/backward", "step 1")
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ class MemoryItem:
     nbytes: int
     locked: bool                # mlock'd (counts against ulimit -l)
     formula: str
-    phase: str = "resident"     # resident | forward/backward | step 1
+    phase: str = "resident"     # resident | initialize | forward/backward | step 1
     on_device: bool = False     # accelerator memory (host memory only on the CPU accelerator)
 
 
@@ -141,10 +143,10 @@ def _parameters(knobs: OffloadKnobs, shape: JobShape) -> list[MemoryItem]:
         out.append(MemoryItem("gradient partitions", p * g, False,
                               f"{p:,} elements x {g} B ({knobs.grad_accum_dtype or knobs.dtype}, the gradient "
                               f"accumulation dtype)"))
-    largest = min(knobs.reduce_bucket_size, max(shape.partitions(), default=0) * shape.ranks, shape.params_total)
-    out.append(MemoryItem("gradient reduce bucket", largest * d, False,
-                          f"{largest:,} elements x {d} B: the reduce bucket, as far as the largest bucket fills it",
-                          on_device=True))
+    bucket = min(knobs.reduce_bucket_size, shape.params_total)
+    out.append(MemoryItem("gradient reduce bucket", bucket * d, False,
+                          f"{bucket:,} elements x {d} B: reduce_bucket_size, or the whole model where smaller "
+                          f"(the backward fills it)", on_device=True))
     return out
 
 
@@ -193,6 +195,9 @@ def _transients(knobs: OffloadKnobs, shape: JobShape, context: HostContext) -> l
     largest = max(shape.numels, default=0)
     out = [MemoryItem("gathered parameters", largest * d, False,
                       f"the largest parameter whole, {largest:,} elements x {d} B, while its module runs",
+                      "forward/backward", on_device=True),
+           MemoryItem("its gradient", largest * d, False,
+                      f"the largest parameter's gradient, {largest:,} elements x {d} B, before it is reduced",
                       "forward/backward", on_device=True)]
     if context.activation_bytes:
         out.append(MemoryItem("activations", context.activation_bytes, False, "one micro-batch through the model",
@@ -200,7 +205,12 @@ def _transients(knobs: OffloadKnobs, shape: JobShape, context: HostContext) -> l
     if knobs.nvme_optimizer:
         bucket = min(knobs.reduce_bucket_size, shape.params_per_rank)
         out.append(MemoryItem("fp32 gradients on their way to NVMe", bucket * 4, False,
-                              f"{bucket:,} elements (a reduce bucket's worth) x 4 B", "forward/backward"))
+                              f"{bucket:,} elements (a reduce bucket's worth) x 4 B (stage3.py partition_grads: "
+                              f"converted before the swap-out)", "forward/backward"))
+        s_max = max(sub_groups(knobs, shape), default=0)
+        out.append(MemoryItem("fp32 master of a sub-group at start-up", s_max * 4, False,
+                              f"{s_max:,} elements (the largest sub-group) x 4 B, before its first swap-out",
+                              "initialize"))
         s_max = max(swap_split_groups(knobs, shape), default=0)
         out.append(MemoryItem("Adam moments created at step 1", 2 * s_max * 4, False,
                               f"2 x {s_max:,} elements (the largest swapped sub-group) x 4 B, before their first "

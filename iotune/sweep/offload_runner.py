@@ -101,9 +101,10 @@ class CommandRunner:
         waits = read_io_waits(events)
         needed = plan.min_steps if job.ended_by == "enough" else plan.steps
         if len(timings) < needed:
-            return RunResult("failed", error=f"{len(timings)} of {plan.steps} steps (exit {job.returncode}, "
-                                             f"{job.ended_by or 'exited'}): {failure_line(job.returncode, job.stderr)}",
-                             tensors=tensors)
+            why = (f"did not complete {plan.steps} optimizer steps within {plan.timeout_s:g} s (--steps-timeout); "
+                   f"{len(timings)} seen" if job.ended_by == "time limit" else
+                   f"{len(timings)} of {plan.steps} steps (exit {job.returncode}, {job.ended_by or 'exited'})")
+            return RunResult("failed", error=f"{why}: {failure_line(job.returncode, job.stderr)}", tensors=tensors)
         steady = timings[1:] or timings
         step_s = statistics.median(t.step_s for t in steady)
         world = tensors.world if tensors else 1

@@ -1,8 +1,10 @@
-"""What one training process holds before its model: torch and DeepSpeed
-imported, DeepSpeed's ops loaded and its accelerator chosen, measured once
-per machine and environment (a child process reports its peak RSS) and
-kept in ~/.cache/iotune, keyed by the interpreter and the versions. The
-host-memory model (iotune.model.host_memory) counts it once per rank.
+"""What one training process holds besides its model: torch, transformers
+and DeepSpeed imported, DeepSpeed's ops loaded, the process group up and a
+ZeRO-3 engine stepping a model too small to count (one 64 x 64 layer).
+Measured once per machine and environment (a child process reports its
+peak RSS) and kept in ~/.cache/iotune, keyed by the interpreter and the
+versions. The host-memory model (iotune.model.host_memory) counts it once
+per rank.
 
     python -m iotune.workloads.baseline      # prints {"accelerator", "baseline_bytes"}
 """
@@ -62,18 +64,28 @@ def measure_baseline(timeout_s: float = 300.0) -> Baseline:
     return found
 
 
+TINY_CONFIG = {"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3},
+               "optimizer": {"type": "Adam", "params": {"lr": 1e-3, "torch_adam": True}}}
+
+
 def _measure_here() -> Baseline:
-    import deepspeed  # noqa: F401 - what a training process imports
-    import torch  # noqa: F401
-    import transformers  # noqa: F401
+    import deepspeed
+    import torch
+    import transformers  # noqa: F401 - what a training process imports
     from deepspeed.accelerator import get_accelerator
 
     from ..host.proc import process_memory
     from .fastops import preload_built_ops
+    from .train import single_process_env
 
     preload_built_ops()
-    name = str(get_accelerator()._name)
-    return Baseline(name, process_memory().get("peak_rss_bytes", 0))
+    single_process_env()
+    engine, _, _, _ = deepspeed.initialize(model=torch.nn.Linear(64, 64), config=TINY_CONFIG,
+                                           model_parameters=None)
+    for _ in range(2):
+        engine.backward(engine(torch.ones(1, 64)).sum())
+        engine.step()
+    return Baseline(str(get_accelerator()._name), process_memory().get("peak_rss_bytes", 0))
 
 
 def main() -> int:
