@@ -24,7 +24,7 @@ from iotune.cli.fleet import deepspeed_hostfile
 from iotune.model.fleet import load_fleet
 from iotune.trace.agent import claim_events, node_identity
 from iotune.trace.fleet import read_hostfile
-from iotune.host.kinds import namespace_pids
+from iotune.host.undo import namespace_pids
 from tests.beds.nodes import NodeBed
 from tests.nodebed import BLOCK, needs_nodebed, nodebed, writes_512k  # noqa: F401
 

@@ -15,7 +15,7 @@ from iotune.model.run import TimelinePoint, TraceRun
 from iotune.model.runfile import load_run, save_run
 from iotune.model.timeline import Timeline
 from iotune.render.console import ConsoleRenderer
-from iotune.render.json import JsonRenderer
+from iotune.render.json_trace import JsonRenderer
 
 from .records import KiB, offload_run
 
@@ -75,7 +75,7 @@ def test_json_timeline_written_from_columns_is_the_same_json() -> None:
     document as json.dumps of the points, from tuples or from columns, an
     empty timeline included; a NaN time is refused as json refuses it."""
     from iotune.model.verdict import TraceReport
-    from iotune.render.json import timeline_json
+    from iotune.render.json_trace import timeline_json
 
     run = offload_run()
     run = run.with_timeline((*run.timeline, TimelinePoint(1.0, "vda", "write", 2, 8192),

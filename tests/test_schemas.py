@@ -25,7 +25,7 @@ from jsonschema.exceptions import best_match
 from iotune.cli import cli
 from iotune.model import attribution, run as run_model, verdict
 from iotune.model.runfile import load_run, save_run
-from iotune.render.json import JsonRenderer
+from iotune.render.json_trace import JsonRenderer
 from iotune.resources import schema_names, schema_path
 
 from .conftest import make_loops, needs_fio, needs_root

@@ -76,11 +76,11 @@ def refuse_without_ds_config(ds_config: Path | None, model_preset: str | None, p
             raise UsageError("--model and --params go with --ds-config FILE")
         inert = [flag for flag, name in (("--gpus", "gpus"), ("--aio-timeout", "aio_timeout")) if given(name)]
         if inert:
-            raise click.UsageError(f"{inert[0]} goes with --ds-config FILE (the job's checks): add --ds-config, "
-                                   f"or drop {inert[0]}")
+            raise UsageError(f"{inert[0]} goes with --ds-config FILE (the job's checks): add --ds-config, "
+                             f"or drop {inert[0]}")
     elif odirect_path is not None:
-        raise click.UsageError("--ds-config checks O_DIRECT on the config's own nvme_path: drop --path (or drop "
-                               "--ds-config to check --path with the machine's checks)")
+        raise UsageError("--ds-config checks O_DIRECT on the config's own nvme_path: drop --path (or drop "
+                         "--ds-config to check --path with the machine's checks)")
 
 
 def _job(path: Path, model_preset: str | None, params: int | None, gpus: int) -> Job:

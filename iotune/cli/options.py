@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
-from ..errors import IotuneError
+from ..errors import IotuneError, UsageError
 from ..model.units import parse_rate, parse_size
 from ..render.base import RenderOptions
 
@@ -176,13 +176,14 @@ def renamed_option(old: str, new: str, dest: str, **attrs: Any) -> Callable[[F],
             value = kwargs.pop(alias_dest, None)
             if value is not None:
                 if given(dest):
-                    raise click.UsageError(f"{old} is the old spelling of {new}: give {new} only")
+                    raise UsageError(f"{old} is the old spelling of {new}: give {new} only")
                 say(f"warning: {old} is deprecated and will be removed in the next release: use {new}")
                 kwargs[dest] = value
                 click.get_current_context().set_parameter_source(dest, ParameterSource.COMMANDLINE)
             return fn(*args, **kwargs)
 
-        return click.option(old, alias_dest, hidden=True, default=None, **attrs)(wrapper)  # type: ignore[return-value]
+        option = click.option(old, alias_dest, hidden=True, default=None, **attrs)
+        return option(library_errors(wrapper))  # type: ignore[return-value]
 
     return decorate
 
@@ -200,8 +201,8 @@ def report_options(fn: F) -> F:
 def refuse_width_with_json(fmt: str) -> None:
     """--width shapes the console report only."""
     if fmt == "json" and given("width"):
-        raise click.UsageError("--width sets the console report's width, and --json prints no console report: "
-                               "drop --width")
+        raise UsageError("--width sets the console report's width, and --json prints no console report: "
+                         "drop --width")
 
 
 def html_option(fn: F) -> F:
@@ -215,7 +216,6 @@ def write_html(record: Any, path: Path | None) -> None:
     """`record`'s HTML report into `path` (nothing when None); says where on stderr."""
     if path is None:
         return
-    from ..errors import UsageError
     from ..render.registry import render
 
     try:
@@ -295,7 +295,6 @@ def model_size_options(note: str = "") -> Callable[[F], F]:
 def model_size(preset: str | None, params: int | None, required: bool) -> tuple[Any, int | None]:
     """(ModelShape or None, parameter count or None) from --model/--params:
     one of them, or none when not `required`."""
-    from ..errors import UsageError
     from ..workloads.presets import get_preset
 
     # iotune's UsageError, not click's: lint --json reports it in its JSON document
@@ -332,11 +331,10 @@ def multinode_options(verb: str, detail: str) -> Callable[[F], F]:
 
 
 def refuse_remote_iotune(remote_iotune: str | None, multinode: bool, command: str) -> None:
-    from ..errors import UsageError
 
     if remote_iotune and not multinode:
         raise UsageError(f"--remote-iotune is for a multi-node {command}: add --hosts, --hostfile or "
-                               f"--slurm, or drop --remote-iotune")
+                         f"--slurm, or drop --remote-iotune")
 
 
 def endurance_options(tbw_default: str, capacity_default: str) -> Callable[[F], F]:

@@ -161,12 +161,12 @@ def refuse_inert(command: bool, out: Path | None, no_save: bool, linger: float, 
                  as_root: bool) -> None:
     """Options that would do nothing in this combination are refused, each with its fix."""
     if no_save and out is not None:
-        raise click.UsageError("-o/--out says where to save the run, and --no-save not to save it: drop one of them")
+        raise UsageError("-o/--out says where to save the run, and --no-save not to save it: drop one of them")
     if not command:
         for flag, set_ in (("--linger", given("linger")), ("--no-inject", no_inject), ("--as-root", as_root)):
             if set_:
-                raise click.UsageError(f"{flag} is about the traced command, and --duration traces a time window "
-                                       f"with none: drop {flag}, or give a command after `--`")
+                raise UsageError(f"{flag} is about the traced command, and --duration traces a time window "
+                                 f"with none: drop {flag}, or give a command after `--`")
 
 
 def notice(progress: Callable[[float, int, int, int, int], None] | None) -> Callable[[str], None]:

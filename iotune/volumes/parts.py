@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from ..blockdev.devices import BlockDevice, resolve_device
-from ..host.kinds import loop_identity
+from ..host.undo import loop_identity
 from ..host.ledger import note, temp_dir
 from ..host.proc import run
 from ..errors import PrivilegeError, UsageError

@@ -1,6 +1,6 @@
-"""The kinds of things iotune makes, for its ledger (ledger.py): how to
-tell that a recorded one is still there, how to undo it from its recorded
-facts alone (in another process, after its maker was killed), and how to
+"""The ledger's undo recipes (ledger.py), one per kind of thing iotune
+makes: how to tell that a recorded one is still there, how to undo it from
+its recorded facts alone (in another process, after its maker was killed), and how to
 name it to the user. Every undo acts only on what the facts identify: a
 loop device over our image (by path, or device and inode), a mount on our
 directory, a cgroup we named, a process by pid *and* start time."""
