@@ -33,7 +33,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, NoReturn
 
 from ..errors import WarmStartUnavailable
