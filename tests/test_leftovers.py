@@ -29,7 +29,8 @@ from pathlib import Path
 import pytest
 
 from iotune.host import ledger
-from iotune.host.undo import mount_points, namespace_pids
+from iotune.fs.mountinfo import mount_points
+from iotune.host.undo import namespace_pids
 
 from .conftest import ext4_mount, needs_deepspeed, needs_fio, needs_root
 

@@ -234,7 +234,7 @@ def _start_daemon(stack: contextlib.ExitStack, binary: Path, backing: Path, moun
 
 def _wait_mounted(proc: subprocess.Popen[bytes], mount_dir: Path, log_path: Path) -> None:
     deadline = time.monotonic() + MOUNT_TIMEOUT_S
-    while not _is_mounted(mount_dir):
+    while not mountinfo.is_mount_point(mount_dir):
         if proc.poll() is not None or time.monotonic() > deadline:
             why = log_path.read_text(errors="replace").strip()[-500:] or "no output"
             raise IotuneError(f"the emulated drive's FUSE daemon did not mount {mount_dir} "
@@ -242,18 +242,12 @@ def _wait_mounted(proc: subprocess.Popen[bytes], mount_dir: Path, log_path: Path
         time.sleep(0.01)
 
 
-def _is_mounted(path: Path) -> bool:
-    """Whether `path` (resolved) is a mount point, from mountinfo alone: a
-    stat could hang on a stuck FUSE mount."""
-    return any(m.mount_point == str(path) for m in mountinfo.read())
-
-
 def _stop_daemon(proc: subprocess.Popen[bytes], mount_dir: Path) -> None:
     """SIGTERM (the daemon unmounts and exits), SIGKILL if it hangs, and a
     lazy unmount if its mount outlives it."""
     if terminate(proc, STOP_TIMEOUT_S):
         log.warning("FUSE daemon %d ignored SIGTERM; killed it", proc.pid)
-    if _is_mounted(mount_dir):
+    if mountinfo.is_mount_point(mount_dir):
         subprocess.run(["umount", "-l", str(mount_dir)], capture_output=True, check=False)
 
 
