@@ -25,7 +25,7 @@ from click.testing import CliRunner
 
 from iotune.remote.slurm import SrunTransport, expand_hostlist
 from iotune.cli import cli
-from iotune.cli.fleet import deepspeed_option
+from iotune.remote.hosts import deepspeed_option
 from iotune.model.fleet import load_fleet
 from iotune.trace.attribution import INJECT_DIR
 from iotune.host.undo import namespace_pids

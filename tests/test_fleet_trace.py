@@ -20,10 +20,9 @@ import pytest
 from click.testing import CliRunner
 
 from iotune.cli import cli
-from iotune.cli.fleet import deepspeed_hostfile
 from iotune.model.fleet import load_fleet
 from iotune.trace.agent import claim_events, node_identity
-from iotune.trace.fleet import read_hostfile
+from iotune.remote.hosts import deepspeed_hostfile, read_hostfile
 from iotune.host.undo import namespace_pids
 from tests.beds.nodes import NodeBed
 from tests.nodebed import BLOCK, needs_nodebed, nodebed, writes_512k  # noqa: F401

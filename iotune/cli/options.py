@@ -5,10 +5,12 @@ maps errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import shutil
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -39,6 +41,28 @@ def library_errors(fn: F) -> F:
             raise CliError(str(e), e.exit_code) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def option_group(cls: type[Any], name: str, *options: Callable[[F], F]) -> Callable[[F], F]:
+    """`options` (click option decorators, top to bottom as they are shown
+    in --help) handed to the command as one frozen dataclass `cls` under
+    parameter `name`: each field of `cls` is one option's parameter name.
+    click sees the options themselves, so --help and the reference list
+    every one of them."""
+    names = [f.name for f in dataclasses.fields(cls)]
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            kwargs[name] = cls(**{n: kwargs.pop(n) for n in names})
+            return fn(*args, **kwargs)
+
+        decorated: Any = wrapper
+        for option in reversed(options):
+            decorated = option(decorated)
+        return decorated  # type: ignore[no-any-return]
+
+    return decorate
 
 
 class SizeType(click.ParamType):
@@ -229,6 +253,27 @@ def chosen_format(fmt: str, as_json: bool) -> str:
     return "json" if as_json else fmt
 
 
+@dataclass(frozen=True)
+class ReportOutput:
+    """How a command prints a trace report: --format/--json, --width,
+    --block-size and --html."""
+
+    fmt: str
+    as_json: bool
+    width: int | None
+    block_size: int | None
+    html_path: Path | None
+
+    @property
+    def format(self) -> str:
+        return chosen_format(self.fmt, self.as_json)
+
+
+def report_output(fn: F) -> F:
+    """--format/--json, --width, --block-size and --html as one ReportOutput (`output`)."""
+    return option_group(ReportOutput, "output", format_option, report_options, html_option)(fn)
+
+
 def emit(record: Any, fmt: str, width: int | None = None, block_size: int | None = None) -> None:
     """Print `record` on stdout through its registered renderer."""
     from ..render.registry import render
@@ -328,6 +373,21 @@ def multinode_options(verb: str, detail: str) -> Callable[[F], F]:
         return click.option("--hosts", default=None, metavar="H1,H2,...",
                             help=f"Multi-node: {verb} these hosts at once, over ssh ({detail}).")(fn)
     return decorate
+
+
+@dataclass(frozen=True)
+class MultiNodeOptions:
+    """--hosts, --hostfile, --slurm and --remote-iotune (multinode_options)."""
+
+    hosts: str | None
+    hostfile: Path | None
+    slurm: bool
+    remote_iotune: str | None
+
+
+def multinode_group(verb: str, detail: str) -> Callable[[F], F]:
+    """multinode_options as one MultiNodeOptions (`nodes`)."""
+    return option_group(MultiNodeOptions, "nodes", multinode_options(verb, detail))
 
 
 def refuse_remote_iotune(remote_iotune: str | None, multinode: bool, command: str) -> None:
