@@ -40,9 +40,6 @@ class LintEnv:
     expected_device: str | None = None        # the drive nvme_path should be on (e.g. nvme0n1), if given
 
 
-SEVERITIES = ("error", "warning")
-
-
 @dataclass(frozen=True)
 class LintFinding:
     rule: str          # e.g. aio-ignored-key
