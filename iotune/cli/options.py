@@ -18,7 +18,7 @@ import click
 from click.core import ParameterSource
 
 from ..errors import IotuneError, UsageError
-from ..model.units import parse_rate, parse_size
+from ..model.units import parse_count, parse_rate, parse_size
 from ..render.base import RenderOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -93,6 +93,20 @@ class RateType(click.ParamType):
             self.fail(str(e), param, ctx)
 
 
+class CountType(click.ParamType):
+    """A parameter count: 16B, 1.5B, 350M, 7e9 or a plain integer."""
+
+    name = "N"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_count(str(value))
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
 class PositiveSizeType(SizeType):
     """A byte count above 0 (a drive's capacity or endurance)."""
 
@@ -138,6 +152,7 @@ def setting_help(key: str, text: str) -> str:
 
 SIZE = SizeType()
 POSITIVE_SIZE = PositiveSizeType()
+COUNT = CountType()
 RATE = RateType()
 
 
@@ -329,8 +344,9 @@ def model_size_options(note: str = "") -> Callable[[F], F]:
     """--model PRESET / --params N: the model's size, as a preset shape or a
     parameter count; give at most one (see model_size)."""
     def decorate(fn: F) -> F:
-        fn = click.option("--params", type=click.IntRange(min=1), default=None, metavar="N",
-                          help=f"{note}Or the model's parameter count, e.g. 8000000000 (not with --model).")(fn)
+        fn = click.option("--params", type=COUNT, default=None, metavar="N",
+                          help=f"{note}Or the model's parameter count, e.g. 16B, 1.5B, 350M or 7e9 "
+                               f"(not with --model).")(fn)
         return click.option("--model", "model_preset", default=None, metavar="PRESET",
                             help=f"{note}The model's shape: tiny, small, medium, wide, 1b, 3b, 8b or 16b "
                                  f"(not with --params).")(fn)
