@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from iotune.volumes.beds import BEDS, Bed, bed_spec, running_bed
 
 from .test_emulated_drive import needs_fuse
 
+ROOT = Path(__file__).resolve().parents[1]
 KiB, MiB, MB = 1 << 10, 1 << 20, 1_000_000
 REL = 0.10          # as tests/test_emulated_drive.py holds the drive's model to fio
 
@@ -74,11 +76,25 @@ def test_bandwidth_only_every_sensible_setting_ties() -> None:
     assert bed.default_share() == 1.0
 
 
-def test_builtin_is_the_sweeps_drive() -> None:
+def test_builtin_is_the_sweeps_drive_as_the_guide_gives_it() -> None:
+    """The sweep's drive has the limits docs/guide/beds.md's table gives the builtin bed, and its
+    model, by hand: 128K at qd 8 meets the 800 IOPS cap (800 x 128 KiB); 1M at qd 8 would move
+    8 MiB per 4.1 ms, far above the 200 MB/s cap, so it is the cap; 64K at qd 1 is one request
+    per latency + overhead (4 ms + 0.1 ms)."""
     from iotune.sweep.command import BUILTIN_LIMITS
 
-    assert bed_spec("builtin").member == BUILTIN_LIMITS
-    assert bed_spec("builtin").expected_bytes_per_s(AioPoint(128 * KiB, 8)) == 800 * 128 * KiB
+    row = next(line for line in (ROOT / "docs" / "guide" / "beds.md").read_text().splitlines()
+               if line.startswith("| `builtin`"))
+    found = re.search(r"L (\d+) ms, P (\d+), (\d+) MB/s, (\d+) IOPS", row)
+    assert found, row
+    latency_ms, parallelism, mb_per_s, iops = map(int, found.groups())
+    for limits in (BUILTIN_LIMITS, bed_spec("builtin").member):
+        assert (limits.latency_us, limits.parallelism, limits.bw_bytes_per_s, limits.iops) == \
+            (latency_ms * 1000, parallelism, mb_per_s * MB, iops)
+    bed = bed_spec("builtin").with_overhead(100)
+    assert bed.expected_bytes_per_s(AioPoint(128 * KiB, 8)) == 800 * 128 * KiB
+    assert bed.expected_bytes_per_s(DEFAULT) == 200 * MB
+    assert bed.expected_bytes_per_s(AioPoint(64 * KiB, 1)) == pytest.approx(64 * KiB / 0.0041)
 
 
 def test_every_bed_shows_its_defaults_and_best() -> None:
