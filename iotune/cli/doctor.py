@@ -37,11 +37,12 @@ def doctor(fix: bool, odirect_path: str | None, ds_config: Path | None, model_pr
 
     \b
     With --ds-config: one verdict per check for that job instead — the
-    config (iotune lint), DeepSpeed's async_io op loading, O_DIRECT at
-    DeepSpeed's alignment and free space on each nvme_path (against
-    iotune plan), locked swap buffers against ulimit -l, RAM and the
-    container's memory limit, another job using the same nvme_path, and
-    stale op-build locks (--fix removes them).
+    config (iotune lint), DeepSpeed's async_io op loading (by the DeepSpeed
+    of iotune's own Python: run the doctor from the job's environment when
+    the job runs in another), O_DIRECT at DeepSpeed's alignment and free
+    space on each nvme_path (against iotune plan), locked swap buffers
+    against ulimit -l, RAM and the container's memory limit, another job
+    using the same nvme_path, and stale op-build locks (--fix removes them).
     """
     from ..doctor.checks import run_checks
     from ..doctor.fixes import apply_fixes
