@@ -65,56 +65,25 @@ def option_group(cls: type[Any], name: str, *options: Callable[[F], F]) -> Calla
     return decorate
 
 
-class SizeType(click.ParamType):
-    """A byte count: 512K and 1M are binary (KiB, MiB), 200MB decimal."""
+class ParsedType(click.ParamType):
+    """A value typed the way iotune parses it (`parse`: a ValueError's message
+    becomes click's error); a number given directly (a default) is taken as
+    it is, through `number`. With `positive` (an example), 0 is refused."""
 
-    name = "SIZE"
+    def __init__(self, name: str, parse: Callable[[str], Any], number: Callable[[Any], Any],
+                 positive: str = "") -> None:
+        self.name, self.parse, self.number, self.positive = name, parse, number, positive
 
-    def convert(self, value: Any, param: Any, ctx: Any) -> int:
-        if isinstance(value, int):
-            return value
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return self.number(value)
         try:
-            return parse_size(str(value))
+            parsed = self.parse(str(value))
         except ValueError as e:
             self.fail(str(e), param, ctx)
-
-
-class RateType(click.ParamType):
-    """Bytes per second: 200MB/s (decimal), 2GiB/s (binary); `/s` optional."""
-
-    name = "RATE"
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> float:
-        if isinstance(value, (int, float)):
-            return float(value)
-        try:
-            return parse_rate(str(value))
-        except ValueError as e:
-            self.fail(str(e), param, ctx)
-
-
-class CountType(click.ParamType):
-    """A parameter count: 16B, 1.5B, 350M, 7e9 or a plain integer."""
-
-    name = "N"
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> int:
-        if isinstance(value, int):
-            return value
-        try:
-            return parse_count(str(value))
-        except ValueError as e:
-            self.fail(str(e), param, ctx)
-
-
-class PositiveSizeType(SizeType):
-    """A byte count above 0 (a drive's capacity or endurance)."""
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> int:
-        size = super().convert(value, param, ctx)
-        if size <= 0:
-            self.fail(f"{value!r}: give a size above 0, e.g. 600TB", param, ctx)
-        return size
+        if self.positive and parsed <= 0:
+            self.fail(f"{value!r}: give a {self.name.lower()} above 0, e.g. {self.positive}", param, ctx)
+        return parsed
 
 
 class SettingType(click.ParamType):
@@ -150,10 +119,10 @@ def setting_help(key: str, text: str) -> str:
     return f"{text}  [{each}{bound.short_rule()}]"
 
 
-SIZE = SizeType()
-POSITIVE_SIZE = PositiveSizeType()
-COUNT = CountType()
-RATE = RateType()
+SIZE = ParsedType("SIZE", parse_size, int)                  # 512K and 1M binary (KiB, MiB), 200MB decimal
+POSITIVE_SIZE = ParsedType("SIZE", parse_size, int, positive="600TB")   # a drive's capacity or endurance
+RATE = ParsedType("RATE", parse_rate, float)                # bytes/s: 200MB/s decimal, 2GiB/s binary; /s optional
+COUNT = ParsedType("N", parse_count, int)                   # a parameter count: 16B, 1.5B, 350M, 7e9
 
 
 def csv_list(convert: Callable[[str], Any]) -> Callable[[Any, Any, str | None], tuple[Any, ...] | None]:
