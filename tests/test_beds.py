@@ -21,7 +21,7 @@ from iotune.model.bed import AioPoint, BedSpec, daemon_ops
 from iotune.model.drive import DriveLimits
 from iotune.volumes.beds import BEDS, Bed, bed_spec, running_bed
 
-from .test_emulated_drive import RATIO_REL, REL, RETRIES, ROUNDS, needs_fuse
+from .test_emulated_drive import REL, RETRIES, ROUNDS, needs_fuse
 
 ROOT = Path(__file__).resolve().parents[1]
 KiB, MiB, MB = 1 << 10, 1 << 20, 1_000_000
@@ -149,6 +149,9 @@ def test_bed_table_lists_the_defaults() -> None:
 # As tests/test_emulated_drive.py does: the main checks are ratios measured within one run (each
 # showcase point against DeepSpeed's defaults on the same bed, the striped bed against one of its
 # members), and the absolute checks against the model are marked drive_model, held at REL (10 %).
+# A ratio is held at 15 %: it carries two runs' deviations from the model, and the striped bed's
+# model leaves out how btrfs cuts a request into 64 KiB stripes (a run measured 0.92 of it at qd 8).
+RATIO_REL = 0.15
 
 def _fio_bw(bed: Bed, point: AioPoint, rw: str = "read", device: str | None = None) -> float:
     """fio in the bed's cgroup, `point`'s block size and depth, numjobs =
