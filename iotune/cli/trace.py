@@ -220,8 +220,8 @@ def spare_root() -> Path:
     """Where a run goes when --out's drive is full: the temporary directory
     ($TMPDIR, else /tmp), under iotune-runs/. $TMPDIR is taken as it is
     (tempfile.gettempdir() would silently pass over a full one)."""
-    import os
     import tempfile
+
     tmpdir = os.environ.get("TMPDIR", "")
     return (Path(tmpdir) if tmpdir and Path(tmpdir).is_dir() else Path(tempfile.gettempdir())) / "iotune-runs"
 
