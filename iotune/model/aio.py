@@ -26,6 +26,11 @@ class AioSettings:
     def to_ds_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+    @classmethod
+    def from_ds_json(cls, data: dict[str, Any]) -> AioSettings:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
 
 DEEPSPEED_AIO_DEFAULTS = AioSettings()
 
