@@ -74,14 +74,6 @@ def fstab_mount_points(fstab: str = "/etc/fstab") -> dict[str, str]:
     return out
 
 
-def mounted_points(path: str = str(mountinfo.MOUNTINFO)) -> set[str]:
-    """Mount points currently mounted (what findmnt lists)."""
-    try:
-        return {m.mount_point for m in mountinfo.read(path)}
-    except OSError:
-        return set()
-
-
 def unmounted_mount_point(path: str, fstab: dict[str, str], mounted: set[str]) -> str | None:
     """The deepest fstab mount point at or above `path` that is not mounted."""
     p = os.path.abspath(path)
@@ -122,7 +114,7 @@ def looks_unmounted(checked: str, mounted: set[str], mount_dirs: tuple[str, ...]
 
 def path_facts(path: str, fstab: dict[str, str] | None = None, mounted: set[str] | None = None) -> PathFacts:
     fstab = fstab_mount_points() if fstab is None else fstab
-    mounted = mounted_points() if mounted is None else mounted
+    mounted = mountinfo.mount_points() if mounted is None else mounted
     unmounted = unmounted_mount_point(path, fstab, mounted)
     if unmounted:
         return PathFacts(exists=os.path.isdir(path), unmounted_mount_point=unmounted, fstab_source=fstab.get(unmounted))

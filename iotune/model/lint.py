@@ -42,9 +42,6 @@ class LintEnv:
     baseline_bytes: int = 0                   # a process with torch and DeepSpeed (0: not counted)
 
 
-SEVERITIES = ("error", "warning")
-
-
 @dataclass(frozen=True)
 class LintFinding:
     rule: str          # e.g. aio-ignored-key
