@@ -111,7 +111,8 @@ class PairDecision:
     """What the rule decided from `pairs` ratios. In ratios, not logs: the
     median and the ends of the bound. The per-pair noise (sd of ln ratio, a
     fraction): `measured` from the pairs themselves (1.4826 x MAD; 0 below 2
-    pairs), `assumed` the rule's min_spread; the bound used the larger."""
+    pairs), `assumed` the rule's min_spread; the bound used the larger.
+    Without a pair the bound is (0, inf)."""
 
     verdict: str                 # faster | slower | within noise | undecided (run another pair)
     pairs: int
