@@ -2,8 +2,9 @@
 
     propose points -> measure (executor + journal) -> rank
         -> confirm on training steps (finalists vs DeepSpeed's defaults,
-           alternating pairs) -> recommend (never slower than the defaults
-           beyond the measured noise) -> CPU-optimizer threads
+           alternating pairs until the confirmation rule decides) ->
+           recommend (never slower than the defaults beyond the measured
+           noise) -> CPU-optimizer threads
 
 Each stage is a module of its own (propose, measure, rank, confirm,
 recommend); what passes between them are model records (Proposal, Trial,

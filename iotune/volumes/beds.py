@@ -113,11 +113,14 @@ class Bed:
 
 
 @contextlib.contextmanager
-def running_bed(name: str, directory: Path | None = None) -> Iterator[Bed]:
+def running_bed(name: str, directory: Path | None = None, size_bytes: int | None = None) -> Iterator[Bed]:
     """Bring up the bed `name` (drives, caps, filesystem, mount) in
-    `directory` (default: the temporary directory); all of it is removed on
-    exit, error or Ctrl-C."""
+    `directory` (default: the temporary directory), each drive of
+    `size_bytes` (default: the bed's; a sparse file, so only what is written
+    takes disk space); all of it is removed on exit, error or Ctrl-C."""
     spec = bed_spec(name)
+    if size_bytes is not None:
+        spec = replace(spec, size_bytes=size_bytes)
     if spec.drives == 1:
         with emulated_drive(directory, spec.size_bytes, spec.member, fstype=spec.fstype) as d:
             yield Bed(spec.with_overhead(d.limits.overhead_us), d.path, (d.device,), d.cgroup, (d,))
