@@ -104,7 +104,9 @@ def test_each_bound_is_deepspeeds_own_failure(tmp_path: Path, case: str) -> None
     r = _run(tmp_path, size, cfg)
     assert r.returncode != 0 and says in r.stderr, r.stderr[-2000:]
     assert len(parse_steps(r.stdout)) == completed
-    assert ("in initialize" in r.stderr) == (when == "start-up")
+    # start-up: while the model is built under deepspeed.zero.Init (parameters are swapped out as their module
+    # is built) or in deepspeed.initialize; later failures in a step
+    assert ("in initialize" in r.stderr or "in build_model" in r.stderr) == (when == "start-up")
 
 
 # -- the rules by hand ----------------------------------------------------------

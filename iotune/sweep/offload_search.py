@@ -47,7 +47,7 @@ from .executor import Target
 from .journal import Journal
 from .offload_runner import BuiltinRunner, RunResult, Runner, TrialPlan, samples_per_step
 from .offload_space import KEYS, Budget, candidates, dimensions, refusals
-from .recommend import pair_verdict
+from .sequential import PairDecision, SequentialRule, decide
 from .user_job import UserJob, nvme_sections, probe_shape
 
 ASSUMED_ERROR = 0.15       # the step-time model's error before any trial measured it (the wide grid: 0.17)
@@ -206,7 +206,7 @@ def _outcome(search: OffloadSearch, base: OffloadKnobs, shape: JobShape, searche
         reference_changes=knob_changes(base, reference) if reference is not None else {},
         base_over=over, predictions=tuple(predictions), recommended_changes=chosen,
         step_error=median_abs_error([(t.predicted_step_s, t.step_s) for t in done]),
-        trials_run_now=trials.ran)
+        trials_run_now=trials.ran, decision=confirm.decision)
 
 
 def smallest_fitting_change(base: OffloadKnobs, fit: list[OffloadKnobs], shape: JobShape) -> OffloadKnobs | None:
@@ -254,30 +254,47 @@ class Confirmation:
     verdict: str                     # faster | within noise | slower | none
     candidate: OffloadKnobs | None
     gain: Any
+    decision: str = ""               # the rule's account, in words
 
 
 def confirm_pairs(candidate: OffloadKnobs, reference: OffloadKnobs, base: OffloadKnobs, shape: JobShape,
                   trials: Trials, search: OffloadSearch) -> Confirmation:
-    """Alternating (candidate, reference) pairs, one at a time, until the rule decides."""
+    """Alternating (candidate, reference) pairs, one at a time, until the
+    sequential rule (iotune.sweep.sequential) decides; each ratio is the
+    candidate's samples per second over the reference's."""
+    rule = SequentialRule(noise_floor=search.noise_floor, max_pairs=search.max_pairs)
     ratios: list[float] = []
-    verdict = "within noise"
     seen: dict[str, list[OffloadTrial]] = {"pair-candidate": [], "pair-base": []}
-    for n in range(search.max_pairs):
+    decision = decide([], rule)
+    for n in range(rule.max_pairs):
         c, b = trials.run(candidate, "pair-candidate", n), trials.run(reference, "pair-base", n)
-        if c.status == b.status == "ok":
+        if c.status == b.status == "ok" and b.samples_per_s > 0:
             ratios.append(c.samples_per_s / b.samples_per_s)
             seen["pair-candidate"].append(c)
             seen["pair-base"].append(b)
-        if len(ratios) >= 2:
-            verdict = pair_verdict(ratios, search.noise_floor)[1]
-            if verdict != "within noise":
-                break
+        decision = decide(ratios, rule, final=n == rule.max_pairs - 1)
+        if decision.decided:
+            break
     gain = None
-    if verdict == "faster" and all(seen.values()):
-        gain = measured_gain_split(reference, candidate, shape, statistics.median(ratios),
+    if decision.verdict == "faster":
+        gain = measured_gain_split(reference, candidate, shape, decision.median,
                                    int(statistics.median(t.swapped_bytes for t in seen["pair-base"])),
-                                   int(statistics.median(t.swapped_bytes for t in seen["pair-candidate"])))
-    return Confirmation(tuple(ratios), verdict if ratios else "none", candidate, gain)
+                                   int(statistics.median(t.swapped_bytes for t in seen["pair-candidate"])),
+                                   max(host_memory(candidate, shape, search.context).peak_bytes
+                                       - host_memory(reference, shape, search.context).peak_bytes, 0))
+    return Confirmation(tuple(ratios), decision.verdict if ratios else "none", candidate, gain,
+                        describe_decision(decision) if ratios else "")
+
+
+def describe_decision(d: PairDecision) -> str:
+    """The rule's verdict with its numbers, in the words the report prints."""
+    bound = f"its bound {d.lower:.2f}-{d.upper:.2f}x"
+    noise = (f"{100 * d.spread:.1f} % of noise per pair ("
+             + ("as the pairs measured it" if d.measured >= d.assumed else "the least the rule assumes") + ")")
+    floor = f"the {100 * d.floor:.0f} % worth reporting"
+    return (f"median of {d.pairs} pair{'s' if d.pairs != 1 else ''} {d.median:.2f}x, {bound} allowing for {noise}: "
+            f"{d.verdict} ({'above' if d.verdict == 'faster' else 'not above'} {floor}; at most {d.max_pairs} pairs)"
+            + ("; the pairs spread more than the rule's stated error rate assumes" if d.noisy else ""))
 
 
 WHAT_IF_KEYS = {"gradient_accumulation_steps": "gradient_accumulation_steps", "grad_accum": "gradient_accumulation_steps",
