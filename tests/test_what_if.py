@@ -95,3 +95,31 @@ def test_a_zenflow_row_reports_the_mean_step_where_the_cpu_update_lands() -> Non
     assert topk.value == 0.05 and topk.samples_per_s == pytest.approx(4 / 1.5)
     batch = _what_if_row("gradient_accumulation_steps", 1.0, _trial(times), knobs, shape, ZENFLOW)
     assert batch.value == 1 and batch.samples_per_s == pytest.approx(4.0)
+
+
+@needs_root
+@needs_deepspeed
+def test_a_zenflow_job_is_measured_at_each_update_interval_and_nothing_is_applied(tmp_path: Path) -> None:
+    """The built-in workload run as the user's own command with a ZenFlow
+    config (stage 2, CPU offload: nothing to search there): each
+    update_interval runs the first step and two whole intervals (at least the
+    default 4 steps), and its samples per second are the mean step's; the
+    config comes back with its own update_interval."""
+    cfg = tmp_path / "zenflow.json"
+    cfg.write_text(json.dumps(ZENFLOW))
+    command = f"{sys.executable} -W ignore -m iotune.workloads.train --steps 50 --ds-config {{config}}"
+    r = CliRunner().invoke(cli, ["sweep", "--offload", "--steps-cmd", command, "--ds-config", str(cfg),
+                                 "--what-if", "update_interval=1,3", "-o", str(tmp_path / "journal"), "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    conforms("sweep-offload-2", doc)
+    assert doc["searched"] == [] and doc["recommended"] == {}
+    assert doc["config"]["zero_optimization"]["zenflow"]["update_interval"] == 4          # not applied
+    trials = {t["changes"][ZENFLOW_UPDATE]: t for t in doc["trials"] if t["role"] == "what-if"}
+    assert [len(trials[v]["step_times_s"]) for v in (1, 3)] == [3, 6]       # 4 and 7 steps, the first left out
+    for row in doc["what_if"]:
+        t = trials[row["value"]]
+        assert (row["key"], row["status"]) == (ZENFLOW_UPDATE, "ok")
+        mean = sum(t["step_times_s"]) / len(t["step_times_s"])
+        assert row["samples_per_s"] == pytest.approx(t["samples_per_s"] * t["step_s"] / mean)
+        assert row["nvme_bytes_per_sample"] == 0.0                  # ZenFlow keeps the optimizer in CPU memory
