@@ -62,16 +62,21 @@ def offload_page() -> str:
     o = ex.offload_outcome("offload-tiny.json")
     roles = ("reference", "search", "pair-candidate", "pair-base")
     trials = [t for t in o.trials if t.role in roles and t.status == "ok"]
-    labels = [f"{i}. {t.role}: {short_changes(t.changes) or 'your config'}" for i, t in enumerate(trials, 1)]
+    def label(i: int, t: Any) -> str:
+        what = short_changes(t.changes) or "your config"
+        return f"{i}. {t.role}: {what if len(what) <= 44 else what[:43] + '…'}"
+
+    labels = [label(i, t) for i, t in enumerate(trials, 1)]
     split = o.gain.sentence() if o.gain is not None else f"not confirmed: {o.verdict}"
     page = Page("iotune sweep --offload: trials")
     traces = [{"type": "bar", "orientation": "h", "y": labels, "x": [round(t.samples_per_s, 2) for t in trials],
                "marker": {"color": [colour(roles.index(t.role)) for t in trials]},
                "text": [f"{t.samples_per_s:.2f}/s, I/O wait {t.io_wait_s:.2f} s" for t in trials],
                "textposition": "auto", "name": "samples/s"}]
-    page.chart(traces, {"title": {"text": f"Samples per second, each trial as it ran. The pick: {split}"},
+    page.chart(traces, {"title": {"text": f"Samples per second of each trial, in the order they ran<br>"
+                                          f"<sub>the pick: {split}</sub>"},
                         "xaxis": {"title": {"text": "samples per second"}}, "yaxis": {"autorange": "reversed"},
-                        "margin": {"l": 420, "r": 20, "t": 60, "b": 50}}, height_px=120 + 34 * len(trials))
+                        "margin": {"l": 360, "r": 20, "t": 80, "b": 50}}, height_px=140 + 34 * len(trials))
     return page.html()
 
 
