@@ -276,6 +276,7 @@ def _examples_module() -> Any:
     spec = importlib.util.spec_from_file_location("docs_examples", ROOT / "scripts" / "docs_examples.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules["docs_examples"] = module            # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
