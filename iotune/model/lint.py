@@ -38,9 +38,8 @@ class LintEnv:
     gds_available: bool | None = None         # CUDA + libcufile present; None: unknown
     gpus: int = 1                             # data-parallel ranks (the optimizer partition is params / gpus)
     expected_device: str | None = None        # the drive nvme_path should be on (e.g. nvme0n1), if given
-
-
-SEVERITIES = ("error", "warning")
+    numels: tuple[int, ...] = ()              # the model's parameter tensors, where known (--model)
+    baseline_bytes: int = 0                   # a process with torch and DeepSpeed (0: not counted)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from ..dsconfig import read_ds_config
 from ..model.aio import AioSettings
 from ..model.sweep import SweepPoint, Trial
 from ..model.sweep_result import Ranked, StepGain
-from ..workloads.zygote import WarmStarter, WarmStartUnavailable
+from ..workloads.warmstart import WarmStarter, WarmStartUnavailable
 from .sequential import SequentialRule, decide
 
 DS_AIO_KEYS = tuple(f.name for f in fields(AioSettings))   # what DeepSpeed 0.19's get_aio_config reads

@@ -1,10 +1,11 @@
 """Rules on what offload does at run time in DeepSpeed 0.19.8, each scoped to
 its evidence:
 
-- parameter offload to NVMe failed here in fp32 ("Not enough buffers 0 for
-  swapping 1") and with prefetching ("param N already assigned swap buffer
-  id M"); both were reproduced only with the CPU accelerator, so they are
-  errors for that accelerator and warnings naming the evidence otherwise;
+- parameter offload to NVMe failed here with prefetching ("param N already
+  assigned swap buffer id M"), reproduced only with the CPU accelerator, so
+  it is an error for that accelerator and a warning naming the evidence
+  otherwise; in fp32 it runs, and on the CPU accelerator a model built
+  outside deepspeed.zero.Init is partitioned in bf16 (a warning);
 - NVMe optimizer offload under ZeRO stage 1 or 2 is quietly CPU offload
   (stage_1_and_2.py sets cpu_offload for any device other than none);
 - offload_param is read only at stage 3;
@@ -62,13 +63,16 @@ def _param_offload_rules(cfg: dict[str, Any], env: LintEnv) -> list[LintFinding]
     st = stage(cfg)
     at3 = "" if st.known else f"{st.why}; assumed stage 3"
     dtype = model_dtype(cfg)
-    fix = "train in bf16: \"bf16\": {\"enabled\": true}"
-    failure = "parameter offload to NVMe in fp32 fails ('Not enough buffers 0 for swapping 1')"
-    if dtype.value == "fp32":
-        out.append(_scoped("param-offload-fp32", "zero_optimization.offload_param", failure, fix, env, at3))
-    elif not dtype.known and env.accelerator == "cpu":
-        out.append(_scoped("param-offload-fp32", "zero_optimization.offload_param", failure, fix, env,
-                           _both(at3, f"{dtype.why}; assumed a 16-bit dtype")))
+    if dtype.value == "fp32" and env.accelerator == "cpu":
+        out.append(finding("zero3-bf16-partitions", "warning", "zero_optimization",
+                           "on DeepSpeed's CPU accelerator, ZeRO-3 partitions a model built outside "
+                           "deepspeed.zero.Init in bf16, not the config's fp32 (DeepSpeed 0.19.8's "
+                           "partition_parameters.Init._set_dtype keeps the model's dtype only where the "
+                           "accelerator supports fp16): its parameters, parameter swap files and swap buffers "
+                           "are bf16 (seen here with parameter offload to NVMe, which runs in fp32 under "
+                           "deepspeed.zero.Init and in bf16 outside it)",
+                           "build the model under deepspeed.zero.Init(config_dict_or_path=config) to keep it in "
+                           "fp32, or enable bf16 to say what runs"))
     prefetch = _prefetch(cfg)
     if prefetch.value != 0:
         failure = ("parameter offload to NVMe with prefetching fails ('param N already assigned swap buffer "
