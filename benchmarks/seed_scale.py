@@ -53,7 +53,7 @@ from iotune.host.proc import process_memory  # noqa: E402
 from iotune.workloads.strategies import WorkloadSpec, ds_config  # noqa: E402
 
 IOTUNE = [sys.executable, "-m", "iotune"]
-TRAIN = f"{sys.executable} -W ignore -m iotune.workloads.train --size 1b --seq-len 128 --ds-config {{config}}"
+TRAIN = f"{sys.executable} -W ignore -m iotune.workloads.train --size SIZE --seq-len 128 --ds-config {{config}}"
 GB = 10**9
 
 
@@ -61,15 +61,22 @@ def say(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+SIZE = "1b"                 # --size tiny: the same chain in minutes, to check the script
+
+
 def user_config(nvme_path: Path, sub_group_size: int | None) -> dict[str, Any]:
     """The built-in 1b config, bf16, micro-batch 1, DeepSpeed's offload defaults (and `sub_group_size`)."""
-    cfg = ds_config(WorkloadSpec(strategy="nvme-opt", size="1b", nvme_path=str(nvme_path), precision="bf16",
+    cfg = ds_config(WorkloadSpec(strategy="nvme-opt", size=SIZE, nvme_path=str(nvme_path), precision="bf16",
                                  micro_batch=1, seq_len=128))
     for key in ("buffer_count", "pin_memory"):         # DeepSpeed's own defaults, not the built-in strategy's
         cfg["zero_optimization"]["offload_optimizer"].pop(key, None)
     if sub_group_size is not None:
         cfg["zero_optimization"]["sub_group_size"] = sub_group_size
     return cfg
+
+
+def train_cmd() -> str:
+    return TRAIN.replace("SIZE", SIZE)
 
 
 def timed(argv: list[str], log: Path, **kw: Any) -> dict[str, Any]:
@@ -146,13 +153,13 @@ def part_defaults(a: argparse.Namespace, res: dict[str, Any], work: Path) -> Non
         (mnt / "swap").mkdir()
         cfg = work / "ds_defaults.json"
         cfg.write_text(json.dumps(user_config(mnt / "swap", None), indent=1))
-        res["plan"] = timed([*IOTUNE, "plan", "--model", "1b", "--ds-config", str(cfg), "--json"], work / "plan.log")
-        res["doctor"] = timed([*IOTUNE, "doctor", "--ds-config", str(cfg), "--model", "1b", "--json"],
+        res["plan"] = timed([*IOTUNE, "plan", "--model", SIZE, "--ds-config", str(cfg), "--json"], work / "plan.log")
+        res["doctor"] = timed([*IOTUNE, "doctor", "--ds-config", str(cfg), "--model", SIZE, "--json"],
                               work / "doctor.log")
         env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
                "MASTER_PORT": "29531"}
         say("the defaults, for real (expect the kernel's OOM killer)")
-        res["run"] = watched_run(shlex.split(TRAIN.replace("{config}", str(cfg))) + ["--steps", "3"], env)
+        res["run"] = watched_run(shlex.split(train_cmd().replace("{config}", str(cfg))) + ["--steps", "3"], env)
 
 
 def part_chain(a: argparse.Namespace, res: dict[str, Any], work: Path, save: Any) -> None:
@@ -161,11 +168,11 @@ def part_chain(a: argparse.Namespace, res: dict[str, Any], work: Path, save: Any
         (mnt / "swap").mkdir()
         cfg = work / "ds_user.json"
         cfg.write_text(json.dumps(user_config(mnt / "swap", 100_000_000), indent=1))
-        job = shlex.split(TRAIN.replace("{config}", str(cfg))) + ["--steps", str(a.steps)]
-        steps_cmd = TRAIN
+        job = shlex.split(train_cmd().replace("{config}", str(cfg))) + ["--steps", str(a.steps)]
+        steps_cmd = train_cmd()
         stages = [
             ("1-trace", [*IOTUNE, "trace", "--path", str(mnt), "-o", str(work / "run-user"), "--json", "--", *job]),
-            ("1-plan-check", [*IOTUNE, "plan", "--model", "1b", "--ds-config", str(cfg), "--check",
+            ("1-plan-check", [*IOTUNE, "plan", "--model", SIZE, "--ds-config", str(cfg), "--check",
                               str(work / "run-user"), "--json"]),
             ("2-sweep-aio", [*IOTUNE, "sweep", "--path", str(mnt), "--profile", "quick", "--ds-config", str(cfg),
                              "--steps-cmd", steps_cmd, "--steps", str(a.steps), "--confirm", "1", "--apply", str(cfg),
@@ -182,10 +189,10 @@ def part_chain(a: argparse.Namespace, res: dict[str, Any], work: Path, save: Any
             save()
         final = work / "ds_user.iotune.iotune.json"
         chosen = final if final.exists() else work / "ds_user.iotune.json"
-        job = shlex.split(TRAIN.replace("{config}", str(chosen))) + ["--steps", str(a.steps)]
+        job = shlex.split(train_cmd().replace("{config}", str(chosen))) + ["--steps", str(a.steps)]
         for name, argv in (
                 ("4-trace", [*IOTUNE, "trace", "--path", str(mnt), "-o", str(work / "run-pick"), "--json", "--", *job]),
-                ("4-plan-check", [*IOTUNE, "plan", "--model", "1b", "--ds-config", str(chosen), "--check",
+                ("4-plan-check", [*IOTUNE, "plan", "--model", SIZE, "--ds-config", str(chosen), "--check",
                                   str(work / "run-pick"), "--json"])):
             if name not in res:
                 res[name] = timed(argv, work / f"{name}.log")
@@ -214,7 +221,7 @@ def part_bed(a: argparse.Namespace, res: dict[str, Any], work: Path, chain: dict
                 path = work / f"bed-{key}.json"
                 path.write_text(json.dumps(configs[name]))
                 say(f"bed round {r + 1}: {name}")
-                res[key] = watched_run([*shlex.split(TRAIN.replace("{config}", str(path))), "--steps", str(a.steps)],
+                res[key] = watched_run([*shlex.split(train_cmd().replace("{config}", str(path))), "--steps", str(a.steps)],
                                        env, bed.cgroup)
                 for swap in bed.path.glob("zero_stage_3"):
                     subprocess.run(["rm", "-rf", str(swap)], check=False)
@@ -230,8 +237,11 @@ def main() -> int:
     p.add_argument("--max-trials", type=int, default=3)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--size", default="1b", help="the preset (tiny: the chain in minutes, to check this script)")
     a = p.parse_args()
-    out = a.out or ROOT / "benchmarks" / "results" / f"seed_scale-{dt.date.today()}.json"
+    global SIZE
+    SIZE = a.size
+    out = a.out or ROOT / "benchmarks" / "results" / f"seed_scale-{SIZE}-{dt.date.today()}.json"
     results: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {"started": dt.datetime.now().isoformat()}
     work = a.dir / "work"
     work.mkdir(parents=True, exist_ok=True)

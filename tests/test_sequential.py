@@ -20,7 +20,6 @@ from iotune.sweep import sequential
 from iotune.sweep.confirm import confirm_on_steps
 from iotune.sweep.executor import Target
 from iotune.sweep.journal import Journal
-from iotune.sweep.recommend import pair_verdict
 from iotune.sweep.sequential import SequentialRule, decide, simulate
 from iotune.sweep.space import RunSettings
 
@@ -49,7 +48,7 @@ def test_one_outlier_does_not_veto_a_real_gain() -> None:
     assert d.verdict == "faster" and d.median == 1.17
     assert d.lower == pytest.approx(1.17 * math.exp(-h)) == pytest.approx(1.0964, abs=1e-4)
     assert d.measured == pytest.approx(1.4826 * mad) and not d.noisy
-    assert pair_verdict([1.17, 0.99, 1.20], 0.05)[1] == "faster"      # the offload search's call: the same rule
+    assert decide([1.17, 0.99], SequentialRule(max_pairs=3)).verdict == "undecided"   # 2 of 3 pairs: run the 3rd
 
 
 def test_a_clear_slowdown_and_clearly_no_gain_stop_early() -> None:

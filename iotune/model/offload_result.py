@@ -51,6 +51,7 @@ class OffloadTrial:
     step_times_s: list[float] = field(default_factory=list)   # every steady step's time, in order (raw samples)
     peak_rss_bytes: int = 0           # VmHWM of the job after its steps (the largest rank)
     predicted_host_bytes: int = 0     # the host-memory model's peak for one rank
+    drive_rates: dict[str, float] = field(default_factory=dict)   # the reference: the drive's rates it was predicted at
 
     @property
     def swapped_bytes(self) -> int:

@@ -30,7 +30,7 @@ import json
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +113,7 @@ class Trials:
         self.ran = 0
 
     def run(self, knobs: OffloadKnobs, role: str, nth: int = 0, extra: dict[str, Any] | None = None,
-            predicted_s: float = 0.0) -> OffloadTrial:
+            predicted_s: float = 0.0, rates: DriveRates | None = None) -> OffloadTrial:
         changes = {**knob_changes(self.base, knobs), **(extra or {})}
         key = json.dumps(changes, sort_keys=True)
         seen = self.journal.find_offload(key, role, nth)
@@ -128,6 +128,8 @@ class Trials:
             cfg = apply_changes(self.search.base_cfg, changes, str(work / "swap"))
             r = self.search.runner.run(cfg, work, self.target.cgroup, self.search.plan)
         t = self._record(knobs, key, changes, role, r, round(time.monotonic() - t0, 3), predicted_s)
+        if rates is not None:
+            t = replace(t, drive_rates=asdict(rates))
         self.journal.record_offload(t)
         self.ran += 1
         self.say(f"offload: {short_changes(changes)}: " + (
@@ -169,8 +171,9 @@ def search_offload(search: OffloadSearch, target: Target, journal: Journal,
         if not searched:
             say("offload: nothing to search: every dimension is left out (the reasons are in the report)")
         return _outcome(search, base, shape, searched, skipped, refused, trials, over, reference, [], None)
-    rates = drive_rates(search, target, say)
-    ref_trial = trials.run(reference, "reference")
+    known = journal.find_offload(json.dumps(knob_changes(base, reference), sort_keys=True), "reference", 0)
+    rates = DriveRates(**known.drive_rates) if known and known.drive_rates else drive_rates(search, target, say)
+    ref_trial = trials.run(reference, "reference", rates=rates)
     if ref_trial.status != "ok":
         raise IotuneError(f"the reference config ({short_changes(knob_changes(base, reference))}) failed on real "
                           f"steps: {ref_trial.error}; nothing can be predicted without one measured run")

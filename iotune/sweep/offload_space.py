@@ -149,7 +149,7 @@ def candidates(base: OffloadKnobs, shape: JobShape, dims: list[Dimension], fixes
     seen: set[OffloadKnobs] = set()
     for combo in itertools.product(*(d.values for d in dims)):
         knobs = replace(fixed, **{KEYS[d.key][0]: v for d, v in zip(dims, combo)})
-        knobs = _meaningful(knobs, shape, fixes or {})
+        knobs = _meaningful(knobs, shape, fixes or {}, fixed)
         if knobs in seen:
             continue
         seen.add(knobs)
@@ -161,16 +161,17 @@ def candidates(base: OffloadKnobs, shape: JobShape, dims: list[Dimension], fixes
     return fit, refused
 
 
-def _meaningful(knobs: OffloadKnobs, shape: JobShape, fixes: dict[str, Any]) -> OffloadKnobs:
+def _meaningful(knobs: OffloadKnobs, shape: JobShape, fixes: dict[str, Any], base: OffloadKnobs) -> OffloadKnobs:
     """One candidate per distinct behaviour: no pipelining without NVMe or
-    with one sub-group, and the buffers a pipelining mode needs (unless the
-    user fixed them)."""
+    with one sub-group, the buffers a pipelining mode needs (unless the user
+    fixed them), and a knob that does nothing for the candidate left at the
+    job's own value (so it is not a change)."""
     if knobs.optimizer_device != "nvme" and "zero_optimization.sub_group_size" not in fixes:
-        knobs = replace(knobs, sub_group_size=OffloadKnobs().sub_group_size)   # the swap unit: nothing swapped
+        knobs = replace(knobs, sub_group_size=base.sub_group_size)        # the swap unit: nothing swapped
     if knobs.optimizer_device != "nvme" or len(sub_groups(knobs, shape)) < 2:
         knobs = replace(knobs, pipeline_read=False, pipeline_write=False)
     if knobs.param_device != "nvme":
-        knobs = replace(knobs, param_buffer_count=OffloadKnobs().param_buffer_count)
+        knobs = replace(knobs, param_buffer_count=base.param_buffer_count)
     if "zero_optimization.offload_optimizer.buffer_count" not in fixes and knobs.optimizer_device == "nvme":
         live = 1 + int(knobs.pipeline_read) + int(knobs.pipeline_write)
         knobs = replace(knobs, optimizer_buffer_count=max(4 * live, OffloadKnobs().optimizer_buffer_count))

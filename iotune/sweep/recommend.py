@@ -74,16 +74,6 @@ def step_gain(candidate: SweepPoint, pairs: Sequence[tuple[Trial, Trial]], rule:
                     floor=d.floor, max_pairs=d.max_pairs)
 
 
-def pair_verdict(ratios: Sequence[float], noise_floor: float) -> tuple[float, str]:
-    """(the bound's half-width as a fraction of the median, verdict) of a
-    fixed set of pairs decided at once, by the confirmation rule with its
-    minimum and maximum at their number: the offload search's call, which
-    runs its pairs before deciding."""
-    n = max(1, len(ratios))
-    d = decide(ratios, SequentialRule(noise_floor=noise_floor, min_pairs=n, max_pairs=n), final=True)
-    return (d.upper / d.median - 1 if d.pairs else 0.0), d.verdict
-
-
 def best_gain(gains: Sequence[StepGain | None]) -> StepGain | None:
     """The candidate to report: a recommended one with the highest median
     ratio, else the highest median ratio (ties: the point's key)."""

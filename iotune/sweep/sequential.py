@@ -35,13 +35,14 @@ after every pair included:
 
 Noise model, calibrated on a 2-core VM: the optimizer step of the built-in
 `tiny` workload on the `bandwidth-only` test bed, repeated with identical
-settings (StepsExecutor, warm starts, 4-6 steps per trial). Between the two
-trials of a pair, ln r had a standard deviation of 0.5 % at a 40 MB/s cap
-(optimizer step 2.24 s; MAD-based, 14 A/A pairs), and trials at the bed's
+settings (StepsExecutor, warm starts, 4-6 steps per trial), on a machine
+busy with other work. Between the two trials of a pair, ln r had a
+MAD-based standard deviation of 0.3-0.5 % at a 40 MB/s cap (optimizer step
+2.2 s; 74 A/A pairs, benchmarks/confirm_rule.py), and trials at the bed's
 own 200 MB/s (optimizer step 0.44 s) varied by 0.9 % (sd of 10), about
-1.3 % per pair; about one pair in ten was disturbed by 10 % (one of the 14
-at +10.0 %). Modelled: normal noise of
-sd `core`, and a fraction of pairs drawn instead with sd 10 % (outliers).
+1.3 % per pair; 2 of the 74 pairs were disturbed by about 10 % (+10.0 %,
+-10.2 %). Modelled, with margin: normal noise of sd `core`, and a
+fraction of pairs (10 % or 20 %) drawn instead with sd 10 % or 20 %.
 
 Error rates of the default rule (noise_floor 0.05, 3 to 6 pairs, z 3,
 min_spread 2 %), 200,000 simulated decisions each (seed 1; mean pairs used):
