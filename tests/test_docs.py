@@ -323,3 +323,20 @@ def test_the_capped_runs_verdict_is_the_one_report_ceiling_printed_then() -> Non
     now = EXAMPLES.capped_report().verdict
     assert [(f.kind, f.headline) for f in now.findings] == [(f["kind"], f["headline"])
                                                             for f in then["verdict"]["findings"]]
+
+
+def test_each_picture_is_cut_from_a_page_iotune_renders_from_the_saved_records() -> None:
+    """scripts/docs_images.py screenshots one element of each page; here each
+    page is rendered from the records as the script does, and holds that
+    element with a valid chart spec (the screenshot itself needs chromium)."""
+    from iotune.render.page import figure_specs
+
+    spec = importlib.util.spec_from_file_location("docs_images", ROOT / "scripts" / "docs_images.py")
+    assert spec is not None and spec.loader is not None
+    images = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(images)
+    for name, (make, selector, _) in images.PICTURES.items():
+        page = make()
+        assert (ROOT / "docs" / "img" / f"{name}.png").is_file(), name
+        assert ("<table" if selector == "table" else 'class="iotune-chart"') in page, name
+        assert figure_specs(page), name
