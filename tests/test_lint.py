@@ -6,6 +6,8 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,9 +120,24 @@ def test_missing_nvme_path_is_fine() -> None:
 def test_zenflow_rules() -> None:
     zf = ds_config(WorkloadSpec(strategy="zenflow"))
     assert rules(zf) == set()
-    zf["zero_optimization"]["offload_optimizer"]["device"] = "nvme"
+    zero = zf["zero_optimization"]
+    zero["offload_optimizer"]["device"] = "nvme"          # runs, as CPU offload: nvme_path unused
+    assert rules(zf) == {"nvme-offload-stage12"}
+    del zero["offload_optimizer"]                         # refused at deepspeed.initialize
+    assert [(f.rule, f.severity) for f in lint(zf, ENV)] == [("zenflow-device", "error")]
+
+
+@pytest.mark.parametrize("accelerator,severity", [("cpu", "error"), ("xpu", "error"), ("cuda", "warning"),
+                                                  (None, "warning")])
+def test_zenflow_at_stage_3_is_an_error_off_cuda_and_unverified_on_it(accelerator: str | None,
+                                                                      severity: str) -> None:
+    zf = ds_config(WorkloadSpec(strategy="zenflow"))
     zf["zero_optimization"]["stage"] = 3
-    assert {"zenflow-device", "zenflow-stage3"} <= rules(zf)
+    for dev in ("cpu", "nvme"):
+        zf["zero_optimization"]["offload_optimizer"].update(device=dev, nvme_path="/nvme")
+        found = {f.rule: f for f in lint(zf, LintEnv(**{**vars(ENV), "accelerator": accelerator}))}
+        assert found["zenflow-stage3"].severity == severity and "zenflow-device" not in found
+        assert ("unverified" in found["zenflow-stage3"].message) == (accelerator == "cuda")
 
 
 def test_ds_nvme_tune_block_is_flagged(tmp_path: Path) -> None:
@@ -202,6 +219,11 @@ CASES = {
     # runs on the CPU accelerator, in bf16 partitions when built outside deepspeed.zero.Init (a warning)
     "runs-param-offload-fp32": Case("cpu", 0, "zero3-bf16-partitions", "accepts"),
     "crashes-nvme-without-path": Case("cuda", 1, "nvme-path-missing", "accepts"),
+    # ZenFlow: what deepspeed.initialize and the first steps do (test_zenflow_fixtures_run_as_lint_says)
+    "runs-zenflow-nvme-stage2": Case("cpu", 0, "nvme-offload-stage12", "accepts"),
+    "crashes-zenflow-without-offload": Case("cpu", 1, "zenflow-device", "accepts",
+                                            "Zenflow must be used with cpu offload"),
+    "crashes-zenflow-stage3": Case("cpu", 1, "zenflow-stage3", "accepts", "Torch not compiled with CUDA enabled"),
 }
 
 
@@ -268,6 +290,41 @@ def test_fixture_cross_checked_with_deepspeed(name: str) -> None:
         assert verdict is None
     else:
         assert verdict is not None and case.reason in verdict
+
+
+ZENFLOW_RUNS = {"runs-zenflow-nvme-stage2": None,       # None: it trains; else DeepSpeed's words when it stops
+                "crashes-zenflow-without-offload": "at deepspeed.initialize: ValueError: Zenflow must be used with "
+                                                   "cpu offload",
+                "crashes-zenflow-stage3": "at step 1: AssertionError: Torch not compiled with CUDA enabled"}
+
+
+@needs_ds
+@pytest.mark.parametrize("name", sorted(ZENFLOW_RUNS))
+def test_zenflow_fixtures_run_as_lint_says(name: str, tmp_path: Path) -> None:
+    """Each ZenFlow fixture run for real (deepspeed.initialize and two steps
+    of a small MLP on the CPU accelerator): the one lint passes trains, with
+    nothing written to nvme_path (stage 2 runs NVMe offload as CPU offload);
+    the ones lint calls errors stop where and with the words lint gives."""
+    from iotune.analysis.lint.dsimport import import_deepspeed
+
+    if import_deepspeed().accelerator.get_accelerator().device_name() == "cuda":
+        pytest.skip("DeepSpeed runs on CUDA here: these runs reproduce the CPU accelerator's behaviour")
+    cfg = json.loads((FIXTURES / f"{name}.json").read_text())
+    swap = tmp_path / "swap"
+    swap.mkdir()
+    if "nvme_path" in cfg["zero_optimization"].get("offload_optimizer", {}):
+        cfg["zero_optimization"]["offload_optimizer"]["nvme_path"] = str(swap)
+    (tmp_path / "ds.json").write_text(json.dumps(cfg))
+    r = subprocess.run([sys.executable, str(Path(__file__).parent / "data" / "zenflow_job.py"),
+                        str(tmp_path / "ds.json"), "2"], capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else r.stderr[-2000:]
+    want = ZENFLOW_RUNS[name]
+    if want is None:
+        assert last == "ZENFLOW_OK 2" and list(swap.iterdir()) == [], last
+    else:
+        assert last == f"ZENFLOW_FAILED {want}", last
+        code, doc = run_lint_cli(FIXTURES / f"{name}.json", "--accelerator", "cpu")
+        assert code == 1 and any(want.rsplit(": ", 1)[1] in f["message"] for f in doc["findings"])
 
 
 @needs_ds

@@ -147,8 +147,9 @@ OFFLOAD_TAKES = {"target_dir", "bed", *OFFLOAD_ONLY, "steps", "steps_timeout_s",
                    "MemAvailable when the sweep starts).")
 @click.option("--what-if", "what_if", default=None, metavar="KEY=V1,V2,...",
               help="With --offload: run the chosen config at each value of a knob that changes the training itself "
-                   "(grad_accum, micro_batch) and report samples/s, the optimizer's share of the step and drive bytes "
-                   "per sample; never searched, never applied. E.g. grad_accum=1,4,8.")
+                   "(grad_accum, micro_batch; with ZenFlow in the config, topk_ratio and update_interval) and report "
+                   "samples/s, the optimizer's share of the step and drive bytes per sample; never searched, never "
+                   "applied. E.g. grad_accum=1,4,8 or topk_ratio=0.05,0.1,0.2.")
 @click.option("--max-trials", type=click.IntRange(1, 100), default=None, metavar="N",
               help="With --offload: at most this many candidates run on real steps, those predicted fastest "
                    "first  [default: 12]")

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .offload import GainSplit
+from .record import from_fields
 from .sweep import SweepPoint, Trial
 
 
@@ -34,6 +35,11 @@ class Ranked:
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "point": self.point.to_json(), "key": self.point.key()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Ranked:
+        return from_fields(cls, {**data, "point": SweepPoint.from_json(data["point"]),
+                                 "scores": tuple(data.get("scores", ()))})
 
 
 NOTHING_TO_GAIN = "the defaults already saturate this drive; nothing to gain"
@@ -131,6 +137,13 @@ class StepGain:
         return {**asdict(self), "candidate": self.candidate.to_json(), "sentence": self.sentence(), "split": split,
                 "noisy": self.noisy}
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StepGain:
+        split = data.get("split")
+        return from_fields(cls, {**data, "candidate": SweepPoint.from_json(data["candidate"]),
+                                 "ratios": tuple(data.get("ratios", ())),
+                                 "split": from_fields(GainSplit, split) if isinstance(split, dict) else None})
+
 
 @dataclass(frozen=True)
 class SweepOutcome:
@@ -157,6 +170,20 @@ class SweepOutcome:
     confirm_error: str = ""                    # every training-step trial failed: the first reason
     threads: list[Ranked] = field(default_factory=list)   # the recommendation at each OMP_NUM_THREADS
     omp_threads_best: int = 0                  # the thread count to use (0: not measured)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SweepOutcome:
+        """An outcome from `iotune sweep --json` (render/sweep.py's document)."""
+        def ranked(key: str) -> list[Ranked]:
+            return [Ranked.from_json(r) for r in data.get(key) or ()]
+
+        return from_fields(cls, {**data, "ranking": ranked("ranking"), "confirmed": ranked("confirmed"),
+                                 "threads": ranked("threads"),
+                                 "default": Ranked.from_json(data["default"]) if data.get("default") else None,
+                                 "recommended": SweepPoint.from_json(data["recommended"]) if data.get("recommended")
+                                 else None,
+                                 "step_gain": StepGain.from_json(data["step_gain"]) if data.get("step_gain") else None,
+                                 "dropped_aio_keys": tuple(data.get("dropped_aio_keys", ()))})
 
     def tied_with_first(self) -> list[Ranked]:
         """The ranked points (after the first) the executor cannot tell apart
@@ -213,6 +240,13 @@ class LayoutResult:
     fstype: str = ""                           # the filesystem the trials ran on ("": not recorded)
     mount_options: tuple[str, ...] = ()
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LayoutResult:
+        """One layout of `iotune sweep --layouts --json`."""
+        return cls(str(data["layout"]), int(data["drives"]), str(data["backend"]), str(data.get("reason", "")),
+                   SweepOutcome.from_json(data["outcome"]), str(data.get("fstype", "")),
+                   tuple(data.get("mount_options", ())))
+
     def best(self) -> float:
         """The best point's score (0 when nothing was measured)."""
         r = self.outcome.ranking
@@ -242,6 +276,13 @@ class LayoutSweep:
 
     results: tuple[LayoutResult, ...]
     effects: Effects
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LayoutSweep:
+        """`iotune sweep --layouts --json` (render/sweep.py's document)."""
+        return cls(tuple(LayoutResult.from_json(r) for r in data["layouts"]),
+                   Effects(float(data["layout_effect"]), float(data["aio_effect"]),
+                           float(data.get("filesystem_effect", 1.0)), float(data.get("drive_count_effect", 1.0))))
 
     def ranking(self) -> list[str]:
         """Layout names, best first by their best point's score (same scale for all)."""

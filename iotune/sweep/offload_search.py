@@ -49,6 +49,7 @@ from .offload_runner import BuiltinRunner, RunResult, Runner, TrialPlan, samples
 from .offload_space import KEYS, Budget, candidates, dimensions, refusals
 from .sequential import PairDecision, SequentialRule, decide
 from .user_job import UserJob, nvme_sections, probe_shape
+from .what_if import ZENFLOW_TOPK, ZENFLOW_UPDATE, ZENFLOW_WHAT_IF, what_if_plan, what_if_refusal
 
 ASSUMED_ERROR = 0.15       # the step-time model's error before any trial measured it (the wide grid: 0.17)
 
@@ -67,7 +68,7 @@ class OffloadSearch:
     max_trials: int = 12
     max_pairs: int = 6
     noise_floor: float = 0.05
-    what_if: tuple[str, tuple[int, ...]] | None = None
+    what_if: tuple[str, tuple[float, ...]] | None = None
 
 
 def knob_changes(base: OffloadKnobs, knobs: OffloadKnobs) -> dict[str, Any]:
@@ -151,6 +152,9 @@ class Trials:
 
 def search_offload(search: OffloadSearch, target: Target, journal: Journal,
                    say: Callable[[str], None] = lambda s: None) -> OffloadOutcome:
+    refusal = what_if_refusal(search.what_if, search.base_cfg)
+    if refusal:
+        raise UsageError(refusal)
     shape, dtype = job_shape(search, target, say)
     base = partitioned_in(OffloadKnobs.from_ds_config(search.base_cfg), dtype)
     searched, skipped = dimensions(base, shape, search.fixes)
@@ -302,42 +306,66 @@ def describe_decision(d: PairDecision) -> str:
 
 WHAT_IF_KEYS = {"gradient_accumulation_steps": "gradient_accumulation_steps", "grad_accum": "gradient_accumulation_steps",
                 "train_micro_batch_size_per_gpu": "train_micro_batch_size_per_gpu",
-                "micro_batch": "train_micro_batch_size_per_gpu"}
+                "micro_batch": "train_micro_batch_size_per_gpu",
+                ZENFLOW_TOPK: ZENFLOW_TOPK, "zenflow.topk_ratio": ZENFLOW_TOPK, "topk_ratio": ZENFLOW_TOPK,
+                ZENFLOW_UPDATE: ZENFLOW_UPDATE, "zenflow.update_interval": ZENFLOW_UPDATE,
+                "update_interval": ZENFLOW_UPDATE}
 
 
-def parse_what_if(text: str) -> tuple[str, tuple[int, ...]]:
-    """`grad_accum=1,4,8` -> ("gradient_accumulation_steps", (1, 4, 8))."""
+def parse_what_if(text: str) -> tuple[str, tuple[float, ...]]:
+    """`grad_accum=1,4,8` -> ("gradient_accumulation_steps", (1, 4, 8));
+    `topk_ratio=0.05,0.1` -> ("zero_optimization.zenflow.topk_ratio", (0.05, 0.1))."""
     key, sep, values = text.partition("=")
     if not sep or key.strip() not in WHAT_IF_KEYS:
         raise UsageError(f"--what-if {text!r}: give KEY=V1,V2,... with KEY one of gradient_accumulation_steps "
-                         f"(grad_accum) or train_micro_batch_size_per_gpu (micro_batch), e.g. grad_accum=1,4,8")
+                         f"(grad_accum), train_micro_batch_size_per_gpu (micro_batch), or ZenFlow's topk_ratio and "
+                         f"update_interval, e.g. grad_accum=1,4,8 or topk_ratio=0.05,0.1,0.2")
+    name = WHAT_IF_KEYS[key.strip()]
+    if name == ZENFLOW_TOPK:
+        try:
+            ratios = tuple(float(v) for v in values.split(",") if v.strip())
+        except ValueError:
+            ratios = ()
+        if not ratios or not all(0 < r < 1 for r in ratios):
+            raise UsageError(f"--what-if {text!r}: topk_ratio values are fractions between 0 and 1 (DeepSpeed's "
+                             f"ZenFlow takes 0 < topk_ratio < 1), e.g. topk_ratio=0.05,0.1,0.2")
+        return name, ratios
     try:
         parsed = tuple(int(v) for v in values.split(",") if v.strip())
     except ValueError:
         parsed = ()
     if not parsed or min(parsed) < 1:
         raise UsageError(f"--what-if {text!r}: the values must be whole numbers >= 1, e.g. grad_accum=1,4,8")
-    return WHAT_IF_KEYS[key.strip()], parsed
+    return name, tuple(float(v) for v in parsed)
 
 
 def run_what_if(search: OffloadSearch, trials: Trials, knobs: OffloadKnobs, shape: JobShape) -> tuple[WhatIf, ...]:
     key, values = search.what_if or ("", ())
-    trials.say(f"offload: what-if {key} = {', '.join(map(str, values))} on "
+    trials.say(f"offload: what-if {key} = {', '.join(f'{v:g}' for v in values)} on "
                f"{short_changes(knob_changes(trials.base, knobs))} (changes the training itself: reported, never "
                f"applied)")
     rows = []
     for value in values:
-        t = trials.run(knobs, "what-if", 0, {key: value})
+        plan = what_if_plan(search.plan, key, value, search.base_cfg)
+        runs = trials if plan == search.plan else Trials(replace(search, plan=plan), trials.base, trials.shape,
+                                                           trials.target, trials.journal, trials.say)
+        t = runs.run(knobs, "what-if", 0, {key: int(value) if key != ZENFLOW_TOPK else value})
+        trials.ran += runs.ran if runs is not trials else 0
         rows.append(_what_if_row(key, value, t, knobs, shape, {**search.base_cfg, key: value}))
     return tuple(rows)
 
 
-def _what_if_row(key: str, value: int, t: OffloadTrial, knobs: OffloadKnobs, shape: JobShape,
+def _what_if_row(key: str, value: float, t: OffloadTrial, knobs: OffloadKnobs, shape: JobShape,
                  cfg: dict[str, Any]) -> WhatIf:
+    shown: Any = value if key == ZENFLOW_TOPK else int(value)
     if t.status != "ok":
-        return WhatIf(key, value, t.status, t.error)
+        return WhatIf(key, shown, t.status, t.error)
     moved = 2 * sum(step_swap_bytes(knobs, shape).values())
-    return WhatIf(key, value, "ok", "", t.samples_per_s, t.optimizer_step_s / t.step_s if t.step_s else 0.0,
+    per_s = t.samples_per_s
+    if key in ZENFLOW_WHAT_IF and t.step_times_s:
+        # ZenFlow's steps are not alike: the mean over whole update intervals, not the median step
+        per_s = t.samples_per_s * t.step_s / statistics.fmean(t.step_times_s)
+    return WhatIf(key, shown, "ok", "", per_s, t.optimizer_step_s / t.step_s if t.step_s else 0.0,
                   moved / samples_per_step(cfg))
 
 
