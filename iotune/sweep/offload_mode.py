@@ -27,7 +27,8 @@ from ..workloads.strategies import WorkloadSpec, ds_config as builtin_config
 from .journal import open_journal
 from .modes import drive_of, sweep_target
 from .offload_runner import BuiltinRunner, CommandRunner, Runner, TrialPlan
-from .offload_search import OffloadSearch, parse_what_if, search_offload
+from .offload_search import OffloadSearch, search_offload
+from .what_if import parse_what_if
 from .offload_space import Budget, parse_fixes
 from .pipeline import check_target
 from .space import RunSettings

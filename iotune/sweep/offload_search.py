@@ -49,7 +49,7 @@ from .offload_runner import BuiltinRunner, RunResult, Runner, TrialPlan, samples
 from .offload_space import KEYS, Budget, candidates, dimensions, refusals
 from .sequential import PairDecision, SequentialRule, decide
 from .user_job import UserJob, nvme_sections, probe_shape
-from .what_if import ZENFLOW_TOPK, ZENFLOW_UPDATE, ZENFLOW_WHAT_IF, what_if_plan, what_if_refusal
+from .what_if import ZENFLOW_TOPK, ZENFLOW_WHAT_IF, what_if_plan, what_if_refusal
 
 ASSUMED_ERROR = 0.15       # the step-time model's error before any trial measured it (the wide grid: 0.17)
 
@@ -302,41 +302,6 @@ def describe_decision(d: PairDecision) -> str:
     return (f"median of {d.pairs} pair{'s' if d.pairs != 1 else ''} {d.median:.2f}x, {bound} allowing for {noise}: "
             f"{d.verdict} ({'above' if d.verdict == 'faster' else 'not above'} {floor}; at most {d.max_pairs} pairs)"
             + ("; the pairs spread more than the rule's stated error rate assumes" if d.noisy else ""))
-
-
-WHAT_IF_KEYS = {"gradient_accumulation_steps": "gradient_accumulation_steps", "grad_accum": "gradient_accumulation_steps",
-                "train_micro_batch_size_per_gpu": "train_micro_batch_size_per_gpu",
-                "micro_batch": "train_micro_batch_size_per_gpu",
-                ZENFLOW_TOPK: ZENFLOW_TOPK, "zenflow.topk_ratio": ZENFLOW_TOPK, "topk_ratio": ZENFLOW_TOPK,
-                ZENFLOW_UPDATE: ZENFLOW_UPDATE, "zenflow.update_interval": ZENFLOW_UPDATE,
-                "update_interval": ZENFLOW_UPDATE}
-
-
-def parse_what_if(text: str) -> tuple[str, tuple[float, ...]]:
-    """`grad_accum=1,4,8` -> ("gradient_accumulation_steps", (1, 4, 8));
-    `topk_ratio=0.05,0.1` -> ("zero_optimization.zenflow.topk_ratio", (0.05, 0.1))."""
-    key, sep, values = text.partition("=")
-    if not sep or key.strip() not in WHAT_IF_KEYS:
-        raise UsageError(f"--what-if {text!r}: give KEY=V1,V2,... with KEY one of gradient_accumulation_steps "
-                         f"(grad_accum), train_micro_batch_size_per_gpu (micro_batch), or ZenFlow's topk_ratio and "
-                         f"update_interval, e.g. grad_accum=1,4,8 or topk_ratio=0.05,0.1,0.2")
-    name = WHAT_IF_KEYS[key.strip()]
-    if name == ZENFLOW_TOPK:
-        try:
-            ratios = tuple(float(v) for v in values.split(",") if v.strip())
-        except ValueError:
-            ratios = ()
-        if not ratios or not all(0 < r < 1 for r in ratios):
-            raise UsageError(f"--what-if {text!r}: topk_ratio values are fractions between 0 and 1 (DeepSpeed's "
-                             f"ZenFlow takes 0 < topk_ratio < 1), e.g. topk_ratio=0.05,0.1,0.2")
-        return name, ratios
-    try:
-        parsed = tuple(int(v) for v in values.split(",") if v.strip())
-    except ValueError:
-        parsed = ()
-    if not parsed or min(parsed) < 1:
-        raise UsageError(f"--what-if {text!r}: the values must be whole numbers >= 1, e.g. grad_accum=1,4,8")
-    return name, tuple(float(v) for v in parsed)
 
 
 def run_what_if(search: OffloadSearch, trials: Trials, knobs: OffloadKnobs, shape: JobShape) -> tuple[WhatIf, ...]:
