@@ -52,9 +52,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from iotune.host.ledger import temp_dir  # noqa: E402
-from iotune.model.offload import JobShape, OffloadKnobs, host_memory  # noqa: E402
-from iotune.sweep.offload_search import (BuiltinRunner, Journal, apply_changes, knob_changes,  # noqa: E402
-                                         search_offload)
+from iotune.model.host_memory import HostContext, host_memory  # noqa: E402
+from iotune.model.journal import SweepEnv  # noqa: E402
+from iotune.model.offload import JobShape, OffloadKnobs  # noqa: E402
+from iotune.sweep.executor import Target  # noqa: E402
+from iotune.sweep.journal import open_journal  # noqa: E402
+from iotune.sweep.offload_runner import BuiltinRunner, TrialPlan  # noqa: E402
+from iotune.sweep.offload_search import OffloadSearch, apply_changes, knob_changes, search_offload  # noqa: E402
 from iotune.sweep.offload_space import Budget, candidates, dimensions, parse_fixes  # noqa: E402
 from iotune.volumes.beds import running_bed  # noqa: E402
 from iotune.workloads.presets import PRESETS, tensor_numels  # noqa: E402
@@ -83,13 +87,22 @@ def with_aio(cfg: dict[str, Any], aio: dict[str, Any]) -> dict[str, Any]:
     return {**cfg, "aio": {**cfg["aio"], **aio}}
 
 
+def search(cfg: dict[str, Any], bed: Any, journal_dir: Path, fixes: dict[str, Any], budget: Budget, max_trials: int,
+           steps: int) -> Any:
+    """`iotune sweep --offload --model wide` from `cfg` on the bed, through the library."""
+    env = SweepEnv(executor="offload", mode="offload", drive={"bed": bed.spec.name}, steps_cmd={"model": MODEL})
+    return search_offload(OffloadSearch(cfg, BuiltinRunner(MODEL), fixes, budget, HostContext("cpu"),
+                                        TrialPlan(steps=steps), max_trials),
+                          Target(bed.path, cgroup=bed.cgroup), open_journal(journal_dir, False, env), say)
+
+
 def trial(cfg: dict[str, Any], bed: Any, steps: int) -> dict[str, Any]:
     with contextlib.ExitStack() as stack:
         work = temp_dir(stack, ".bench-", bed.path)
         (work / "swap").mkdir()
         run_cfg = apply_changes(cfg, {}, str(work / "swap"))
         t0 = time.monotonic()
-        r = BuiltinRunner(MODEL).run(run_cfg, work, bed.cgroup, 1800.0, steps)
+        r = BuiltinRunner(MODEL).run(run_cfg, work, bed.cgroup, TrialPlan(steps=steps, min_steps=steps))
     knobs = OffloadKnobs.from_ds_config(cfg)
     predicted = host_memory(knobs, SHAPE).locked_bytes
     return {"status": r.status, "error": r.error, "samples_per_s": r.samples_per_s, "step_s": r.step_s,
@@ -119,9 +132,7 @@ def run_bed(name: str, a: argparse.Namespace, results: dict[str, Any], save: Any
         aio_cfg = with_aio(defaults, res["aio_pick"])
         fixes = parse_fixes(PIN_NVME)
         say(f"{name}: whole-offload search from the aio pick, optimizer pinned to NVMe")
-        outcome = search_offload(aio_cfg, BuiltinRunner(MODEL), bed.path, bed.cgroup,
-                                 Journal.open(work / f"offload-{name}.jsonl"), fixes, Budget(),
-                                 max_trials=a.max_trials, steps=a.steps, say=say)
+        outcome = search(aio_cfg, bed, work / f"offload-{name}", fixes, Budget(), a.max_trials, a.steps)
         res["offload"] = outcome.to_json()
         save()
         whole_cfg = apply_changes(aio_cfg, outcome.recommended, str(bed.path))
@@ -176,7 +187,7 @@ def grid(res: dict[str, Any], aio_cfg: dict[str, Any], fixes: dict[str, Any], ou
     g["best"] = best
     g["pick_changes"] = pick
     g["pick_in_grid"] = next((t for t in g["trials"] if t["changes"] == pick), None)
-    g["search_trials"] = sum(1 for t in outcome.trials if t.role == "search")
+    g["search_trials"] = sum(1 for t in outcome.trials if t.role in ("search", "reference"))
     g["all_search_and_pair_trials"] = len(outcome.trials)
     g["size"] = len(fit)
     save()
@@ -205,12 +216,10 @@ def placement(res: dict[str, Any], aio_cfg: dict[str, Any], bed: Any, a: argpars
         if label in out:
             continue
         say(f"placement ({label}): host budget {budget.host_bytes}")
-        o = search_offload(aio_cfg, BuiltinRunner(MODEL), bed.path, bed.cgroup,
-                           Journal.open(work / f"placement-{label}.jsonl"), {}, budget,
-                           max_trials=a.placement_trials, steps=a.steps, say=say)
+        o = search(aio_cfg, bed, work / f"placement-{label}", {}, budget, a.placement_trials, a.steps)
         ran = [json.loads(t.key) for t in o.trials]
         over = [c for c in ran if budget.host_bytes is not None and host_memory(
-            OffloadKnobs.from_ds_config(apply_changes(aio_cfg, c, str(bed.path))), SHAPE).total_bytes > budget.host_bytes]
+            OffloadKnobs.from_ds_config(apply_changes(aio_cfg, c, str(bed.path))), SHAPE).peak_bytes > budget.host_bytes]
         out[label] = {"budget_bytes": budget.host_bytes, "outcome": o.to_json(), "ran_over_budget": over}
         save()
 

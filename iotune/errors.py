@@ -46,3 +46,8 @@ class RecordError(IotuneError):
 class NoSpaceError(IotuneError):
     """A drive filled up (ENOSPC, EDQUOT) while iotune was writing a record;
     the message says what is kept, where, and how to make room."""
+
+
+class WarmStartUnavailable(IotuneError):
+    """The warm-start server (iotune.workloads.warmstart) could not start, or
+    died; the caller runs the workload the ordinary way instead."""

@@ -170,7 +170,7 @@ def assert_known_counts(run: TraceRun, d: Path) -> None:
 
 @pytest.fixture
 def fusebed(tmp_path: Path) -> Iterator[Path]:
-    from iotune.volumes.fusebed import fuse_bed
+    from tests.beds.fuse import fuse_bed
 
     with fuse_bed(tmp_path, DriveLimits(latency_us=200, parallelism=8)) as bed:
         yield bed.path

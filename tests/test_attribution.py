@@ -17,7 +17,8 @@ from iotune.cli import cli
 from iotune.model.attribution import EXP_AVG, Attribution, PhaseSpan, SwapTotal
 from iotune.model.run import TimelinePoint, TraceRun
 from iotune.model.runfile import load_run, save_run
-from iotune.render.console import ConsoleRenderer
+from iotune.render.base import RenderOptions
+from iotune.render.registry import render
 from iotune.trace.attribution import INJECT_DIR, inject_env, read_events
 
 from .records import attributed_run
@@ -87,7 +88,7 @@ def test_report_and_round_trip_with_attribution(tmp_path: Path) -> None:
     run = attributed_run()
     save_run(run, tmp_path / "r")
     assert load_run(tmp_path / "r") == run
-    text = ConsoleRenderer(width=140).render(run)
+    text = render(run, "console", RenderOptions(width=140))
     assert "median (2)" in text and "optimizer: exp_avg" in text
     assert "written  block   24.00 MB   swap   24.00 MB" in text
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -20,10 +21,10 @@ from iotune.model.bed import AioPoint, BedSpec, daemon_ops
 from iotune.model.drive import DriveLimits
 from iotune.volumes.beds import BEDS, Bed, bed_spec, running_bed
 
-from .test_emulated_drive import needs_fuse
+from .test_emulated_drive import REL, RETRIES, ROUNDS, needs_fuse
 
+ROOT = Path(__file__).resolve().parents[1]
 KiB, MiB, MB = 1 << 10, 1 << 20, 1_000_000
-REL = 0.10          # as tests/test_emulated_drive.py holds the drive's model to fio
 
 
 # ---- the model, by hand ---------------------------------------------------
@@ -74,11 +75,25 @@ def test_bandwidth_only_every_sensible_setting_ties() -> None:
     assert bed.default_share() == 1.0
 
 
-def test_builtin_is_the_sweeps_drive() -> None:
-    from iotune.sweep.command import BUILTIN_LIMITS
+def test_builtin_is_the_sweeps_drive_as_the_guide_gives_it() -> None:
+    """The sweep's drive has the limits docs/guide/beds.md's table gives the builtin bed, and its
+    model, by hand: 128K at qd 8 meets the 800 IOPS cap (800 x 128 KiB); 1M at qd 8 would move
+    8 MiB per 4.1 ms, far above the 200 MB/s cap, so it is the cap; 64K at qd 1 is one request
+    per latency + overhead (4 ms + 0.1 ms)."""
+    from iotune.sweep.modes import BUILTIN_LIMITS
 
-    assert bed_spec("builtin").member == BUILTIN_LIMITS
-    assert bed_spec("builtin").expected_bytes_per_s(AioPoint(128 * KiB, 8)) == 800 * 128 * KiB
+    row = next(line for line in (ROOT / "docs" / "guide" / "beds.md").read_text().splitlines()
+               if line.startswith("| `builtin`"))
+    found = re.search(r"L (\d+) ms, P (\d+), (\d+) MB/s, (\d+) IOPS", row)
+    assert found, row
+    latency_ms, parallelism, mb_per_s, iops = map(int, found.groups())
+    for limits in (BUILTIN_LIMITS, bed_spec("builtin").member):
+        assert (limits.latency_us, limits.parallelism, limits.bw_bytes_per_s, limits.iops) == \
+            (latency_ms * 1000, parallelism, mb_per_s * MB, iops)
+    bed = bed_spec("builtin").with_overhead(100)
+    assert bed.expected_bytes_per_s(AioPoint(128 * KiB, 8)) == 800 * 128 * KiB
+    assert bed.expected_bytes_per_s(DEFAULT) == 200 * MB
+    assert bed.expected_bytes_per_s(AioPoint(64 * KiB, 1)) == pytest.approx(64 * KiB / 0.0041)
 
 
 def test_every_bed_shows_its_defaults_and_best() -> None:
@@ -119,7 +134,8 @@ def test_help_teaches_the_beds() -> None:
         assert f"{spec.name}  ({spec.describe()})" in r.stdout
         assert spec.stands_for in r.stdout and spec.cannot_show in r.stdout
     r = CliRunner().invoke(cli, ["sweep", "--help"])
-    assert "latency-bound" in r.stdout and "iotune volumes bed --help" in r.stdout
+    text = " ".join(r.stdout.split())                    # as read, whatever the wrapping
+    assert "latency-bound" in text and "iotune volumes bed --help" in text
 
 
 def test_bed_table_lists_the_defaults() -> None:
@@ -131,11 +147,20 @@ def test_bed_table_lists_the_defaults() -> None:
 
 
 # ---- the real beds against fio --------------------------------------------
+# As tests/test_emulated_drive.py does: the main checks are ratios measured within one run (each
+# showcase point against DeepSpeed's defaults on the same bed, the striped bed against one of its
+# members), and the absolute checks against the model are marked drive_model, held at REL (10 %).
+# A ratio is held at 15 %: it carries two runs' deviations from the model, and the striped bed's
+# model leaves out how btrfs cuts a request into 64 KiB stripes (a run measured 0.92 of it at qd 8).
+RATIO_REL = 0.15
 
-def _fio_bw(bed: Bed, point: AioPoint, rw: str = "read") -> float:
+def _fio_bw(bed: Bed, point: AioPoint, rw: str = "read", device: str | None = None) -> float:
     """fio in the bed's cgroup, `point`'s block size and depth, numjobs =
-    threads; bytes/s in one direction."""
-    argv = ["fio", "--name=bed", f"--directory={bed.path}", "--filename=bed.fio", "--size=192M", f"--rw={rw}",
+    threads; bytes/s in one direction. On a file in the bed, or reading
+    `device` (one member of the bed) directly."""
+    target = ([f"--filename={device}"] if device else
+              [f"--directory={bed.path}", "--filename=bed.fio", "--size=192M"])
+    argv = ["fio", "--name=bed", *target, f"--rw={rw}",
             f"--bs={point.block_size}", f"--iodepth={point.queue_depth}", f"--numjobs={point.threads}",
             "--group_reporting", "--direct=1", "--ioengine=libaio", "--time_based", "--runtime=2",
             "--ramp_time=0.5", "--output-format=json"]
@@ -144,25 +169,42 @@ def _fio_bw(bed: Bed, point: AioPoint, rw: str = "read") -> float:
     return float(json.loads(out.stdout)["jobs"][0]["read" if rw == "read" else "write"]["bw_bytes"])
 
 
-RETRIES = 3
-SLOW = 0.20         # how much slower than the model a run may come in after its repeats (noise)
+class Rates:
+    """fio's rates on a bed that is up, cached by (point, direction, device)."""
 
+    def __init__(self, bed: Bed) -> None:
+        self.bed = bed
+        self.got: dict[tuple[AioPoint, str, str | None], float] = {}
 
-def measured(bed: Bed, point: AioPoint, rw: str = "read") -> float:
-    """fio's rate against the bed's model. The machine is shared, and noise
-    only ever slows a run: one slower than the model by more than REL is
-    repeated (up to RETRIES times, the fastest kept); one faster than the
-    model allows is never excused."""
-    expected = bed.expected_bytes_per_s(point)
-    bw = _fio_bw(bed, point, rw)
-    for _ in range(RETRIES):
-        if bw >= (1 - REL) * expected:
-            break
-        bw = max(bw, _fio_bw(bed, point, rw))
-    # never faster than the model allows; slower only by the machine's noise (a CI run: 0.88 of it)
-    assert (1 - SLOW) * expected <= bw <= (1 + REL) * expected, (bed.spec.name, point.label(), rw, bw / 1e6,
-                                                                  expected / 1e6)
-    return bw
+    def fastest(self, points: tuple[AioPoint, ...], rw: str = "read", device: str | None = None) -> list[float]:
+        """Each point's fastest of ROUNDS interleaved rounds: the ratios between them are measured
+        within one run, so the machine's load slows them alike."""
+        todo = [p for p in dict.fromkeys(points) if (p, rw, device) not in self.got]
+        for _ in range(ROUNDS):
+            for p in todo:
+                bw = _fio_bw(self.bed, p, rw, device)
+                self.got[p, rw, device] = max(bw, self.got.get((p, rw, device), 0.0))
+        return [self.got[p, rw, device] for p in points]
+
+    def ratio(self, point: AioPoint, to: AioPoint, rw: str = "read") -> float:
+        got, base = self.fastest((point, to), rw)
+        return got / base
+
+    def model_ratio(self, point: AioPoint, to: AioPoint) -> float:
+        return self.bed.expected_bytes_per_s(point) / self.bed.expected_bytes_per_s(to)
+
+    def measured(self, point: AioPoint, rw: str = "read") -> float:
+        """The drive_model tier: fio's rate within REL of the bed's model. Noise only ever slows a run:
+        one slower than the model by more is repeated (up to RETRIES times, the fastest kept); one
+        faster than the model by more fails at once."""
+        expected = self.bed.expected_bytes_per_s(point)
+        [bw] = self.fastest((point,), rw)
+        for _ in range(RETRIES):
+            if bw >= (1 - REL) * expected:
+                break
+            bw = self.got[point, rw, None] = max(bw, _fio_bw(self.bed, point, rw))
+        assert abs(bw / expected - 1) <= REL, (self.bed.spec.name, point.label(), rw, bw / 1e6, expected / 1e6)
+        return bw
 
 
 def _missing() -> str | None:
@@ -176,52 +218,67 @@ def _missing() -> str | None:
 needs_beds = pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
 
 
-@pytest.fixture
-def bed(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Bed]:
-    with running_bed(request.param, tmp_path) as b:
+@pytest.fixture(scope="module")
+def bed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
+    with running_bed(request.param, tmp_path_factory.mktemp("bed")) as b:
         yield b
+
+
+@pytest.fixture(scope="module")
+def rates(bed: Bed) -> Rates:
+    return Rates(bed)
+
+
+@needs_beds
+@needs_fuse
+@pytest.mark.parametrize("bed", list(BEDS), indirect=True)
+def test_each_showcase_point_against_the_defaults_as_the_model_says(bed: Bed, rates: Rates) -> None:
+    """Within one run, each of the bed's telling settings against DeepSpeed's defaults on the same
+    bed: the latency-bound bed doubles at qd 16 and reaches its cap at qd 32 (2.9x); the striped bed
+    needs qd 32 for its three members; small blocks lose on the IOPS-capped beds; on the
+    bandwidth-only bed everything ties."""
+    for point in bed.spec.showcase[1:]:
+        got, model = rates.ratio(point, DEFAULT), rates.model_ratio(point, DEFAULT)
+        assert abs(got / model - 1) <= RATIO_REL, (bed.spec.name, point.label(), got, model)
 
 
 @needs_beds
 @needs_fuse
 @pytest.mark.parametrize("bed", ["latency-bound"], indirect=True)
-def test_latency_bound_bed(bed: Bed) -> None:
-    default, qd16, qd32 = bed.spec.showcase
-    got = {p: measured(bed, p) for p in (default, qd16, qd32)}
-    assert got[qd32] >= 2 * got[default]
-    measured(bed, qd32, "write")
+def test_latency_bound_bed_writes_like_it_reads(bed: Bed, rates: Rates) -> None:
+    """The cap holds each direction: writes at qd 32 reach what reads reach, in the same run."""
+    qd32 = bed.spec.showcase[-1]
+    [write], [read] = rates.fastest((qd32,), "write"), rates.fastest((qd32,))
+    assert write / read == pytest.approx(1, rel=RATIO_REL)
 
 
 @needs_beds
 @needs_fuse
 @pytest.mark.parametrize("bed", ["striped"], indirect=True)
-def test_striped_bed_scales_with_members(bed: Bed) -> None:
+def test_striped_bed_scales_with_members(bed: Bed, rates: Rates) -> None:
+    """Against one member read directly in the same run (1M at qd 32: the member's 200 MB/s cap):
+    DeepSpeed's defaults reach about one member's worth (8 MiB in flight per 40 ms), qd 32 all three
+    members, reading and writing (nodatacow)."""
     default, deep = bed.spec.showcase
     assert len(bed.devices) == 3 and "btrfs" in Path("/proc/mounts").read_text()
-    member_cap = bed.spec.member.bw_bytes_per_s
-    assert measured(bed, default) <= 1.1 * member_cap            # the defaults: about one member's worth
-    assert measured(bed, deep) >= 2.7 * member_cap               # qd 32: all three members
-    assert measured(bed, deep, "write") >= 2.7 * member_cap      # nodatacow: writes stripe too
+    [member] = rates.fastest((deep,), device=bed.devices[0].path)
+    at_default, at_deep = rates.fastest((default, deep))
+    [written] = rates.fastest((deep,), "write")
+    one = bed.expected_bytes_per_s(default) / bed.spec.member.bw_bytes_per_s       # 1.04
+    assert at_default / member == pytest.approx(one, rel=RATIO_REL)
+    assert at_deep / member == pytest.approx(3, rel=RATIO_REL)
+    assert written / member == pytest.approx(3, rel=RATIO_REL)
 
 
 @needs_beds
 @needs_fuse
-@pytest.mark.parametrize("bed", ["iops-bound"], indirect=True)
-def test_iops_bound_bed(bed: Bed) -> None:
-    default, small, mid = bed.spec.showcase
-    bw = bed.spec.member.bw_bytes_per_s
-    assert measured(bed, small) < 0.2 * bw and measured(bed, mid) < 0.6 * bw
-    assert measured(bed, default) == pytest.approx(bw, rel=REL)
-
-
-@needs_beds
-@needs_fuse
-@pytest.mark.parametrize("bed", ["bandwidth-only", "builtin"], indirect=True)
-def test_capped_beds_the_defaults_saturate(bed: Bed) -> None:
-    got = {p: measured(bed, p) for p in bed.spec.showcase}
-    best = max(got.values())
-    assert got[DEFAULT] >= (1 - REL) * best
-    assert got[DEFAULT] == pytest.approx(bed.ceiling_bytes_per_s, rel=REL)
+@pytest.mark.drive_model
+@pytest.mark.parametrize("bed", list(BEDS), indirect=True)
+def test_each_bed_as_its_model_says(bed: Bed, rates: Rates) -> None:
+    for point in bed.spec.showcase:
+        rates.measured(point)
+    if bed.spec.name in ("latency-bound", "striped"):
+        rates.measured(bed.spec.showcase[-1], "write")
 
 
 @needs_beds
@@ -240,10 +297,10 @@ def test_sweep_on_a_bed(tmp_path: Path) -> None:
     doc = json.loads(r.stdout)
     spec = bed_spec("iops-bound")
     assert doc["ceiling_bytes_per_s"] == spec.ceiling_bytes_per_s() == 200 * MB
-    by_bs = {x["point"]["block_size"]: x for x in doc["ranking"]}
-    for bs in (64 * KiB, MiB):
-        expected = spec.expected_bytes_per_s(AioPoint(bs, 8))
-        assert by_bs[bs]["read_bytes_per_s"] == pytest.approx(expected, rel=0.15), bs
+    by_bs = {x["point"]["block_size"]: x["read_bytes_per_s"] for x in doc["ranking"]}
+    # within the sweep's run: 1M reaches the 200 MB/s cap, 64K the 400 IOPS cap (26 MB/s), 7.6x less
+    model = spec.expected_bytes_per_s(AioPoint(MiB, 8)) / spec.expected_bytes_per_s(AioPoint(64 * KiB, 8))
+    assert by_bs[MiB] / by_bs[64 * KiB] == pytest.approx(model, rel=RATIO_REL)
     header = json.loads((tmp_path / "j" / "journal.jsonl").read_text().splitlines()[0])
     assert "iops-bound" in json.dumps(header)
 

@@ -157,11 +157,9 @@ INERT = [
     (["sweep", "--netfs", "--dry-run", "--json"],
      "--dry-run prints the commands a --netfs sweep would run, as text: drop --json"),
     (["sweep", "--offload", "--executor", "aio"],
-     "--offload runs the whole-offload search on the built-in workload; --executor belongs to the aio sweep: "
-     "drop it, or drop --offload"),
+     "--executor belongs to the aio sweep: drop it, or drop --offload"),
     (["sweep", "--offload", "--block-sizes", "1M", "--repeats", "2"],
-     "--offload runs the whole-offload search on the built-in workload; --block-sizes, --repeats belong to the "
-     "aio sweep: drop them, or drop --offload"),
+     "--block-sizes, --repeats belong to the aio sweep: drop them, or drop --offload"),
     (["sweep", "--model", "tiny"], "--model goes with --offload (the whole-offload search): add --offload"),
     (["sweep", "--remote-iotune", "/opt/iotune"],
      "--remote-iotune is for a multi-node sweep: add --hosts, --hostfile or --slurm, or drop --remote-iotune"),
@@ -213,6 +211,23 @@ def test_inert_or_contradictory_options_are_refused_with_the_fix(argv: list[str]
     assert r.exit_code == 2, r.output
     assert r.stderr.endswith(f"Error: {message}\n"), r.stderr
     assert r.stdout == "" and "Traceback" not in r.output
+
+
+def test_params_takes_model_sizes_as_people_write_them() -> None:
+    """--params 16B is 16e9 parameters, the same plan as the digits (and 7e9, 350M, 1.5B); a size in
+    bytes is refused naming the forms it takes."""
+    def plan_json(params: str) -> dict[str, object]:
+        r = CliRunner().invoke(cli, ["plan", "--params", params, "--json"])
+        assert r.exit_code == 0, r.stderr
+        return dict(json.loads(r.stdout))
+
+    assert plan_json("16B") == plan_json("16000000000")
+    assert plan_json("1.5B") == plan_json("1500000000") != plan_json("350M")
+    assert plan_json("7e9") == plan_json("7000000000")
+    r = CliRunner().invoke(cli, ["plan", "--params", "16GB"])
+    assert r.exit_code == 2 and r.stdout == ""
+    assert r.stderr.endswith("Invalid value for '--params': '16GB' is not a parameter count: write it as 16B, "
+                             "1.5B, 350M, 7e9 or 8000000000 (K, M, B, T: thousand, million, billion, trillion)\n")
 
 
 @pytest.mark.parametrize("argv", [["plan", "--model", "tiny", "--params", "5"],

@@ -8,11 +8,13 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib.util
+import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
@@ -98,6 +100,52 @@ def test_no_user_facing_text_cites_internal_documents() -> None:
             if INTERNAL_CITATION.search(line):
                 found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
     assert not found, "cite a public source (paper, DeepSpeed docs, the published post) instead:\n" + "\n".join(found)
+
+
+# Work-log phrases: docs say what is, for a user, not what happened while they were written
+# (who worked when, what changed since, which internal issue asked for it, whose machine ran it).
+WORK_LOG = re.compile("|".join([
+    r"\bthis session\b", r"\bother sessions\b", r"\bsame session\b", r"\bsession \d+\b", r"\bthe brief\b",
+    r"\bas of (?:this )?writing\b", r"\bat the time of writing\b",
+    r"\b(?:it |which )?now (?:says|shows|prints|reports)\b",
+    r"\bnot built yet\b", r"\bnot yet built\b",
+    r"\bissue \d+\b(?! \[)",     # an internal issue (public: #NNNN); "issue 566 [..]" is a probe event's cost
+    r"\bon this (?:\d+-core |project's )?(?:machine|VM)\b", r"\bthis project's machine\b",
+    r"\bthis \d+-core machine\b",
+]), re.IGNORECASE)
+
+
+@pytest.mark.parametrize("text", ["what this session found", "Other sessions had uncommitted edits",
+                                  "Follow-up (session 2)", "because the brief asked for that",
+                                  "as of this writing", "the planner's bytes as of writing", "it now says 253 GB",
+                                  "What is not built yet", "Issue 14 asks that lint agree",
+                                  "on this 2-core machine", "measured on this machine", "about 40 ns on this VM"])
+def test_the_work_log_pattern_catches_work_log_phrases(text: str) -> None:
+    assert WORK_LOG.search(text)
+
+
+@pytest.mark.parametrize("text", ["DeepSpeed issue #3062", "an sshd session killed", "doctor checks this machine",
+                                  "the verdict says what to change", "built in a moment"])
+def test_the_work_log_pattern_leaves_documentation_alone(text: str) -> None:
+    assert not WORK_LOG.search(text)
+
+
+EXAMPLE_BLOCK = re.compile(r"<!-- example: [\w-]+ -->\n.*?<!-- /example -->", re.DOTALL)
+
+
+def _without_examples(text: str) -> str:
+    """`text` with each generated example block blanked, line for line: what
+    iotune prints there ("measured on this machine") is its output, not prose."""
+    return EXAMPLE_BLOCK.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+
+
+def test_docs_read_as_documentation_not_a_work_log() -> None:
+    found = []
+    for path in [README, *sorted(DOCS.rglob("*.md"))]:
+        for n, line in enumerate(_without_examples(path.read_text()).splitlines(), 1):
+            if m := WORK_LOG.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{n}: '{m.group(0)}' in: {line.strip()}")
+    assert not found, "say what is, for a user:\n" + "\n".join(found)
 
 
 def _nav_pages(text: str) -> set[str]:
@@ -220,3 +268,75 @@ def test_built_site_has_every_guide(built_site: Path) -> None:
                  "guide/plan-lint", "guide/beds", "guide/doctor", "faults", "testing", "reference/json",
                  "reference/exit-codes", "how-it-works", "benchmarks", "install"):
         assert (built_site / page / "index.html").is_file(), page
+
+
+# ---- the guides' example outputs (scripts/docs_examples.py) ----
+
+def _examples_module() -> Any:
+    spec = importlib.util.spec_from_file_location("docs_examples", ROOT / "scripts" / "docs_examples.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["docs_examples"] = module            # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+EXAMPLES = _examples_module()
+
+
+@pytest.mark.parametrize("name", [e.name for e in EXAMPLES.EXAMPLES])
+def test_each_example_in_the_guides_is_what_iotune_prints(name: str) -> None:
+    """The block between `<!-- example: NAME -->` and `<!-- /example -->` is,
+    byte for byte, what the command prints now (run here, or its saved record
+    rendered by the CLI's renderers)."""
+    [example] = [e for e in EXAMPLES.EXAMPLES if e.name == name]
+    if example.needs_root and os.geteuid() != 0:
+        pytest.skip(f"{name}: {example.needs_root}")
+    text = (DOCS / example.page).read_text()
+    found = [m.group("body") for m in EXAMPLES.MARKER.finditer(text) if m.group("name") == name]
+    assert len(found) == 1, f"docs/{example.page} should hold example {name} once, between its markers"
+    assert found[0] == EXAMPLES.block(example), (
+        f"docs/{example.page}: the {name} example is not what iotune prints now; run "
+        f"`python scripts/docs_examples.py {name}` and read the diff")
+
+
+def test_the_examples_show_no_temporary_or_checkout_paths() -> None:
+    pages = "\n".join((DOCS / p).read_text() for p in sorted({e.page for e in EXAMPLES.EXAMPLES}))
+    blocks = "\n".join(m.group("body") for m in EXAMPLES.MARKER.finditer(pages))
+    assert blocks.count("```text") == len(EXAMPLES.EXAMPLES)
+    leaked = sorted(set(re.findall(r"(?:/tmp/|/var/tmp/|/work/|/root/|pytest-of-)\S*", blocks)))
+    assert leaked == [], f"an example shows a temporary or checkout path: {leaked}"
+
+
+def test_every_page_example_is_known_to_the_generator() -> None:
+    known = {e.name for e in EXAMPLES.EXAMPLES}
+    marked = {m.group("name") for p in DOCS.rglob("*.md") for m in EXAMPLES.MARKER.finditer(p.read_text())}
+    assert marked == known, f"markers without an example: {sorted(marked - known)}; examples without a place: " \
+                            f"{sorted(known - marked)}"
+
+
+def test_the_capped_runs_verdict_is_the_one_report_ceiling_printed_then() -> None:
+    """The report example judges the saved run against the ceiling its
+    `--ceiling` probe measured; judged again here, every finding is the one
+    the real `report --ceiling --json` gave while the drive was there."""
+    then = json.loads((ROOT / "tests" / "data" / "examples" / "run-nvme-opt" / "ceiling-report.json").read_text())
+    now = EXAMPLES.capped_report().verdict
+    assert [(f.kind, f.headline) for f in now.findings] == [(f["kind"], f["headline"])
+                                                            for f in then["verdict"]["findings"]]
+
+
+def test_each_picture_is_cut_from_a_page_iotune_renders_from_the_saved_records() -> None:
+    """scripts/docs_images.py screenshots one element of each page; here each
+    page is rendered from the records as the script does, and holds that
+    element with a valid chart spec (the screenshot itself needs chromium)."""
+    from iotune.render.page import figure_specs
+
+    spec = importlib.util.spec_from_file_location("docs_images", ROOT / "scripts" / "docs_images.py")
+    assert spec is not None and spec.loader is not None
+    images = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(images)
+    for name, (make, selector, _) in images.PICTURES.items():
+        page = make()
+        assert (ROOT / "docs" / "img" / f"{name}.png").is_file(), name
+        assert ("<table" if selector == "table" else 'class="iotune-chart"') in page, name
+        assert figure_specs(page), name

@@ -252,10 +252,12 @@ def test_a_container_limit_below_the_need_fails(tmp_path: Path, monkeypatch: pyt
     from iotune.doctor.facts import gather
     from iotune.doctor.job import check_memory
     [_, host] = check_memory(Job(cfg, params=10_000_000), gather([], 10_000_000))
-    # 4 optimizer swap buffers x 1e7 fp32 elements (aligned to 256) + 1e7 fp32 gradients in RAM
-    assert host.status == "fail" and host.detail == (
-        "190.7 MiB of host memory for 1 rank(s) (fp32 gradients + swap buffers 152.6 MiB per rank) against "
-        "64.0 MiB, the container's limit (/sys/fs/cgroup/x/memory.max)")
+    # by hand, at its peak (step 1: Adam's moments created): the bf16 gradient partitions (1e7 x 2 B), 4 optimizer
+    # swap buffers of 1e7 fp32 elements (aligned to 256, each in whole pages) and the moments of that sub-group
+    peak = 10_000_000 * 2 + 4 * 40_001_536 + 2 * 10_000_000 * 4
+    assert host.status == "fail", host
+    assert host.detail.startswith(f"{peak / 2**20:.1f} MiB of host memory at the peak for 1 rank(s) (step 1: ")
+    assert host.detail.endswith("against 64.0 MiB, the container's limit (/sys/fs/cgroup/x/memory.max)")
 
 
 def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:

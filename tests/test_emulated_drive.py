@@ -101,10 +101,17 @@ _FUSE_MISSING = _missing_for_fuse() if shutil.which("pkg-config") else "needs pk
 needs_fuse = pytest.mark.skipif(_FUSE_MISSING is not None, reason=_FUSE_MISSING or "")
 
 L_US, P = 1000, 8
-# How much slower than its model a run may come in after its repeats. The model is what the drive
-# cannot beat (checked to 3-10 %); a slower run is the machine's noise: fresh-clone CI runs on this
-# 2-core VM measured 0.86-0.90 of the model at times when every other test passed.
-SLOW = 0.20
+# Two tiers. The main checks are ratios measured within one run (qd N against qd 1 of the same
+# drive, a few seconds apart): the machine's load slows both alike, so they hold on a busy machine,
+# and they do not depend on the per-request overhead, which load changes. The absolute checks
+# against the model are marked drive_model and held at 10 %: a run slower than the model by more
+# is repeated (up to RETRIES times, the fastest kept: noise only slows a run), and one faster than
+# the model by more fails at once. (Fresh-clone CI runs on a loaded 2-core VM measured 0.86-0.90
+# of the model at times: there the drive_model tier fails, and the ratios still hold.)
+REL = 0.10
+RATIO_REL = 0.10      # a within-run ratio against the model's ratio
+RETRIES = 3
+ROUNDS = 2            # interleaved rounds of the ratio runs; each queue depth keeps its fastest
 
 
 @dataclass(frozen=True)
@@ -139,28 +146,33 @@ def drive(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmulatedDrive]:
 
 
 class Runs:
-    """fio runs on one drive, one per (rw, queue depth), cached. The machine
-    may be shared, and noise only ever slows a run down: a run that misses
-    the rate a check expects is repeated (up to RETRIES times), keeping the
-    fastest. A run faster than the model allows is never excused."""
-
-    RETRIES = 3
+    """fio runs on one drive, one per (rw, queue depth), cached."""
 
     def __init__(self, drive: EmulatedDrive, bs: int) -> None:
         self.drive, self.bs = drive, bs
         self.runs: dict[tuple[str, int], FioResult] = {}
 
-    def at(self, qd: int, rw: str = "randread") -> FioResult:
-        if (rw, qd) not in self.runs:
-            self.runs[rw, qd] = run_fio(self.drive.device.path, rw, self.bs, qd)
-        return self.runs[rw, qd]
+    def _run(self, qd: int, rw: str) -> FioResult:
+        return run_fio(self.drive.device.path, rw, self.bs, qd)
 
-    def near(self, qd: int, expected_iops: float, rel: float, rw: str = "randread") -> FioResult:
-        best = self.at(qd, rw)
-        for _ in range(self.RETRIES):
-            if abs(best.iops / expected_iops - 1) <= rel or best.iops > expected_iops:
+    def rounds(self, qds: tuple[int, ...], rw: str = "randread") -> dict[int, FioResult]:
+        """Each queue depth's fastest run of ROUNDS interleaved rounds (1, 4, 8, 1, 4, 8, ...):
+        within one run, so the ratios between them hold whatever the machine's load."""
+        todo = [qd for qd in qds if (rw, qd) not in self.runs]
+        for _ in range(ROUNDS):
+            for qd in todo:
+                again = self._run(qd, rw)
+                best = self.runs.get((rw, qd))
+                self.runs[rw, qd] = again if best is None or again.iops > best.iops else best
+        return {qd: self.runs[rw, qd] for qd in qds}
+
+    def near(self, qd: int, expected_iops: float, rw: str = "randread") -> FioResult:
+        """The drive_model tier's run: repeated while slower than the model by more than REL."""
+        best = self.rounds((qd,), rw)[qd]
+        for _ in range(RETRIES):
+            if best.iops >= (1 - REL) * expected_iops:
                 break
-            again = run_fio(self.drive.device.path, rw, self.bs, qd)
+            again = self._run(qd, rw)
             best = self.runs[rw, qd] = max(best, again, key=lambda r: r.iops)
         return best
 
@@ -171,48 +183,70 @@ def runs(drive: EmulatedDrive) -> Runs:
     return Runs(drive, 128 * KiB)
 
 
+# The ratio drive: 10 ms per request, so the per-request round trip outside the permits (70-230 µs on
+# an idle machine, up to ~1 ms at qd 1 under heavy load, where each completion waits for a busy CPU
+# before the next request goes out) stays within a few percent of a request's time at every depth.
+RATIO_L_US = 10_000
+
+
+@pytest.fixture(scope="module")
+def ratio_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
+    """L = 10 ms, P = 8, no caps; 128K requests."""
+    with emulated_drive(tmp_path_factory.mktemp("ratio"), 64 * MiB, DriveLimits(latency_us=RATIO_L_US, parallelism=P),
+                        sector_size=4096) as d:
+        yield Runs(d, 128 * KiB)
+
+
 @needs_root
 @needs_fuse
+def test_throughput_scales_with_queue_depth_up_to_parallelism(ratio_runs: Runs) -> None:
+    """Against qd 1 of the same run: up to P in flight, qd N moves N times qd 1's requests (each takes
+    the latency); beyond P the rate stops growing (qd 16 gains at most the round trip's share of a
+    request on qd 8, where linear would double it; qd 32 ties qd 16), and requests queue: by Little's
+    law the latency at qd 32 is twice that at qd 16."""
+    got = ratio_runs.rounds((1, 4, 8, 16, 32))
+    for qd in (4, 8):
+        ratio = got[qd].iops / got[1].iops
+        assert abs(ratio / qd - 1) <= RATIO_REL, (qd, ratio)
+    assert 1 - RATIO_REL <= got[16].iops / got[8].iops <= 1.5, got[16].iops / got[8].iops
+    assert abs(got[32].iops / got[16].iops - 1) <= RATIO_REL, got[32].iops / got[16].iops
+    assert abs(got[32].clat_us / got[16].clat_us / 2 - 1) <= RATIO_REL, got[32].clat_us / got[16].clat_us
+
+
+@needs_root
+@needs_fuse
+@pytest.mark.drive_model
 def test_qd1_takes_latency_plus_overhead(drive: EmulatedDrive, runs: Runs) -> None:
     """The drive measured its own per-request overhead when it started;
     fio at queue depth 1 then takes latency plus that overhead."""
     overhead_us = drive.limits.overhead_us
     assert 0 < overhead_us < L_US
     expected = 1e6 / (L_US + overhead_us)
-    got = runs.near(1, expected, SLOW).iops
-    # never faster than latency plus overhead; slower only by the machine's noise
-    assert (1 - SLOW) * expected <= got <= 1.10 * expected, got / expected
+    got = runs.near(1, expected).iops
+    assert abs(got / expected - 1) <= REL, got / expected
 
 
 @needs_root
 @needs_fuse
-def test_throughput_scales_with_queue_depth_up_to_parallelism(drive: EmulatedDrive, runs: Runs) -> None:
-    qd1 = runs.near(1, 1e6 / (L_US + drive.limits.overhead_us), 0.15).iops
-    for qd in (4, 8):       # linear up to P: qd1's rate times qd, up to the machine's noise either way
-        got = runs.near(qd, qd * qd1, 0.15).iops
-        assert (1 - SLOW) * qd * qd1 <= got <= 1.15 * qd * qd1, (qd, got / (qd * qd1))
-    # saturated: P / L, whatever the queue depth beyond it, and never more
+@pytest.mark.drive_model
+def test_saturated_rate_is_parallelism_over_latency(runs: Runs) -> None:
     saturated = P * 1e6 / L_US
-    assert runs.near(16, saturated, SLOW).iops >= (1 - SLOW) * saturated
-    assert runs.near(32, saturated, SLOW).iops >= (1 - SLOW) * saturated
-    assert max(runs.at(16).iops, runs.at(32).iops) <= saturated * 1.03
-    # beyond P, requests queue: latency grows as qd / P x L
-    # (a CI run measured 1.23 of it: the machine's noise lengthens the queue; half the parallelism would be 2.0)
-    queued = 32 / P * L_US
-    assert 0.85 * queued <= runs.at(32).clat_us <= 1.5 * queued, runs.at(32).clat_us / queued
+    for qd in (16, 32):
+        got = runs.near(qd, saturated).iops
+        assert abs(got / saturated - 1) <= REL, (qd, got / saturated)
 
 
 @needs_root
 @needs_fuse
+@pytest.mark.drive_model
 def test_model_ceiling_matches_fio(drive: EmulatedDrive, runs: Runs) -> None:
-    """Never more than 10 % faster than the model allows; slower only by the
-    machine's noise (SLOW). A write also copies its 128 KiB into the daemon,
-    which the model (its overhead measured on reads) leaves out."""
-    for rw, qd, short in (("randread", 1, SLOW), ("randread", 4, SLOW), ("randread", 16, SLOW),
-                          ("randwrite", 4, SLOW)):
+    """The model's ceiling (Little's law with the measured overhead, capped by the permits) within 10 %
+    of fio. A write also copies its 128 KiB into the daemon, which the model (its overhead measured on
+    reads) leaves out."""
+    for rw, qd in (("randread", 1), ("randread", 4), ("randread", 16), ("randwrite", 4)):
         predicted = drive.limits.ceiling_bytes_per_s(128 * KiB, qd)
-        measured = runs.near(qd, predicted / (128 * KiB), short, rw).bw_bytes_per_s
-        assert (1 - short) * predicted <= measured <= 1.10 * predicted, (rw, qd, measured / predicted)
+        measured = runs.near(qd, predicted / (128 * KiB), rw).bw_bytes_per_s
+        assert abs(measured / predicted - 1) <= REL, (rw, qd, measured / predicted)
 
 
 @needs_root
@@ -267,22 +301,46 @@ def test_a_given_overhead_is_kept(tmp_path: Path) -> None:
         assert d.limits.overhead_us == 123
 
 
-@needs_root
-@needs_fuse
-def test_iops_and_bandwidth_caps(tmp_path: Path) -> None:
+@dataclass(frozen=True)
+class CappedRuns:
+    limits: DriveLimits
+    small: FioResult                 # 64 KiB reads at qd 8: the IOPS cap
+    large: FioResult                 # 256 KiB reads at qd 8: the bandwidth cap
+    knobs: dict[str, list[str]]
+    device_number: str
+
+
+@pytest.fixture(scope="module")
+def capped(tmp_path_factory: pytest.TempPathFactory) -> CappedRuns:
     limits = DriveLimits(latency_us=100, parallelism=32, bw_bytes_per_s=200 * MB, iops=800)
-    with emulated_drive(tmp_path, 256 * MiB, limits) as d:
+    with emulated_drive(tmp_path_factory.mktemp("capped"), 256 * MiB, limits) as d:
         assert d.cgroup is not None
         small = run_fio(d.device.path, "randread", 64 * KiB, 8, cgroup=d.cgroup)
         large = run_fio(d.device.path, "randread", 256 * KiB, 8, cgroup=d.cgroup)
         knobs = {k: Path(d.cgroup, f"blkio.throttle.{k}").read_text().split()
                  for k in ("read_iops_device", "write_iops_device", "read_bps_device", "write_bps_device")}
-    assert small.iops == pytest.approx(800, rel=0.10)                     # ~52 MB/s
-    assert small.bw_bytes_per_s == pytest.approx(d.limits.ceiling_bytes_per_s(64 * KiB, 8), rel=0.10)
-    assert large.bw_bytes_per_s == pytest.approx(200 * MB, rel=0.10)      # the bandwidth cap
-    assert large.bw_bytes_per_s == pytest.approx(d.limits.ceiling_bytes_per_s(256 * KiB, 8), rel=0.10)
-    assert knobs["read_iops_device"] == [d.device.number, "800"]
-    assert knobs["write_bps_device"] == [d.device.number, str(200 * MB)]
+        return CappedRuns(d.limits, small, large, knobs, d.device.number)
+
+
+@needs_root
+@needs_fuse
+def test_iops_and_bandwidth_caps(capped: CappedRuns) -> None:
+    """The caps are set on the device, and within one run they bind in the model's ratio: 256 KiB
+    requests reach 200 MB/s, 64 KiB ones 800 IOPS x 64 KiB (52.4 MB/s), 3.81 times less."""
+    assert capped.knobs["read_iops_device"] == [capped.device_number, "800"]
+    assert capped.knobs["write_bps_device"] == [capped.device_number, str(200 * MB)]
+    ratio = capped.large.bw_bytes_per_s / capped.small.bw_bytes_per_s
+    assert ratio == pytest.approx(200 * MB / (800 * 64 * KiB), rel=REL)
+
+
+@needs_root
+@needs_fuse
+@pytest.mark.drive_model
+def test_iops_and_bandwidth_caps_as_the_model_says(capped: CappedRuns) -> None:
+    assert capped.small.iops == pytest.approx(800, rel=REL)
+    assert capped.small.bw_bytes_per_s == pytest.approx(capped.limits.ceiling_bytes_per_s(64 * KiB, 8), rel=REL)
+    assert capped.large.bw_bytes_per_s == pytest.approx(200 * MB, rel=REL)
+    assert capped.large.bw_bytes_per_s == pytest.approx(capped.limits.ceiling_bytes_per_s(256 * KiB, 8), rel=REL)
 
 
 @needs_root

@@ -24,9 +24,9 @@ from iotune.analysis.verdict import judge
 from iotune.cli import cli
 from iotune.errors import RecordError
 from iotune.model.attribution import Attribution, PhaseSpan, SwapTotal
-from iotune.model.fleet import FLEET_FILE, FleetRun, NodeRun, gather_node, load_fleet, node_status, save_fleet
+from iotune.model.fleet import FLEET_FILE, FleetRun, NodeRun, load_fleet, node_status, save_fleet
 from iotune.model.run import DeviceStats, DirectionStats, TimelinePoint, TraceRun
-from iotune.model.runfile import load_run, save_run
+from iotune.model.runfile import load_run
 
 DATA = Path(__file__).parent / "data"
 MS = 1_000_000
@@ -170,7 +170,9 @@ def test_relabelled_rank_reads_like_rank_0() -> None:
 
 def test_real_recorded_run_as_a_node() -> None:
     real = load_run(DATA / "run-nvme-opt-capped")
-    row = node_row(gather_node("real", DATA / "run-nvme-opt-capped"))
+    assert real.attribution is not None
+    status, error = node_status(real)         # as the multi-node trace makes a node of what came back
+    row = node_row(NodeRun("real", status, real, error, real.attribution.ranks))
     assert (row.status, row.ranks, row.steps, row.read_bytes_per_step) == ("ok", (0,), 8, 46361600.0)
     assert row.swap_bytes_per_step == 2 * 46361600.0 and row.duration_s == real.duration_s
 
@@ -214,15 +216,6 @@ def test_missing_or_corrupt_node_dir_makes_that_node_lost(tmp_path: Path) -> Non
                                   "nodes/h1 is missing or unreadable)")
     assert loaded["h2"].status == "lost" and "is not valid JSON (line 1, column 2)" in loaded["h2"].error
     assert loaded["h3"].status == "ok" and loaded["h3"].run == fleet().nodes[2].run
-
-
-def test_gather_node_from_what_came_back(tmp_path: Path) -> None:
-    save_run(node_run(H1, (3,), 1_200_000, 0), tmp_path / "r")
-    assert (gather_node("n", tmp_path / "r").status, gather_node("n", tmp_path / "r").ranks) == ("ok", (3,))
-    gone = gather_node("n", tmp_path / "nothing", (5,), "ssh: Connection refused")
-    assert (gone.status, gone.run, gone.ranks) == ("lost", None, (5,))
-    assert gone.error.startswith("ssh: Connection refused; cannot load run: ")
-    assert gather_node("n", None).status == "lost"
 
 
 def test_duplicate_hosts_are_refused(tmp_path: Path) -> None:

@@ -25,10 +25,10 @@ from click.testing import CliRunner
 
 from iotune.remote.slurm import SrunTransport, expand_hostlist
 from iotune.cli import cli
-from iotune.cli.fleet import deepspeed_option
+from iotune.remote.hosts import deepspeed_option
 from iotune.model.fleet import load_fleet
 from iotune.trace.attribution import INJECT_DIR
-from iotune.host.kinds import namespace_pids
+from iotune.host.undo import namespace_pids
 from tests.beds.slurm import SlurmBed
 from tests.nodebed import BLOCK, nodebed, writes_512k  # noqa: F401
 from tests.slurmbed import needs_slurmbed, slurmbed  # noqa: F401

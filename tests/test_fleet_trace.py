@@ -20,11 +20,11 @@ import pytest
 from click.testing import CliRunner
 
 from iotune.cli import cli
-from iotune.cli.fleet import deepspeed_hostfile
 from iotune.model.fleet import load_fleet
 from iotune.trace.agent import claim_events, node_identity
-from iotune.trace.fleet import read_hostfile
-from iotune.host.kinds import namespace_pids
+from iotune.remote.hosts import deepspeed_hostfile, find_nodes, read_hostfile
+from iotune.remote.ssh import SshTransport
+from iotune.host.undo import namespace_pids
 from tests.beds.nodes import NodeBed
 from tests.nodebed import BLOCK, needs_nodebed, nodebed, writes_512k  # noqa: F401
 
@@ -195,6 +195,25 @@ def test_deepspeed_hostfile_is_found_in_the_launcher_command() -> None:
     assert deepspeed_hostfile(["/v/bin/deepspeed", "--num_gpus=1", "--hostfile=h2", "t.py"]) == Path("h2")
     assert deepspeed_hostfile(["deepspeed", "t.py", "--hostfile", "hf"]) is None    # the script's own argument
     assert deepspeed_hostfile(["python", "--hostfile", "hf"]) is None
+
+
+def test_nodes_are_found_from_the_options_and_the_environment_given(tmp_path: Path) -> None:
+    """Host discovery reads only what it is handed: the options, the command and an environment."""
+    said: list[str] = []
+    env = {"PDSH_SSH_ARGS_APPEND": "-p 2222 -o BatchMode=yes"}
+    assert find_nodes("a, b", None, False, [], env, said.append) == \
+        (("a", "b"), SshTransport(("-p", "2222", "-o", "BatchMode=yes")))
+    hostfile = tmp_path / "hf"
+    hostfile.write_text("w1 slots=1\nw2 slots=1\n")
+    assert find_nodes(None, None, False, ["deepspeed", "--hostfile", str(hostfile), "t.py"], {}, said.append) == \
+        (("w1", "w2"), SshTransport())
+    assert said == [f"tracing every host of {hostfile} (DeepSpeed's --hostfile): w1, w2"]
+    job = {"SLURM_JOB_ID": "77", "SLURM_JOB_NUM_NODES": "4"}
+    assert find_nodes(None, None, False, ["python", "t.py"], job, said.append, "sweep") is None
+    assert said[-1] == "inside Slurm job 77 of 4 nodes, sweeping this node only: add --slurm (and --path) to sweep " \
+                       "every node"
+    assert find_nodes(None, None, False, [], {**job, "SLURM_STEP_ID": "0"}, said.append) is None   # a node's own step
+    assert len(said) == 2
 
 
 def test_an_agent_claims_only_its_own_nodes_event_files(tmp_path: Path) -> None:

@@ -139,6 +139,27 @@ def test_a_trace_without_attribution_plots_timeline_sizes_and_latency() -> None:
         ("vda (lower) write", ["4K–8K", "512K–1M", "1M–2M"], [3, 1, 14])]
 
 
+def test_the_timeline_draws_the_ceiling_the_verdict_judged_the_drive_against() -> None:
+    """loop0 reads 12.06 MB in its second 1 s interval; judged against a
+    10 MB/s ceiling (the fio probe's), the MB/s panel gets a dashed line at
+    10 MB/s across the run's 2 s, under that peak; without a ceiling, none."""
+    from iotune.analysis.verdict import judge
+    from iotune.model.verdict import DeviceCeiling, VerdictInputs
+
+    run = offload_run()
+    inputs = VerdictInputs(ceilings=(DeviceCeiling("loop0", 10e6, "fio probe (--ceiling)"),))
+    page = render(TraceReport(run, judge(run, inputs)), "html")
+    timeline = valid_figures(page)[0][0]
+    lines = [t for t in timeline if "ceiling" in t["name"]]
+    assert [(t["name"], t["x"], t["y"], t["yaxis"], t["line"]["dash"]) for t in lines] == [
+        ("loop0 ceiling 10.0 MB/s", [0, 2.0], [10.0, 10.0], "y", "dash")]
+    peak = max(max(t["y"]) for t in timeline if t["name"] == "loop0 read" and t["yaxis"] == "y")
+    assert peak == 12.06 > lines[0]["y"][0]
+    assert "Dashed: the ceiling the verdict judged each device against (loop0 10.0 MB/s (fio probe (--ceiling)))" in page
+    unknown = render(TraceReport(run, judge(run, VerdictInputs())), "html")
+    assert not [t for t in valid_figures(unknown)[0][0] if "ceiling" in t["name"]] and "Dashed" not in unknown
+
+
 def test_a_run_without_timeline_still_renders_its_histograms() -> None:
     page = render(TraceReport(replace(offload_run(), timeline=()), None), "html")
     assert charts(page) == 2 and len(valid_figures(page)) == 2 and "<h2>Timeline</h2>" not in page
@@ -183,7 +204,9 @@ def test_a_sweep_plots_the_block_size_by_queue_depth_heatmap_and_the_confirmatio
     heat = specs[0][0][0]
     assert (heat["x"], heat["y"]) == (["4", "8", "32"], ["256 KiB", "1 MiB"])
     assert heat["z"] == [[120.0, 180.0, 190.0], [150.0, 195.0, 199.0]]     # 1M qd8: best of 1 and 2 threads
-    assert "optimizer step 2.1× faster than DeepSpeed&#x27;s defaults [1.9–2.2], 3 pairs" in page
+    assert ("optimizer step 2.1× faster than DeepSpeed&#x27;s defaults (median of 3 pairs [2.1–2.2]; at least 2.00× "
+            "within the noise bound, above the 5% worth reporting)") in page
+    assert "How: decided on the median of the pairs&#x27; ratios: its bound 2.00–2.21× allows for ±2.9%" in page
     assert "CPU threads (OMP_NUM_THREADS)" in page and "use this" in page
     unconfirmed = render(sweep_outcome(confirmed=False), "html")
     assert charts(unconfirmed) == 1 and "Confirmation on training steps" not in unconfirmed

@@ -29,7 +29,8 @@ from pathlib import Path
 import pytest
 
 from iotune.host import ledger
-from iotune.host.kinds import mount_points, namespace_pids
+from iotune.fs.mountinfo import mount_points
+from iotune.host.undo import namespace_pids
 
 from .conftest import ext4_mount, needs_deepspeed, needs_fio, needs_root
 
@@ -270,7 +271,8 @@ def test_a_killed_training_demo_leaves_no_training_process(tmp_path: Path) -> No
             swapping = next(d.rglob("*.tensor.swp"), None)
             time.sleep(0.1)
         assert swapping is not None, "the demo's training run never swapped to the scratch drive"
-        train = [p for p in Path("/proc").glob("[0-9]*") if "iotune.workloads.train" in _cmdline(int(p.name))]
+        train = [p for p in Path("/proc").glob("[0-9]*")      # this demo's, not another job's on the machine
+                 if "iotune.workloads.train" in (cmd := _cmdline(int(p.name))) and str(d) in cmd]
         assert train, "the demo's training run is not running"
         child.kill()
         child.wait()

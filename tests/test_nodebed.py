@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from iotune.host.kinds import namespace_pids
+from iotune.host.undo import namespace_pids
 from tests.beds.nodes import NodeBed, node_bed
 from tests.conftest import needs_fio
 from tests.nodebed import CAPS, MB, needs_nodebed, nodebed  # noqa: F401

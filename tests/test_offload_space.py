@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from iotune.errors import UsageError
-from iotune.model.offload import JobShape, OffloadKnobs, host_memory, violations
+from iotune.model.offload import JobShape, OffloadKnobs, violations
+from iotune.model.host_memory import host_memory
 from iotune.sweep.offload_space import Budget, candidates, dimensions, parse_fixes
 from iotune.workloads.presets import PRESETS, tensor_numels
 
@@ -69,12 +70,14 @@ def test_candidates_get_the_buffers_their_pipelining_needs_and_never_break_a_bou
 
 def test_a_candidate_over_the_memory_budget_is_refused_with_the_numbers() -> None:
     cpu = OffloadKnobs(optimizer_device="cpu")
-    need = host_memory(cpu, SHAPE).total_bytes
-    assert need == 16 * SHAPE.params_per_rank
-    fit, refused = candidates(cpu, SHAPE, [], {}, Budget(host_bytes=need - 1))
-    assert fit == [] and refused[0].reasons == (
-        f"needs {need / 2**20:.1f} MiB of host memory (optimizer state in RAM {need / 2**20:.1f} MiB), over the "
-        f"budget of {(need - 1) / 2**20:.1f} MiB",)
+    memory = host_memory(cpu, SHAPE)
+    need = memory.peak_bytes
+    assert [i.nbytes for i in memory.items if i.label == "optimizer state in RAM"] == [16 * SHAPE.params_per_rank]
+    fit, refused = candidates(cpu, SHAPE, [], {}, Budget(host_bytes=need - 1, source="MemAvailable"))
+    [reason] = refused[0].reasons
+    assert fit == [] and reason.startswith(f"needs {need / 2**20:.1f} MiB of host memory at its peak (")
+    assert f"optimizer state in RAM {16 * SHAPE.params_per_rank / 2**20:.1f} MiB" in reason
+    assert reason.endswith(f"over {(need - 1) / 2**20:.1f} MiB (MemAvailable)")
     locked = host_memory(NVME, SHAPE).locked_bytes
     _, refused = candidates(NVME, SHAPE, [], {}, Budget(memlock_bytes=locked - 1))
     assert refused[0].reasons == (f"locks {locked / 2**20:.1f} MiB of swap buffers, over ulimit -l "

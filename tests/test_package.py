@@ -69,10 +69,11 @@ def test_installed_wheel_traces_from_outside_the_checkout(wheel: Path, loop_driv
     purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              capture_output=True, text=True, check=True).stdout.strip()
     Path(purelib, "borrowed-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    r = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps",
-                        "--no-index", str(wheel)], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    # without PYTHONPATH: a checkout on it with an egg-info (pip install -e) is a satisfied "iotune" to pip
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps",
+                        "--no-index", str(wheel)], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     where = subprocess.run([str(py), "-c", "import iotune.resources as r; print(r.__file__); print(r.probes_dir()); "

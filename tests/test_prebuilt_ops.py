@@ -67,7 +67,7 @@ print("IOTUNE-PRELOAD " + json.dumps({"loaded": loaded, "files": files}))
 
 @needs_deepspeed
 def test_the_warm_start_server_preloads_the_prebuilt_ops_through_deepspeed(tmp_path: Path) -> None:
-    """fastops.preload_built_ops (what zygote.warm_up calls) hands forks all
+    """fastops.preload_built_ops (what warmstart.warm_up calls) hands forks all
     four ops, imported by DeepSpeed's own loader from its package."""
     ext = tmp_path / "torch_extensions"
     ext.mkdir()

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from iotune.analysis.frames import sizes_frame, timeline_frame
 from iotune.analysis.summary import dominant_size, patterns, summarize, totals
 from iotune.errors import RecordError
 from iotune.model.run import TimelinePoint, TraceRun
 from iotune.model.runfile import load_run, save_run
 from iotune.model.timeline import Timeline
-from iotune.render.console import ConsoleRenderer
-from iotune.render.json import JsonRenderer
+from iotune.render.base import RenderOptions
+from iotune.render.json_trace import run_document
+from iotune.render.registry import render
 
 from .records import KiB, offload_run
 
@@ -49,7 +49,7 @@ def test_pattern_table_matches_background_document_layout() -> None:
 
 
 def test_console_report() -> None:
-    text = ConsoleRenderer(width=160).render(offload_run())
+    text = render(offload_run(), "console", RenderOptions(width=160))
     assert "iotune trace · fio job.fio · exit 0 · completed · 2.00 s · all devices · run abc123def456" in text
     assert "total (top-level devices: loop0): read 23 requests, 12.06 MB; written 32 requests, 15.22 MB" in text
     assert "* not in totals, it carries I/O already counted above (vda carries loop0)" in text
@@ -63,7 +63,7 @@ def test_console_report() -> None:
                      "4.0/4", "96", "0"]
 
 def test_json_report_is_json_with_summaries() -> None:
-    doc = json.loads(JsonRenderer(512 * KiB).render(offload_run()))
+    doc = json.loads(render(offload_run(), "json", RenderOptions(block_size_bytes=512 * KiB)))
     assert doc["totals"]["write_bytes"] == 29 * 512 * KiB + 3 * 4 * KiB
     assert doc["patterns"][0]["write_at_block"] == 29
     assert TraceRun.from_json(doc["run"]) == offload_run()
@@ -75,19 +75,19 @@ def test_json_timeline_written_from_columns_is_the_same_json() -> None:
     document as json.dumps of the points, from tuples or from columns, an
     empty timeline included; a NaN time is refused as json refuses it."""
     from iotune.model.verdict import TraceReport
-    from iotune.render.json import timeline_json
+    from iotune.render.json_trace import timeline_json
 
     run = offload_run()
     run = run.with_timeline((*run.timeline, TimelinePoint(1.0, "vda", "write", 2, 8192),
                              TimelinePoint(2.0, "loop0", "read", 1, 4096)))
-    plain = json.loads(json.dumps(JsonRenderer(512 * KiB).document(run), indent=1))
+    plain = json.loads(json.dumps(run_document(run, 512 * KiB), indent=1))
     for timeline in (tuple(run.timeline), Timeline.from_points(run.timeline)):
-        text = JsonRenderer(512 * KiB).render(run.with_timeline(timeline))
+        text = render(run.with_timeline(timeline), "json", RenderOptions(block_size_bytes=512 * KiB))
         assert json.loads(text) == plain
         assert text.count("\n") == len(json.dumps(plain, indent=1).splitlines()) - 6 * len(timeline)   # 7 lines per point become 1
-    report = json.loads(JsonRenderer().render_report(TraceReport(run, None)))
+    report = json.loads(render(TraceReport(run, None), "json"))
     assert report["run"]["timeline"] == plain["run"]["timeline"] and report["verdict"] is None
-    assert json.loads(JsonRenderer().render(run.with_timeline(())))["run"]["timeline"] == []
+    assert json.loads(render(run.with_timeline(()), "json"))["run"]["timeline"] == []
     point = TimelinePoint(0.25, 'a"b', "write", 3, 12288)          # names are escaped once per device
     assert json.loads(timeline_json([point])) == [point._asdict()]
     with pytest.raises(ValueError, match="not JSON compliant"):
@@ -136,14 +136,6 @@ def test_a_columnar_timeline_is_the_same_sequence_of_points() -> None:
     assert tl != points[:1] and Timeline.from_points(()) == ()
 
 
-def test_frames() -> None:
-    df = timeline_frame(offload_run())
-    assert list(df.columns) == ["t_s", "device", "op", "requests", "bytes", "iops", "bytes_per_s"]
-    assert df["bytes"].sum() == 29 * 512 * KiB + 3 * 4 * KiB + 23 * 512 * KiB
-    sf = sizes_frame(offload_run())
-    assert int(sf[(sf.device == "loop0") & (sf.op == "write") & (sf.size_bytes == 4096)]["count"].iloc[0]) == 3
-
-
 def test_older_record_still_loads() -> None:
     """A record with only the fields of the first format (no meta, no drops,
     no host, no lower_of, no depth) loads with defaults."""
@@ -152,7 +144,7 @@ def test_older_record_still_loads() -> None:
     assert run.device("loop0").direction("write").meta == 0
     assert run.drops == {} and run.host.kernel == ""
     assert run.timeline[0].bytes == 23 * 524288
-    ConsoleRenderer().render(run)
+    render(run, "console")
 
 
 def test_newer_record_is_refused_with_a_reason(tmp_path: Path) -> None:
@@ -208,11 +200,11 @@ def test_queue_time_is_reported_where_requests_waited_in_the_scheduler() -> None
     queued = replace(w, queued=w.requests, queue_sum_ns=40_000 * w.requests, queue_slots={slot: w.requests})
     dev = replace(loop0, directions={**loop0.directions, "write": queued})
     run = replace(run, devices=tuple(dev if d.name == "loop0" else d for d in run.devices))
-    text = ConsoleRenderer().render(run)
+    text = render(run, "console")
     p = latency(lat_slot_bounds(slot)[1])
     assert (f"queue time (insert→issue, waiting in the I/O scheduler, before the latency above): loop0 write "
             f"{w.requests} of {w.requests} requests queued, p50 {p}, p99 {p}") in " ".join(text.split())
-    assert "queue time" not in ConsoleRenderer().render(offload_run())   # none queued: no line
+    assert "queue time" not in render(offload_run(), "console")   # none queued: no line
     [row] = [r for r in summarize(run) if r.device == "loop0" and r.op == "write"]
     assert (row.queued, row.p50_queue_ns) == (w.requests, lat_slot_bounds(slot)[1])
     assert load_run_roundtrip(run).device("loop0").direction("write").queue_slots == {slot: w.requests}

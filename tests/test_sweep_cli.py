@@ -82,12 +82,16 @@ def test_fresh_keeps_the_old_journal_under_a_new_name(work: Path) -> None:
     assert journal.read_text() != first
 
 
-def test_a_journal_recorded_with_other_settings_is_refused(work: Path) -> None:
+def test_a_journal_recorded_with_other_settings_starts_a_new_one_and_keeps_the_old(work: Path) -> None:
     ok(sweep(work, "--grid"))
+    journal = work / "j" / "journal.jsonl"
+    first = journal.read_text()
     r = sweep(work, "--grid", "--file-bytes", "2M")
-    assert r.exit_code == 2
-    assert r.stderr == (f"Error: the journal in {work / 'j'} was recorded with file_bytes 1048576, not 2097152: "
-                        "resume with the same settings, or use --fresh or another --out\n")
+    assert ok(r)["trials_run_now"] == 4                                  # nothing of the old settings reused
+    [kept] = [p for p in (work / "j").iterdir() if p != journal]
+    assert kept.read_text() == first
+    assert (f"sweep: the journal in {work / 'j'} was recorded with file_bytes 1048576, not 2097152: starting a new "
+            f"one (the old one is kept as {kept.name})") in r.stderr
 
 
 def test_a_damaged_journal_is_refused_with_its_line(work: Path) -> None:

@@ -1,10 +1,12 @@
 """Real steps decide (pure, hand-built trials): a candidate is recommended
-only when its paired optimizer-step ratios beat DeepSpeed's defaults beyond
-the noise; otherwise the recommendation is the defaults and the report says
-there is nothing to gain."""
+only when the confirmation rule finds its paired optimizer-step ratios
+faster than DeepSpeed's defaults (the bound on their median clears the
+noise floor); otherwise the recommendation is the defaults and the report
+says there is nothing to gain. The rule itself: test_sequential.py."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from iotune.render.registry import render
 from iotune.render.sweep import sweep_doc
 from iotune.sweep.confirm import finalists, pair_plan
 from iotune.sweep.recommend import best_gain, pick, step_gain
+from iotune.sweep.sequential import SequentialRule
 from iotune.sweep.space import load_profile
 
 DEFAULT = SweepPoint()                                   # DeepSpeed's aio defaults: 1M, qd 8
@@ -37,51 +40,65 @@ def ranked(point: SweepPoint, mbps: float, executor: str = "fio") -> Ranked:
     return Ranked(point, executor, (mbps,), 0, mbps, 0.0, mbps, mbps)
 
 
-def test_faster_beyond_the_noise_is_recommended_with_its_ratio_and_spread() -> None:
-    g = step_gain(FAST, pairs(FAST, [(0.5, 1.05), (0.5, 1.0), (0.5, 1.1)]), noise_floor=0.05)
-    assert g is not None and g.verdict == "faster" and g.recommended
-    assert g.ratios == (2.1, 2.0, 2.2) and (g.median, g.min, g.max, g.pairs) == (2.1, 2.0, 2.2, 3)
-    assert abs(g.noise - 0.2) < 1e-12                                  # the pairs' spread, above the floor
-    assert g.sentence() == "optimizer step 2.1× faster than DeepSpeed's defaults [2.0–2.2], 3 pairs"
+RULE = SequentialRule(noise_floor=0.05)      # 3 to 6 pairs, z 3, at least 2 % of noise per pair
+
+
+def test_faster_beyond_the_noise_is_recommended_with_its_ratio_and_bound() -> None:
+    g = step_gain(FAST, pairs(FAST, [(0.5, 1.05), (0.5, 1.03), (0.5, 1.08)]), RULE)
+    assert g is not None and g.verdict == "faster" and g.recommended and not g.noisy
+    assert g.ratios == (2.1, 2.06, 2.16) and (g.median, g.min, g.max, g.pairs) == (2.1, 2.06, 2.16, 3)
+    h = 3 * 1.4826 * math.log(2.1 / 2.06) / math.sqrt(3)              # the pairs' MAD, above the assumed 2 %
+    assert (g.lower, g.upper) == (pytest.approx(2.1 * math.exp(-h)), pytest.approx(2.1 * math.exp(h)))
+    assert g.noise == pytest.approx(math.exp(h) - 1) and (g.floor, g.max_pairs, g.spread_assumed) == (0.05, 6, 0.02)
+    assert g.sentence() == ("optimizer step 2.1× faster than DeepSpeed's defaults (median of 3 pairs [2.1–2.2]; "
+                            "at least 2.00× within the noise bound, above the 5% worth reporting)")
+    assert g.rule_sentence() == ("decided on the median of the pairs' ratios: its bound 2.00–2.21× allows for ±2.9% "
+                                 "of noise per pair (as the pairs measured it); a gain is reported once the bound's "
+                                 "lower end clears 1.05×; pairs are added until the rule decides, 6 at most")
     assert pick([ranked(FAST, 2.0)], [ranked(FAST, 2.0, "steps")], g, DEFAULT) == FAST
     assert g.to_json()["candidate"] == FAST.to_json() and g.to_json()["verdict"] == "faster"
 
 
 def test_within_the_noise_the_defaults_are_recommended_and_nothing_to_gain_is_said() -> None:
     # 4 % faster on the median, under the 5 % floor
-    g = step_gain(CHEAP, pairs(CHEAP, [(1.0, 1.04), (1.0, 1.03), (1.0, 1.05)]), noise_floor=0.05)
+    g = step_gain(CHEAP, pairs(CHEAP, [(1.0, 1.04), (1.0, 1.03), (1.0, 1.05)]), RULE)
     assert g is not None and g.verdict == "within noise" and not g.recommended
     assert pick([ranked(CHEAP, 2.0)], [ranked(CHEAP, 1.0, "steps")], g, DEFAULT) == DEFAULT
-    assert g.sentence().startswith(NOTHING_TO_GAIN + " (")
-    # 12 % faster on the median, but the pairs spread over 30 %: not shown beyond the noise
-    wide = step_gain(FAST, pairs(FAST, [(1.0, 1.12), (1.0, 0.95), (1.0, 1.25)]), noise_floor=0.05)
-    assert wide is not None and wide.verdict == "within noise" and abs(wide.noise - 0.30) < 1e-9
+    assert g.sentence() == (f"{NOTHING_TO_GAIN} (the best candidate's optimizer step ran at 1.04× the defaults' "
+                            f"speed, median of 3 pairs [1.03–1.05]: within noise; the noise bound 1.00–1.08× does "
+                            f"not clear the 5% worth reporting after 3 of at most 6 pairs)")
+    # 12 % faster on the median, but one pair at 0.95 and one at 1.25: the bound reaches below 1.05
+    wide = step_gain(FAST, pairs(FAST, [(1.0, 1.12), (1.0, 0.95), (1.0, 1.25)]), RULE)
+    assert wide is not None and wide.verdict == "within noise" and wide.lower < 1.05 < wide.median
 
 
 def test_a_candidate_slower_than_the_defaults_on_steps_is_never_recommended() -> None:
     """The 256K/qd4 case of docs/benchmarks.md: 7.3 % slower per optimizer step."""
-    g = step_gain(CHEAP, pairs(CHEAP, [(0.4946, 0.4618), (0.4950, 0.4610), (0.4938, 0.4625)]), 0.05)
-    assert g is not None and g.verdict == "slower" and g.max < 1
+    g = step_gain(CHEAP, pairs(CHEAP, [(0.4946, 0.4618), (0.4950, 0.4610), (0.4938, 0.4625)]), RULE)
+    assert g is not None and g.verdict == "slower" and g.upper < 1
     assert pick([ranked(CHEAP, 204.5)], [ranked(CHEAP, 2.0, "steps")], g, DEFAULT) == DEFAULT
     assert g.sentence() == (f"{SLOWER_ON_STEPS} (the best candidate's optimizer step ran at 0.93× the defaults' "
-                            f"speed [0.93–0.94], 3 pairs: slower, noise ±5%); keeping DeepSpeed's defaults. "
-                            f"A faster fio or aio score did not carry over to this job's steps")
+                            f"speed, median of 3 pairs [0.93–0.94]: slower; at most 0.97× within the noise bound); "
+                            f"keeping DeepSpeed's defaults. A faster fio or aio score did not carry over to this "
+                            f"job's steps")
     assert NOTHING_TO_GAIN not in g.sentence()                         # slower is not "saturated"
 
 
 def test_failed_pairs_are_left_out_and_no_pair_keeps_the_defaults() -> None:
-    g = step_gain(FAST, pairs(FAST, [(0.5, 1.0), (None, 1.0), (0.5, None)]), 0.05)
+    g = step_gain(FAST, pairs(FAST, [(0.5, 1.0), (None, 1.0), (0.5, None)]), RULE)
     assert g is not None and g.pairs == 1 and g.ratios == (2.0,)
-    assert step_gain(FAST, pairs(FAST, [(None, 1.0)]), 0.05) is None
+    assert g.verdict == "within noise"                                  # one usable pair of the 3 needed
+    assert step_gain(FAST, pairs(FAST, [(None, 1.0)]), RULE) is None
     assert pick([ranked(FAST, 2.0)], [ranked(DEFAULT, 1.0, "steps")], None, DEFAULT) == DEFAULT
     assert pick([ranked(FAST, 2.0)], [], None, DEFAULT) == FAST         # no steps run: the executor's best
     assert pick([], [], None, DEFAULT) is None
 
 
 def test_the_best_gain_prefers_a_recommended_candidate_then_the_higher_ratio() -> None:
-    fast = step_gain(FAST, pairs(FAST, [(0.5, 0.8)] * 3), 0.05)              # 1.6x, no spread
-    wild = step_gain(CHEAP, pairs(CHEAP, [(0.5, 2.0), (0.5, 0.5), (0.5, 1.0)]), 0.05)   # 2x median, 3x spread
+    fast = step_gain(FAST, pairs(FAST, [(0.5, 0.8)] * 3), RULE)              # 1.6x, no spread
+    wild = step_gain(CHEAP, pairs(CHEAP, [(0.5, 2.0), (0.5, 0.5), (0.5, 1.0)]), RULE)   # 2x median, 4x spread
     assert fast is not None and wild is not None and wild.median > fast.median and not wild.recommended
+    assert wild.noisy and "above the ±4% the rule's stated error rate assumes" in wild.sentence()
     assert best_gain([wild, None, fast]) == best_gain([fast, wild]) == fast
     assert best_gain([None]) is None
 
@@ -111,23 +128,26 @@ def test_finalists_and_the_alternating_pair_plan() -> None:
 
 
 def test_the_report_and_json_carry_the_gain() -> None:
-    g = step_gain(FAST, pairs(FAST, [(0.5, 1.05), (0.5, 1.0), (0.5, 1.1)]), 0.05)
+    g = step_gain(FAST, pairs(FAST, [(0.5, 1.05), (0.5, 1.03), (0.5, 1.08)]), RULE)
+    assert g is not None
     o = SweepOutcome(target="/d", profile="p", executor="fio", ranking=[ranked(FAST, 2e8), ranked(DEFAULT, 1e8)],
                      confirmed=[ranked(FAST, 2.0, "steps"), ranked(DEFAULT, 1.0, "steps")], recommended=FAST,
                      default=ranked(DEFAULT, 1e8), ceiling_bytes_per_s=None, ceiling_source="", fragment={},
                      validation_error=None, trials=4, trials_run_now=4, failed=0, journal="j", step_gain=g,
                      dropped_aio_keys=("num_threads",))
     text = render(o)
-    assert "training steps: optimizer step 2.1× faster than DeepSpeed's defaults [2.0–2.2], 3 pairs\n" in text
+    flat = " ".join(text.split())                                       # rich wraps at the console's width
+    assert f"training steps: {g.sentence()} how: {g.rule_sentence()} " in flat
     assert "--apply left out aio keys DeepSpeed ignores: num_threads\n" in text
     doc = sweep_doc(o)
     assert doc["step_gain"]["median"] == 2.1 and doc["step_gain"]["pairs"] == 3
+    assert doc["step_gain"]["lower"] == g.lower and doc["step_gain"]["noisy"] is False
     assert doc["step_gain"]["sentence"] == g.sentence() and doc["dropped_aio_keys"] == ("num_threads",)
 
 
 def test_profiles_set_the_pairs_and_the_noise_floor(tmp_path: Path) -> None:
     run = load_profile("default").run
-    assert (run.confirm_top, run.confirm_pairs, run.noise_floor) == (2, 3, 0.05)
+    assert (run.confirm_top, run.confirm_pairs, run.noise_floor) == (2, 6, 0.05)      # 6: the rule's maximum
     (tmp_path / "p.toml").write_text("[run]\nconfirm_pairs = 5\nnoise_floor = 0.02\n")
     run = load_profile(str(tmp_path / "p.toml")).run
     assert (run.confirm_pairs, run.noise_floor) == (5, 0.02)

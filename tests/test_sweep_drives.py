@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from iotune.blockdev.identity import drive_identity
 from iotune.cli import cli
-from iotune.sweep.command import BUILTIN_LIMITS, SweepArgs, default_out, drive_of
+from iotune.sweep.modes import BUILTIN_LIMITS, SweepArgs, default_out, drive_of
 from iotune.sweep.journal import Journal
 
 from .conftest import make_loops, needs_fio, needs_root_for

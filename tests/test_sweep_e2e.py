@@ -14,6 +14,7 @@ from iotune.model.sweep import SweepPoint
 from iotune.sweep.executor import Target
 from iotune.sweep.journal import Journal
 from iotune.sweep.recommend import ds_fragment, validate_with_deepspeed
+from iotune.sweep.sequential import SequentialRule, decide
 from iotune.sweep.steps_executor import StepsExecutor
 
 from .conftest import ext4_mount, make_loops, needs_deepspeed, needs_fio, needs_root
@@ -100,10 +101,11 @@ def test_a_steps_trial_runs_with_the_recommended_settings(tmp_path: Path) -> Non
 @needs_deepspeed
 def test_real_steps_decide_in_alternating_pairs_against_the_defaults(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """--confirm 1 on the built-in emulated drive, 2 pairs of 3 steps: the
+    """--confirm 1 on the built-in emulated drive, at most 2 pairs of 3
+    steps (the rule's minimum follows the maximum down to 2): the
     executor's best and DeepSpeed's defaults alternate on real training
-    steps, each trial journaled; the outcome carries the paired gain and
-    recommends the candidate only when it is faster beyond the noise.
+    steps, each trial journaled; the outcome carries the paired gain and the
+    rule's bound, and recommends the candidate only when the rule says faster.
     (DeepSpeed's check of the fragment has its own test above.)"""
     from .test_emulated_drive import _FUSE_MISSING
 
@@ -119,8 +121,8 @@ def test_real_steps_decide_in_alternating_pairs_against_the_defaults(tmp_path: P
     r = CliRunner().invoke(cli, ["sweep", "--profile", str(tmp_path / "p.toml"), "--confirm", "1", "-o", str(out),
                                  "--json"])
     assert r.exit_code == 0, r.stderr[-3000:]
-    assert ("confirming 1 candidate(s) against DeepSpeed's defaults with 3 training steps each, in 2 "
-            "alternating pair(s)\n") in r.stderr
+    assert ("confirming 1 candidate(s) against DeepSpeed's defaults with 3 training steps each, in alternating "
+            "pairs until the confirmation rule decides (2 to 2 pair(s) each)\n") in r.stderr
     doc = json.loads(r.stdout)
     default = SweepPoint(block_size=1 << 20, queue_depth=8)          # DeepSpeed's aio defaults
     candidate = SweepPoint(block_size=256 << 10, queue_depth=8)
@@ -131,10 +133,11 @@ def test_real_steps_decide_in_alternating_pairs_against_the_defaults(tmp_path: P
     gain = doc["step_gain"]
     assert gain["candidate"] == candidate.to_json() and gain["pairs"] == 2
     assert gain["ratios"] == pytest.approx([opt[1] / opt[0], opt[3] / opt[2]])
-    assert gain["min"] <= gain["median"] <= gain["max"] and gain["noise"] >= 0.05
-    faster = gain["median"] > 1 + gain["noise"]
-    assert gain["verdict"] == ("faster" if faster else "slower" if gain["median"] < 1 - gain["noise"]
-                               else "within noise")
+    assert gain["min"] <= gain["median"] <= gain["max"] and gain["lower"] < gain["median"] < gain["upper"]
+    decided = decide(gain["ratios"], SequentialRule(noise_floor=0.05, max_pairs=2))     # the same rule, by hand
+    assert (gain["verdict"], gain["lower"], gain["upper"]) == (decided.verdict, decided.lower, decided.upper)
+    assert (gain["floor"], gain["max_pairs"]) == (0.05, 2)
+    faster = gain["verdict"] == "faster"
     assert doc["recommended"] == (candidate if faster else default).to_json()
     assert {"faster": "faster than DeepSpeed's defaults", "slower": "no candidate beat DeepSpeed's defaults",
             "within noise": "the defaults already saturate this drive; nothing to gain"}[gain["verdict"]] \

@@ -21,11 +21,12 @@ from iotune.model.attribution import Attribution, PhaseSpan
 from iotune.model.hook_events import completed_steps, step_timings
 from iotune.model.journal import read_journal
 from iotune.model.steps import parse_steps
-from iotune.model.offload import JobShape, OffloadKnobs, host_memory
+from iotune.model.offload import JobShape, OffloadKnobs
+from iotune.model.host_memory import host_memory
 from iotune.model.sweep import SweepPoint
 from iotune.model.sweep_result import Ranked, SweepOutcome
 from iotune.render.registry import render
-from iotune.sweep.cmd_executor import trial_config
+from iotune.sweep.user_job import trial_config
 from iotune.sweep.threads import best_threads
 from iotune.workloads.presets import PRESETS, tensor_numels
 from iotune.workloads.strategies import WorkloadSpec, ds_config
@@ -320,7 +321,7 @@ def _alive(marker: str) -> list[int]:
 def test_time_limit_kills_what_left_the_process_group(tmp_path: Path) -> None:
     """A job whose child moved to a process group of its own (as ninja's
     compilers do during a DeepSpeed op build) is killed whole at the limit."""
-    from iotune.sweep.cmd_executor import run_job
+    from iotune.sweep.user_job import run_job
 
     marker = "3171.5"
     events = tmp_path / "events"
@@ -338,7 +339,7 @@ def test_a_crash_in_shutdown_after_every_step_still_counts(tmp_path: Path) -> No
     the steps were measured, so the trial counts and keeps the exit; a crash
     before the last step is a failed trial."""
     from iotune.model.hook_events import StepTiming
-    from iotune.sweep.cmd_executor import JobRun, UserJob, _check
+    from iotune.sweep.user_job import JobRun, UserJob, _check
     from iotune.sweep.executor import TrialFailed
 
     swap = tmp_path / "swap"
@@ -359,7 +360,7 @@ def test_a_build_stopped_by_the_time_limit_leaves_no_lock(tmp_path: Path, monkey
     <ext>/async_io/lock, run the compiler in the op's directory in a process
     group of its own) is stopped at the limit: its lock is removed and
     named; an older lock of someone else's is left for the user."""
-    from iotune.sweep.cmd_executor import UserJob, _check, run_job
+    from iotune.sweep.user_job import UserJob, _check, run_job
     from iotune.sweep.executor import TrialFailed
 
     ext = tmp_path / "ext"

@@ -18,7 +18,8 @@ import pytest
 from iotune.analysis.summary import totals
 from iotune.blockdev.devices import BlockDevice, lower_devices
 from iotune.model.histogram import lat_slot_bounds
-from iotune.trace.probe import CONST_DEVS, VMLINUX_BTF, KernelLayout, read_btf
+from iotune.trace.btf import offsets
+from iotune.trace.probe import CONST_DEVS, VMLINUX_BTF, KernelLayout
 from iotune.trace.session import TraceOptions, trace_command
 
 from .conftest import make_loops, needs_root
@@ -131,29 +132,37 @@ def btf_blob(types: list[bytes], strings: list[str]) -> tuple[bytes, dict[str, i
 
 def test_btf_reader_finds_member_offsets_and_enumerators() -> None:
     names = ["int", "request", "q", "cmd_flags", "__sector", "gendisk", "major", "first_minor",
-             "req_op", "REQ_OP_WRITE", "__REQ_META", "other"]
+             "req_op", "REQ_OP_WRITE", "__REQ_META", "other", "cmd"]
     _, o = btf_blob([], names)
 
     def info(kind: int, vlen: int, kflag: int = 0) -> int:
         return kflag << 31 | kind << 24 | vlen
 
-    types = [
-        struct.pack("<III", o["int"], info(1, 0), 4) + struct.pack("<I", 32),          # INT
-        struct.pack("<III", o["request"], info(4, 3), 64)                               # STRUCT
+    types = [       # type ids 1, 2, ... in this order
+        struct.pack("<III", o["int"], info(1, 0), 4) + struct.pack("<I", 32),          # 1 INT
+        struct.pack("<III", o["request"], info(4, 4), 64)                               # 2 STRUCT
         + struct.pack("<III", o["q"], 1, 0) + struct.pack("<III", o["cmd_flags"], 1, 192)
-        + struct.pack("<III", o["__sector"], 1, 384),
-        struct.pack("<III", 0, info(13, 2), 1) + struct.pack("<II", 0, 1) * 2,          # FUNC_PROTO
-        struct.pack("<III", o["gendisk"], info(4, 2, kflag=1), 16)                      # bitfield offsets
+        + struct.pack("<III", o["__sector"], 1, 384) + struct.pack("<III", 0, 7, 128),  # anonymous union at 16
+        struct.pack("<III", 0, info(13, 2), 1) + struct.pack("<II", 0, 1) * 2,          # 3 FUNC_PROTO
+        struct.pack("<III", o["gendisk"], info(4, 2, kflag=1), 16)                      # 4 bitfield offsets
         + struct.pack("<III", o["major"], 1, 32 << 24 | 0) + struct.pack("<III", o["first_minor"], 1, 32 << 24 | 32),
-        struct.pack("<III", o["req_op"], info(6, 2), 4)                                 # ENUM
+        struct.pack("<III", o["req_op"], info(6, 2), 4)                                 # 5 ENUM
         + struct.pack("<Ii", o["REQ_OP_WRITE"], 1) + struct.pack("<Ii", o["__REQ_META"], 12),
-        struct.pack("<III", o["other"], info(4, 1), 8) + struct.pack("<III", o["q"], 1, 0),
+        struct.pack("<III", o["other"], info(4, 1), 8) + struct.pack("<III", o["q"], 1, 0),   # 6
+        struct.pack("<III", 0, info(5, 2), 8)                                           # 7 anonymous UNION
+        + struct.pack("<III", o["cmd"], 1, 0) + struct.pack("<III", o["q"], 1, 32),
+        struct.pack("<III", o["request"], info(4, 1), 8) + struct.pack("<III", o["q"], 1, 64),  # 8: a later request
     ]
     data, _ = btf_blob(types, names)
-    members, enums = read_btf(data, {"request", "gendisk"}, {"REQ_OP_WRITE", "__REQ_META", "absent"})
-    assert members == {"request": {"q": 0, "cmd_flags": 24, "__sector": 48},
-                       "gendisk": {"major": 0, "first_minor": 4}}
-    assert enums == {"REQ_OP_WRITE": 1, "__REQ_META": 12}
+    wanted = {"Q": ("request", "q"), "FLAGS": ("request", "cmd_flags"), "SECTOR": ("request", "__sector"),
+              "CMD": ("request", "cmd"), "MAJOR": ("gendisk", "major"), "MINOR": ("gendisk", "first_minor"),
+              "LEN": ("request", "__data_len")}
+    values, missing = offsets(data, wanted, {"WRITE": "REQ_OP_WRITE", "META": "__REQ_META", "GONE": "absent"})
+    # bit offsets / 8, bitfield offsets masked; the union's cmd flattened to 128 / 8 = 16; request.q stays
+    # the struct's own 0 (not the union's q at 16 + 4, nor the later request's 8)
+    assert values == {"Q": 0, "FLAGS": 24, "SECTOR": 48, "CMD": 16, "MAJOR": 0, "MINOR": 4, "LEN": -1,
+                      "WRITE": 1, "META": 12, "GONE": -1}
+    assert missing == ["struct request.__data_len", "absent"]
 
 
 @pytest.mark.skipif(not VMLINUX_BTF.exists(), reason=f"needs the kernel's BTF ({VMLINUX_BTF})")

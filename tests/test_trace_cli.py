@@ -18,7 +18,8 @@ import pytest
 
 from iotune.blockdev.devices import BlockDevice, lower_devices
 from iotune.model.runfile import load_run
-from iotune.render.console import ConsoleRenderer
+from iotune.render.base import RenderOptions
+from iotune.render.registry import render
 from iotune.trace.session import TraceOptions, trace_command
 
 from .conftest import needs_root
@@ -174,7 +175,7 @@ def test_a_full_timeline_map_is_counted_and_reported(loop_drive: BlockDevice) ->
     # still exact where the other maps had room
     w = run.devices[0].direction("write")
     assert (w.sizes, w.completed) == ({4 * KiB: 3}, 3)
-    text = ConsoleRenderer(width=200).render(run)
+    text = render(run, "console", RenderOptions(width=200))
     assert "warning: events not recorded because a kernel map was full (timeline: 3" in text
 
 

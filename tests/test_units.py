@@ -5,7 +5,7 @@ from collections.abc import Callable
 import pytest
 
 from iotune.model import units
-from iotune.model.units import parse_rate, parse_size
+from iotune.model.units import parse_count, parse_rate, parse_size
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -20,6 +20,26 @@ def test_parse_size(text: str, expected: int) -> None:
 def test_parse_size_rejects(text: str) -> None:
     with pytest.raises(ValueError, match="size|whole number"):
         parse_size(text)
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("16B", 16_000_000_000), ("16b", 16_000_000_000), ("1.5B", 1_500_000_000), ("350M", 350_000_000),
+    ("7e9", 7_000_000_000), ("1.5e9", 1_500_000_000), ("8000000000", 8_000_000_000), ("125k", 125_000),
+    ("2T", 2_000_000_000_000), (" 70B ", 70_000_000_000), ("0.5B", 500_000_000),
+])
+def test_parse_count_takes_model_sizes(text: str, expected: int) -> None:
+    assert parse_count(text) == expected
+
+
+@pytest.mark.parametrize("text,message", [
+    ("16GB", "is not a parameter count: write it as 16B, 1.5B, 350M, 7e9 or 8000000000"),
+    ("16G", "is not a parameter count"), ("abc", "is not a parameter count"), ("-3B", "is not a parameter count"),
+    ("", "is not a parameter count"), ("1.5", "is not a whole number of parameters"),
+    ("0", "give a parameter count above 0"), ("0B", "give a parameter count above 0"),
+])
+def test_parse_count_rejects_with_the_forms_it_takes(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_count(text)
 
 
 def test_parse_rate() -> None:

@@ -1,4 +1,4 @@
-"""Warm starts of the built-in workload (iotune.workloads.zygote): forks of a
+"""Warm starts of the built-in workload (iotune.workloads.warmstart): forks of a
 process that has imported torch, transformers and DeepSpeed. Each fork must
 compute exactly what an exec'd run computes, with the run's own thread
 count, cgroup and time limit, and a server that dies must not cost a trial."""
@@ -24,7 +24,8 @@ from iotune.sweep.executor import Target
 from iotune.sweep import recommend
 from iotune.sweep.recommend import ds_fragment, validate_with_deepspeed
 from iotune.sweep.steps_executor import StepsExecutor
-from iotune.workloads.zygote import WarmStarter, WarmStartUnavailable
+from iotune.errors import WarmStartUnavailable
+from iotune.workloads.warmstart import WarmStarter
 
 from .conftest import ext4_mount, needs_deepspeed, needs_root
 

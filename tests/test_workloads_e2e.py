@@ -233,13 +233,13 @@ def test_plan_predicts_traced_swap_bytes_exactly(swap_fs, tmp_path: Path, size: 
     from iotune.analysis.planner import make_plan
     from iotune.model.attribution import GRADIENTS, OPTIMIZER_CATEGORIES
     from iotune.model.plan import PlanInput
-    from iotune.workloads.presets import swappable_params
+    from iotune.workloads.presets import tensor_numels
 
     device, mnt = swap_fs
     run, _, _ = traced(tmp_path, device, workload("nvme-opt", mnt / f"plan-{size}", "--size", size))
     shape = PRESETS[size]
     plan = make_plan(PlanInput(params=shape.param_count(), strategy="nvme-opt", precision="fp32",
-                               swappable_params=swappable_params(shape)))
+                               numels=tuple(tensor_numels(shape))))
     rows = check(plan, run)
     swap_rows = [r for r in rows if r.category != BLOCK_LEVEL]
     assert {r.category for r in swap_rows} == {*OPTIMIZER_CATEGORIES, GRADIENTS}

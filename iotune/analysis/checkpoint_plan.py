@@ -26,7 +26,10 @@ from ..model.plan import CheckpointPlan, Plan, PlanInput
 
 
 def plan_knobs(inp: PlanInput, block_size: int = 1 << 20) -> OffloadKnobs:
-    """The offload knobs of a planned strategy (DeepSpeed's defaults otherwise)."""
+    """The offload knobs of the plan: its config's (--ds-config), else the
+    strategy's with DeepSpeed's defaults."""
+    if inp.knobs is not None:
+        return inp.knobs
     stage = {"baseline": 1, "cpu": 2, "zenflow": 2}.get(inp.strategy, 3)
     device = "nvme" if inp.strategy in ("nvme-opt", "nvme-all") else "cpu" if stage == 2 else "none"
     return OffloadKnobs(stage=stage, optimizer_device=device,

@@ -30,23 +30,16 @@ Xinnor's published offload benchmark has exactly this
 space: 16 B per parameter with the optimizer on NVMe, 18 B with the weights
 too (both cases give the same model size, 14.22e9 parameters).
 
-NVMe traffic per optimizer step (derived from ZeRO-Infinity's swapper, which
-the attribution of real traces confirms: every optimizer tensor is read in
-and written back once per step, and the fp32 gradients of swappable tensors
-are swapped out and back in):
-
-    optimizer state   read 12 B x P_opt     write 12 B x P_opt
-    gradients         read  4 B x P_swap    write  4 B x P_swap
-    parameters        read  2 x w x A x P_swap  write  w x P_swap  (nvme-all only; w = 2 B in bf16:
-                      fetched for forward and again for backward in each of the A = grad_accum
-                      micro-steps, written once after the update)
-
-P_opt = params / gpus. P_swap counts only parameters in tensors DeepSpeed
-swaps — at least max(1 MiB, aio.block_size) in their swap dtype — divided
-by gpus; for billion-parameter models that is essentially all of them. Each
-swapped tensor is padded to 1 KiB (O_DIRECT alignment): under 1 KiB per
-tensor, ignored here. Parameter traffic is an upper bound: a model whose
-swappable parameters fit the swap buffers is fetched once and stays resident.
+NVMe traffic per optimizer step and NVMe space are iotune.model.offload's,
+the one model of DeepSpeed's swapper that `sweep --offload` and `lint` use
+too (checked against traced runs): every swapped optimizer sub-group's three
+states and every gradient partition of at least max(1 MiB, aio block_size)
+are read and written once per step, each padded for O_DIRECT; a smaller
+tensor stays in RAM. With parameters on NVMe, each swapped parameter is read
+for forward and again for backward in each of the grad_accum micro-steps and
+written once after the update (an upper bound). Host memory is
+iotune.model.host_memory's. Where only a parameter count is known, the model
+is cut into tensors of 128 Mi elements (JobShape.from_params).
 
 Storage time per step = (read + write) / (drives x drive bandwidth), with
 drives striped (RAID0): the bytes of one step must cross the drives'
@@ -58,25 +51,40 @@ from __future__ import annotations
 import math
 
 from ..model import units
-from ..model.attribution import GRADIENTS, OPTIMIZER_CATEGORIES, PARAMETERS
+from ..model.host_memory import HostContext, HostMemory, host_memory
+from ..model.offload import JobShape, OffloadKnobs, nvme_space, step_traffic
 from ..model.plan import Plan, PlanInput, Traffic
 
 WEIGHT_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+OFFLOAD = {"nvme-opt": ("nvme", "none"), "nvme-all": ("nvme", "nvme"), "cpu": ("cpu", "none"),
+           "zenflow": ("cpu", "none")}
+
+
+def shape_of(inp: PlanInput) -> JobShape:
+    return JobShape(inp.numels, inp.gpus) if inp.numels else JobShape.from_params(inp.params, inp.gpus)
+
+
+def knobs_of(inp: PlanInput) -> OffloadKnobs:
+    """The config the plan is for: the given one, or the strategy's with DeepSpeed's defaults."""
+    if inp.knobs is not None:
+        return inp.knobs
+    opt, param = OFFLOAD.get(inp.strategy, ("none", "none"))
+    return OffloadKnobs(stage=3 if inp.strategy.startswith("nvme") else 2, optimizer_device=opt, param_device=param,
+                        dtype=inp.precision, block_size=inp.aio_block_size)
 
 
 def traffic(inp: PlanInput) -> Traffic:
     """NVMe bytes per optimizer step, per rank."""
     if inp.strategy not in ("nvme-opt", "nvme-all"):
         return Traffic()
-    p_opt = inp.params / inp.gpus
-    p_swap = (inp.swappable_params if inp.swappable_params is not None else inp.params) / inp.gpus
-    w = WEIGHT_BYTES[inp.precision]
-    read = {**{cat: 4 * p_opt for cat in OPTIMIZER_CATEGORIES}, GRADIENTS: 4 * p_swap}
-    write = dict(read)
-    if inp.strategy == "nvme-all":
-        read[PARAMETERS] = 2 * w * p_swap * inp.grad_accum
-        write[PARAMETERS] = w * p_swap
-    return Traffic(read, write)
+    read, write = step_traffic(knobs_of(inp), shape_of(inp), inp.grad_accum)
+    return Traffic({k: float(v) for k, v in read.items()}, {k: float(v) for k, v in write.items()})
+
+
+def host(inp: PlanInput) -> HostMemory:
+    """One rank's host memory (iotune.model.host_memory) under the plan's config."""
+    return host_memory(knobs_of(inp), shape_of(inp), HostContext(inp.accelerator, inp.baseline_bytes,
+                                                                 inp.activation_bytes))
 
 
 def memory(inp: PlanInput) -> dict[str, dict[str, float]]:
@@ -88,15 +96,10 @@ def memory(inp: PlanInput) -> dict[str, dict[str, float]]:
         return {"GPU": {"weights": w * p, "gradients": 4 * p / g, "Adam moments": 8 * p / g,
                         "master weights": 4 * p / g}, "CPU": {}, "NVMe": {}}
     gpu = {"weights": w * p if s != "nvme-all" else 0.0, "gradients (training dtype)": w * p}
-    cpu = {"gradients (fp32)": 4 * p / g, "pinned swap buffers": float(inp.pinned_buffer_bytes)}
-    nvme: dict[str, float] = {}
-    if s in ("cpu", "zenflow"):
-        cpu.update({"master weights": 4 * p / g, "Adam moments": 8 * p / g})
-    else:
-        p_swap = inp.swappable_params if inp.swappable_params is not None else p
-        nvme.update({"master weights": 4 * p / g, "Adam moments": 8 * p / g, "gradients (fp32)": 4 * p_swap / g})
-    if s == "nvme-all":
-        nvme["weights"] = w * p / g
+    mem = host(inp)
+    cpu = {i.label: float(i.nbytes) for i in mem.items if i.phase == "resident"}
+    cpu["transients at the peak (" + mem.peak_phase() + ")"] = float(mem.peak_bytes - mem.resident_bytes)
+    nvme = {k: float(v) for k, v in nvme_space(knobs_of(inp), shape_of(inp)).items()}
     return {"GPU": gpu, "CPU": cpu, "NVMe": nvme}
 
 
@@ -110,8 +113,10 @@ def make_plan(inp: PlanInput) -> Plan:
     need_bw = moved / inp.target_step_s if inp.target_step_s and moved else None
     drives = math.ceil(need_bw / inp.drive_bytes_per_s) if need_bw and inp.drive_bytes_per_s else None
     mem = memory(inp)
+    shape, knobs = shape_of(inp), knobs_of(inp)
+    swappable = sum(n for n in shape.numels if 4 * -(-n // shape.ranks) >= knobs.min_swap_bytes)
     return Plan(inp, mem, sum(mem["NVMe"].values()), opt, per_train, storage_s, need_bw, drives,
-                bottleneck(inp, moved, storage_s))
+                bottleneck(inp, moved, storage_s), host(inp), swappable)
 
 
 def bottleneck(inp: PlanInput, moved: float, storage_s: float | None) -> str:

@@ -50,4 +50,7 @@ def main() -> None:
     import signal
 
     signal.signal(signal.SIGTERM, _stop)
+    # Ctrl-C stops iotune wherever it was started: a shell script that runs it in the background hands
+    # it SIGINT ignored, and Python then leaves it ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     cli(prog_name="iotune")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import IotuneError
+from ..errors import IotuneError, UsageError
 from ..model.runfile import check_can_save, default_run_dir, give_to_sudo_user
 from ..volumes.beds import BEDS
 from .options import (chosen_format, drive_cap_option, emit, format_option, given, library_errors, out_option,
@@ -50,11 +50,11 @@ def demo(workdir: Path | None, drive_cap: float, out: Path | None, workload: str
 
     refuse_width_with_json(chosen_format(fmt, as_json))
     if bed is not None and given("drive_cap"):
-        raise click.UsageError(f"--bed {bed} runs on the bed's own drives and limits, not on a capped scratch drive: "
-                               f"drop --drive-cap, or drop --bed")
+        raise UsageError(f"--bed {bed} runs on the bed's own drives and limits, not on a capped scratch drive: "
+                         f"drop --drive-cap, or drop --bed")
     if workload == "fio" and given("steps"):
-        raise click.UsageError("--steps counts training steps; --workload fio runs a fixed fio job: drop --steps, "
-                               "or use --workload train")
+        raise UsageError("--steps counts training steps; --workload fio runs a fixed fio job: drop --steps, "
+                         "or use --workload train")
     cap = drive_cap
     check_can_save(out or RUNS_ROOT, or_else="")     # before the training run, not after it
     run = run_demo(workdir, int(cap), say, workload, steps, bed=bed)

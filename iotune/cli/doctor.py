@@ -43,13 +43,14 @@ def doctor(fix: bool, odirect_path: str | None, ds_config: Path | None, model_pr
 
     \b
     With --ds-config: one verdict per check for that job instead — the
-    config (iotune lint), DeepSpeed's async_io op loading, O_DIRECT at
-    DeepSpeed's alignment and free space on each nvme_path (against
-    iotune plan), locked swap buffers against ulimit -l, RAM and the
-    container's memory limit, another job using the same nvme_path,
-    stale op-build locks (--fix removes them), and with --checkpoint-dir
-    the checkpoints' place, free space for --keep of them and earlier tags
-    a new save could not overwrite (DeepSpeed #7549).
+    config (iotune lint), DeepSpeed's async_io op loading (by the DeepSpeed
+    of iotune's own Python: run the doctor from the job's environment when
+    the job runs in another), O_DIRECT at DeepSpeed's alignment and free
+    space on each nvme_path (against iotune plan), locked swap buffers
+    against ulimit -l, RAM and the container's memory limit, another job
+    using the same nvme_path, stale op-build locks (--fix removes them),
+    and with --checkpoint-dir the checkpoints' place, free space for --keep
+    of them and earlier tags a new save could not overwrite (DeepSpeed #7549).
     """
     from ..doctor.checks import run_checks
     from ..doctor.fixes import apply_fixes
@@ -85,21 +86,40 @@ def refuse_without_ds_config(ds_config: Path | None, model_preset: str | None, p
         inert = [flag for flag, name in (("--gpus", "gpus"), ("--aio-timeout", "aio_timeout"),
                                          ("--checkpoint-dir", "checkpoint_dir"), ("--keep", "keep")) if given(name)]
         if inert:
-            raise click.UsageError(f"{inert[0]} goes with --ds-config FILE (the job's checks): add --ds-config, "
-                                   f"or drop {inert[0]}")
+            raise UsageError(f"{inert[0]} goes with --ds-config FILE (the job's checks): add --ds-config, "
+                             f"or drop {inert[0]}")
     elif odirect_path is not None:
-        raise click.UsageError("--ds-config checks O_DIRECT on the config's own nvme_path: drop --path (or drop "
-                               "--ds-config to check --path with the machine's checks)")
+        raise UsageError("--ds-config checks O_DIRECT on the config's own nvme_path: drop --path (or drop "
+                         "--ds-config to check --path with the machine's checks)")
 
 
 def _job(path: Path, model_preset: str | None, params: int | None, gpus: int) -> Job:
     from ..doctor.job import Job
     from ..dsconfig import read_ds_config
-    from ..workloads.presets import swappable_params
+    from ..workloads.presets import tensor_numels
 
     shape, params = model_size(model_preset, params, required=False)
     cfg = read_ds_config(path)
+    accelerator, baseline = machine_baseline()
     if shape is None:
-        return Job(cfg, params, gpus=gpus)
-    return Job(cfg, shape.param_count(), swappable_params(shape),
-               max(shape.vocab * shape.hidden, shape.hidden * shape.intermediate), gpus)
+        return Job(cfg, params, gpus=gpus, baseline_bytes=baseline, accelerator=accelerator)
+    numels = tuple(tensor_numels(shape))
+    return Job(cfg, shape.param_count(), numels, max(numels), gpus, baseline, accelerator)
+
+
+def machine_baseline() -> tuple[str | None, int]:
+    """(DeepSpeed's accelerator here, what a process with torch and DeepSpeed
+    holds), measured once per environment; (None, 0) without DeepSpeed."""
+    import importlib.util
+
+    from ..errors import IotuneError
+    from ..workloads.baseline import measure_baseline
+
+    if importlib.util.find_spec("deepspeed") is None:
+        return None, 0
+    try:
+        found = measure_baseline()
+    except IotuneError as e:
+        say(f"doctor: {e}; the host-memory check leaves the process's own memory out")
+        return None, 0
+    return found.accelerator, found.baseline_bytes

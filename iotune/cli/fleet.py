@@ -17,119 +17,43 @@ import click
 
 from ..errors import UsageError
 from ..model.fleet import FleetRun
+from ..remote.hosts import default_remote_iotune, find_nodes
 from .options import emit, library_errors, say
+from .trace_options import RunOptions, TargetOptions
 
 if TYPE_CHECKING:
     from ..remote.ssh import Transport
-    from ..sweep.command import SweepArgs
-
-DEEPSPEED_LAUNCHERS = ("deepspeed", "ds")
-
-
-def fleet_hosts(hosts: str | None, hostfile: Path | None, argv: list[str]) -> tuple[str, ...]:
-    """The hosts of a multi-node trace: --hosts, --hostfile, or the
-    --hostfile of a DeepSpeed launcher command naming more than one host;
-    () for a single-node trace."""
-    from ..trace.fleet import read_hostfile
-
-    if hosts and hostfile:
-        raise UsageError("give --hosts or --hostfile, not both")
-    if hosts:
-        names = tuple(h.strip() for h in hosts.split(",") if h.strip())
-        if len(set(names)) != len(names):
-            raise UsageError(f"--hosts names a host twice ({hosts}): list each host once")
-        return names
-    if hostfile:
-        return read_hostfile(hostfile)
-    launcher_file = deepspeed_hostfile(argv)
-    if launcher_file is not None and launcher_file.is_file():
-        names = read_hostfile(launcher_file)
-        if len(names) > 1:
-            say(f"tracing every host of {launcher_file} (DeepSpeed's --hostfile): {', '.join(names)}")
-            return names
-    return ()
+    from ..sweep.modes import SweepArgs
 
 
 def fleet_nodes(hosts: str | None, hostfile: Path | None, slurm: bool,
                 argv: list[str], command: str = "trace") -> tuple[tuple[str, ...], Transport] | None:
-    """The nodes of a multi-node trace and how to reach them: every node of
-    the Slurm allocation via srun (--slurm, or a `deepspeed --launcher slurm`
-    command), or the hosts of --hosts,
-    --hostfile or a DeepSpeed launcher's hostfile via ssh; None for a
-    single-node trace."""
-    from ..remote.ssh import SshTransport, ssh_options_from_env
-    from ..remote.slurm import SrunTransport, slurm_allocation
-
-    verb = {"trace": "tracing", "sweep": "sweeping"}[command]
-
-    if not slurm and not hosts and not hostfile and deepspeed_option(argv, ("--launcher",)) == "slurm":
-        say("tracing every node of the Slurm allocation (DeepSpeed's --launcher slurm): as with --slurm")
-        slurm = True
-    if slurm:
-        if hosts or hostfile:
-            raise UsageError("give --slurm or --hosts/--hostfile, not both: --slurm traces every node of the "
-                             "Slurm allocation")
-        alloc = slurm_allocation(os.environ)
-        say(f"{verb} the {len(alloc.nodes)} node(s) of Slurm job {alloc.job_id} via srun: {', '.join(alloc.nodes)}")
-        return alloc.nodes, SrunTransport(alloc.job_id)
-    names = fleet_hosts(hosts, hostfile, argv)
-    if names:
-        return names, SshTransport(ssh_options_from_env(dict(os.environ)))
-    nnodes = os.environ.get("SLURM_JOB_NUM_NODES") or os.environ.get("SLURM_NNODES") or "1"
-    # (not inside a job step: that is a node's own part of a multi-node run, started by srun)
-    if os.environ.get("SLURM_JOB_ID") and nnodes.isdigit() and int(nnodes) > 1 and not os.environ.get("SLURM_STEP_ID"):
-        say(f"inside Slurm job {os.environ['SLURM_JOB_ID']} of {nnodes} nodes, {verb} this node only: add --slurm "
-            f"(and --path) to {command} every node")
-    return None
+    """The nodes of a multi-node trace or sweep and how to reach them (None:
+    one node), from the options and this process's environment."""
+    return find_nodes(hosts, hostfile, slurm, argv, os.environ, say, command)
 
 
-def deepspeed_hostfile(argv: list[str]) -> Path | None:
-    """The --hostfile/-H of a `deepspeed` launcher command line, if any."""
-    value = deepspeed_option(argv, ("--hostfile", "-H"))
-    return Path(value) if value is not None else None
-
-
-def deepspeed_option(argv: list[str], names: tuple[str, ...]) -> str | None:
-    """The value of a `deepspeed` launcher command line's option (`--name
-    V` or `--name=V`) before the user script, if any."""
-    if not argv or os.path.basename(argv[0]) not in DEEPSPEED_LAUNCHERS:
-        return None
-    for i, arg in enumerate(argv[1:], 1):
-        name, eq, value = arg.partition("=")
-        if eq and name in names:
-            return value
-        if arg in names and i + 1 < len(argv):
-            return argv[i + 1]
-        if not arg.startswith("-"):
-            return None       # the user script: the rest are its arguments
-    return None
-
-
-def default_remote_iotune() -> str:
-    """iotune at the same path as here (the venv's entry point), as
-    DeepSpeed's launcher assumes the same Python path on every node."""
-    return str(Path(sys.executable).with_name("iotune"))
-
-
-def trace_fleet_cli(hosts: tuple[str, ...], transport: Transport, devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool,
-                    interval: float | None, no_inject: bool, remote_iotune: str | None, as_root: bool,
-                    stdout_to_stderr: bool, argv: list[str]) -> tuple[FleetRun, int | None]:
-    """Run the multi-node trace; (FleetRun, the command's exit status)."""
+def trace_fleet_cli(found: tuple[tuple[str, ...], Transport], targets: TargetOptions, how: RunOptions,
+                    remote_iotune: str | None, stdout_to_stderr: bool, argv: list[str]) -> tuple[FleetRun, int | None]:
+    """Run the multi-node trace on the `found` hosts (reached through their
+    transport); (FleetRun, the command's exit status)."""
     from ..trace.child import sudo_user
     from ..trace.fleet import FleetOptions, trace_fleet
 
     if not argv:
         raise UsageError("a multi-node trace needs a command: iotune trace --hosts H1,H2 --path P -- CMD ARGS...")
-    if not paths and not devices:
+    if not targets.paths and not targets.devices:
         raise UsageError("a multi-node trace needs --path P (each host traces the device(s) holding P there, "
                          "e.g. your nvme_path) or --device D")
-    inject = not no_inject
-    agent_args = [*(a for p in paths for a in ("--path", p)), *(a for d in devices for a in ("--device", d)),
-                  *(["--with-lower"] if with_lower else []),
-                  "--interval", f"{interval or (0.01 if inject else 1.0):g}"]
-    opts = FleetOptions(hosts=hosts, agent_args=tuple(agent_args), remote_iotune=remote_iotune or default_remote_iotune(),
-                        inject=inject, transport=transport,
-                        run_as=None if as_root else sudo_user(), stdout_to_stderr=stdout_to_stderr)
+    inject = not how.no_inject
+    agent_args = [*(a for p in targets.paths for a in ("--path", p)),
+                  *(a for d in targets.devices for a in ("--device", d)),
+                  *(["--with-lower"] if targets.with_lower else []),
+                  "--interval", f"{how.interval or (0.01 if inject else 1.0):g}"]
+    hosts, transport = found
+    opts = FleetOptions(hosts=hosts, agent_args=tuple(agent_args), transport=transport, inject=inject,
+                        remote_iotune=remote_iotune or default_remote_iotune(),
+                        run_as=None if how.as_root else sudo_user(), stdout_to_stderr=stdout_to_stderr)
     outcome = trace_fleet(argv, opts, say)
     return outcome.fleet, outcome.exit_status
 
@@ -175,7 +99,7 @@ def sweep_hosts(hosts: tuple[str, ...], transport: Transport, args: SweepArgs, r
 
     from ..analysis.fleet_sweep import fleet_sweep_report
     from ..render.registry import render
-    from ..sweep.command import build_profile
+    from ..sweep.modes import build_profile
     from ..sweep.fleet import FleetSweepOptions, sweep_fleet
 
     if args.target_dir is None:

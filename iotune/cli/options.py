@@ -5,18 +5,20 @@ maps errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import shutil
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 from click.core import ParameterSource
 
-from ..errors import IotuneError
-from ..model.units import parse_rate, parse_size
+from ..errors import IotuneError, UsageError
+from ..model.units import parse_count, parse_rate, parse_size
 from ..render.base import RenderOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -41,42 +43,47 @@ def library_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-class SizeType(click.ParamType):
-    """A byte count: 512K and 1M are binary (KiB, MiB), 200MB decimal."""
+def option_group(cls: type[Any], name: str, *options: Callable[[F], F]) -> Callable[[F], F]:
+    """`options` (click option decorators, top to bottom as they are shown
+    in --help) handed to the command as one frozen dataclass `cls` under
+    parameter `name`: each field of `cls` is one option's parameter name.
+    click sees the options themselves, so --help and the reference list
+    every one of them."""
+    names = [f.name for f in dataclasses.fields(cls)]
 
-    name = "SIZE"
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            kwargs[name] = cls(**{n: kwargs.pop(n) for n in names})
+            return fn(*args, **kwargs)
 
-    def convert(self, value: Any, param: Any, ctx: Any) -> int:
-        if isinstance(value, int):
-            return value
+        decorated: Any = wrapper
+        for option in reversed(options):
+            decorated = option(decorated)
+        return decorated  # type: ignore[no-any-return]
+
+    return decorate
+
+
+class ParsedType(click.ParamType):
+    """A value typed the way iotune parses it (`parse`: a ValueError's message
+    becomes click's error); a number given directly (a default) is taken as
+    it is, through `number`. With `positive` (an example), 0 is refused."""
+
+    def __init__(self, name: str, parse: Callable[[str], Any], number: Callable[[Any], Any],
+                 positive: str = "") -> None:
+        self.name, self.parse, self.number, self.positive = name, parse, number, positive
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return self.number(value)
         try:
-            return parse_size(str(value))
+            parsed = self.parse(str(value))
         except ValueError as e:
             self.fail(str(e), param, ctx)
-
-
-class RateType(click.ParamType):
-    """Bytes per second: 200MB/s (decimal), 2GiB/s (binary); `/s` optional."""
-
-    name = "RATE"
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> float:
-        if isinstance(value, (int, float)):
-            return float(value)
-        try:
-            return parse_rate(str(value))
-        except ValueError as e:
-            self.fail(str(e), param, ctx)
-
-
-class PositiveSizeType(SizeType):
-    """A byte count above 0 (a drive's capacity or endurance)."""
-
-    def convert(self, value: Any, param: Any, ctx: Any) -> int:
-        size = super().convert(value, param, ctx)
-        if size <= 0:
-            self.fail(f"{value!r}: give a size above 0, e.g. 600TB", param, ctx)
-        return size
+        if self.positive and parsed <= 0:
+            self.fail(f"{value!r}: give a {self.name.lower()} above 0, e.g. {self.positive}", param, ctx)
+        return parsed
 
 
 class SettingType(click.ParamType):
@@ -112,9 +119,10 @@ def setting_help(key: str, text: str) -> str:
     return f"{text}  [{each}{bound.short_rule()}]"
 
 
-SIZE = SizeType()
-POSITIVE_SIZE = PositiveSizeType()
-RATE = RateType()
+SIZE = ParsedType("SIZE", parse_size, int)                  # 512K and 1M binary (KiB, MiB), 200MB decimal
+POSITIVE_SIZE = ParsedType("SIZE", parse_size, int, positive="600TB")   # a drive's capacity or endurance
+RATE = ParsedType("RATE", parse_rate, float)                # bytes/s: 200MB/s decimal, 2GiB/s binary; /s optional
+COUNT = ParsedType("N", parse_count, int)                   # a parameter count: 16B, 1.5B, 350M, 7e9
 
 
 def csv_list(convert: Callable[[str], Any]) -> Callable[[Any, Any, str | None], tuple[Any, ...] | None]:
@@ -176,13 +184,14 @@ def renamed_option(old: str, new: str, dest: str, **attrs: Any) -> Callable[[F],
             value = kwargs.pop(alias_dest, None)
             if value is not None:
                 if given(dest):
-                    raise click.UsageError(f"{old} is the old spelling of {new}: give {new} only")
+                    raise UsageError(f"{old} is the old spelling of {new}: give {new} only")
                 say(f"warning: {old} is deprecated and will be removed in the next release: use {new}")
                 kwargs[dest] = value
                 click.get_current_context().set_parameter_source(dest, ParameterSource.COMMANDLINE)
             return fn(*args, **kwargs)
 
-        return click.option(old, alias_dest, hidden=True, default=None, **attrs)(wrapper)  # type: ignore[return-value]
+        option = click.option(old, alias_dest, hidden=True, default=None, **attrs)
+        return option(library_errors(wrapper))  # type: ignore[return-value]
 
     return decorate
 
@@ -200,8 +209,8 @@ def report_options(fn: F) -> F:
 def refuse_width_with_json(fmt: str) -> None:
     """--width shapes the console report only."""
     if fmt == "json" and given("width"):
-        raise click.UsageError("--width sets the console report's width, and --json prints no console report: "
-                               "drop --width")
+        raise UsageError("--width sets the console report's width, and --json prints no console report: "
+                         "drop --width")
 
 
 def html_option(fn: F) -> F:
@@ -215,7 +224,6 @@ def write_html(record: Any, path: Path | None) -> None:
     """`record`'s HTML report into `path` (nothing when None); says where on stderr."""
     if path is None:
         return
-    from ..errors import UsageError
     from ..render.registry import render
 
     try:
@@ -227,6 +235,27 @@ def write_html(record: Any, path: Path | None) -> None:
 
 def chosen_format(fmt: str, as_json: bool) -> str:
     return "json" if as_json else fmt
+
+
+@dataclass(frozen=True)
+class ReportOutput:
+    """How a command prints a trace report: --format/--json, --width,
+    --block-size and --html."""
+
+    fmt: str
+    as_json: bool
+    width: int | None
+    block_size: int | None
+    html_path: Path | None
+
+    @property
+    def format(self) -> str:
+        return chosen_format(self.fmt, self.as_json)
+
+
+def report_output(fn: F) -> F:
+    """--format/--json, --width, --block-size and --html as one ReportOutput (`output`)."""
+    return option_group(ReportOutput, "output", format_option, report_options, html_option)(fn)
 
 
 def emit(record: Any, fmt: str, width: int | None = None, block_size: int | None = None) -> None:
@@ -284,8 +313,9 @@ def model_size_options(note: str = "") -> Callable[[F], F]:
     """--model PRESET / --params N: the model's size, as a preset shape or a
     parameter count; give at most one (see model_size)."""
     def decorate(fn: F) -> F:
-        fn = click.option("--params", type=click.IntRange(min=1), default=None, metavar="N",
-                          help=f"{note}Or the model's parameter count, e.g. 8000000000 (not with --model).")(fn)
+        fn = click.option("--params", type=COUNT, default=None, metavar="N",
+                          help=f"{note}Or the model's parameter count, e.g. 16B, 1.5B, 350M or 7e9 "
+                               f"(not with --model).")(fn)
         return click.option("--model", "model_preset", default=None, metavar="PRESET",
                             help=f"{note}The model's shape: tiny, small, medium, wide, 1b, 3b, 8b or 16b "
                                  f"(not with --params).")(fn)
@@ -295,7 +325,6 @@ def model_size_options(note: str = "") -> Callable[[F], F]:
 def model_size(preset: str | None, params: int | None, required: bool) -> tuple[Any, int | None]:
     """(ModelShape or None, parameter count or None) from --model/--params:
     one of them, or none when not `required`."""
-    from ..errors import UsageError
     from ..workloads.presets import get_preset
 
     # iotune's UsageError, not click's: lint --json reports it in its JSON document
@@ -331,12 +360,26 @@ def multinode_options(verb: str, detail: str) -> Callable[[F], F]:
     return decorate
 
 
+@dataclass(frozen=True)
+class MultiNodeOptions:
+    """--hosts, --hostfile, --slurm and --remote-iotune (multinode_options)."""
+
+    hosts: str | None
+    hostfile: Path | None
+    slurm: bool
+    remote_iotune: str | None
+
+
+def multinode_group(verb: str, detail: str) -> Callable[[F], F]:
+    """multinode_options as one MultiNodeOptions (`nodes`)."""
+    return option_group(MultiNodeOptions, "nodes", multinode_options(verb, detail))
+
+
 def refuse_remote_iotune(remote_iotune: str | None, multinode: bool, command: str) -> None:
-    from ..errors import UsageError
 
     if remote_iotune and not multinode:
         raise UsageError(f"--remote-iotune is for a multi-node {command}: add --hosts, --hostfile or "
-                               f"--slurm, or drop --remote-iotune")
+                         f"--slurm, or drop --remote-iotune")
 
 
 def endurance_options(tbw_default: str, capacity_default: str) -> Callable[[F], F]:
@@ -351,3 +394,27 @@ def endurance_options(tbw_default: str, capacity_default: str) -> Callable[[F], 
                             help=f"One drive's rated endurance (total bytes written), e.g. 600TB, for the days "
                                  f"until it is reached (default: {tbw_default}).")(fn)
     return decorate
+
+
+# Commands with several modes: --help lists the options in sections, one per
+# group (what `iotune sweep` takes in each of its modes).
+
+class GroupedCommand(click.Command):
+    """A command whose --help lists its options under the groups
+    `groups` names (parameter name -> section), in the order the sections
+    first appear; an option not named there goes under "Options"."""
+
+    def __init__(self, *args: Any, groups: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.groups = dict(groups or {})
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        sections: dict[str, list[tuple[str, str]]] = {}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None:
+                sections.setdefault(self.groups.get(param.name or "", "Options"), []).append(record)
+        order = list(dict.fromkeys([*self.groups.values(), "Options"]))
+        for name in sorted(sections, key=lambda n: order.index(n) if n in order else len(order)):
+            with formatter.section(name):
+                formatter.write_dl(sections[name])

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
+
+from ..errors import UsageError
 
 from .options import (RATE, SIZE, chosen_format, emit, endurance_options, format_option, given, library_errors,
                       model_size, model_size_options)
@@ -36,6 +39,10 @@ STRATEGIES = ["baseline", "cpu", "nvme-opt", "nvme-all", "zenflow"]
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=None, metavar="STEPS",
               help="A checkpoint every STEPS optimizer steps: its save time and bytes are spread over them, in "
                    "the time per step and the SSD-wear forecast.")
+@click.option("--ds-config", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+              help="Plan this DeepSpeed config: its offload blocks, sub_group_size, buffers, aio block and dtype "
+                   "decide what is swapped, locked and held (the model `sweep --offload` and `lint` use); "
+                   "--strategy and --precision then come from it.")
 @click.option("--check", "check_run", type=click.Path(path_type=Path), default=None, metavar="RUN",
               help="Compare the prediction with a traced run of the same model and strategy.")
 @format_option
@@ -44,7 +51,7 @@ def plan(model_preset: str | None, params: int | None, strategy: str, precision:
          drive_bandwidth: float | None, drives: int, target_step: float | None, aio_block_size: int,
          check_run: Path | None, fmt: str, as_json: bool, step_time: float | None = None,
          drive_tbw: int | None = None, drive_capacity: int | None = None, keep: int = 1,
-         checkpoint_every: int | None = None) -> None:
+         checkpoint_every: int | None = None, ds_config: Path | None = None) -> None:
     """NVMe capacity, GB moved per step, storage time and drives needed for
     an offloaded training job, from the 18-bytes-per-parameter accounting.
 
@@ -57,27 +64,49 @@ def plan(model_preset: str | None, params: int | None, strategy: str, precision:
     """
     from ..analysis.calibration import check
     from ..analysis.checkpoint_plan import check_space, checkpoint_plan
-    from ..model.offload import JobShape
     from ..analysis.endurance import plan_endurance
-    from ..analysis.planner import make_plan
-    from ..model.plan import PlanInput
+    from ..analysis.planner import make_plan, shape_of
     from ..model.reports import PlanReport
     from ..model.runfile import load_run
-    from ..workloads.presets import swappable_params, tensor_numels
 
     shape, params = model_size(model_preset, params, required=True)
     if shape is None and given("aio_block_size"):
-        raise click.UsageError("--aio-block-size decides which tensors of a --model shape are swapped; a --params "
-                               "count has no tensors: give --model PRESET, or drop --aio-block-size")
-    swappable = swappable_params(shape, max(1 << 20, aio_block_size)) if shape is not None else None
-    inp = PlanInput(params=params or 0, strategy=strategy, precision=precision, grad_accum=grad_accum, gpus=gpus,
-                    swappable_params=swappable, drive_bytes_per_s=drive_bandwidth, drives=drives,
-                    target_step_s=target_step)
+        raise UsageError("--aio-block-size decides which tensors of a --model shape are swapped; a --params "
+                         "count has no tensors: give --model PRESET, or drop --aio-block-size")
+    if ds_config is not None:
+        for flag in ("strategy", "precision", "aio_block_size", "grad_accum"):
+            if given(flag):
+                raise UsageError(f"--{flag.replace('_', '-')} comes from --ds-config {ds_config}: drop it (or drop "
+                                 f"--ds-config)")
+    inp = plan_input(shape, params or 0, strategy, precision, grad_accum, gpus, drive_bandwidth, drives, target_step,
+                     aio_block_size, ds_config)
     result = make_plan(inp)
-    job = JobShape(tuple(tensor_numels(shape)), gpus) if shape is not None else JobShape.approximate(inp.params,
-                                                                                                      None, gpus)
-    ckpt = checkpoint_plan(result, job, keep, checkpoint_every, max(1 << 20, aio_block_size))
+    ckpt = checkpoint_plan(result, shape_of(inp), keep, checkpoint_every, inp.aio_block_size)
     check_space(ckpt, drive_capacity, drives)
     rows = tuple(check(result, load_run(check_run))) if check_run else None
     wear = plan_endurance(result, step_time, drive_tbw, drive_capacity, ckpt)
     emit(PlanReport(result, rows, wear, ckpt), chosen_format(fmt, as_json))
+
+
+def plan_input(shape: Any, params: int, strategy: str, precision: str, grad_accum: int, gpus: int,
+               drive_bandwidth: float | None, drives: int, target_step: float | None, aio_block_size: int,
+               ds_config: Path | None) -> Any:
+    """The PlanInput of the options: a config's knobs when given, the model's tensors when known."""
+    from ..dsconfig import read_ds_config
+    from ..model.offload import DTYPE_BYTES, OffloadKnobs
+    from ..model.plan import PlanInput
+    from ..workloads.presets import tensor_numels
+
+    knobs, micro = None, 1
+    if ds_config is not None:
+        cfg = read_ds_config(ds_config)
+        knobs = OffloadKnobs.from_ds_config(cfg)
+        strategy = ("nvme-all" if knobs.nvme_params else "nvme-opt" if knobs.nvme_optimizer else
+                    "cpu" if knobs.optimizer_device == "cpu" else "baseline")
+        precision, micro = knobs.dtype, int(cfg.get("train_micro_batch_size_per_gpu", 1))
+        grad_accum = int(cfg.get("gradient_accumulation_steps", 1))
+    numels = tuple(tensor_numels(shape)) if shape is not None else ()
+    activations = shape.activation_bytes(micro, shape.seq_len, DTYPE_BYTES[precision]) if shape is not None else 0
+    return PlanInput(params=params, strategy=strategy, precision=precision, grad_accum=grad_accum, gpus=gpus,
+                     drive_bytes_per_s=drive_bandwidth, drives=drives, target_step_s=target_step, numels=numels,
+                     knobs=knobs, aio_block_size=max(1 << 20, aio_block_size), activation_bytes=activations)

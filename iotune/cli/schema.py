@@ -10,8 +10,8 @@ from typing import Any
 
 import click
 
-from ..errors import UsageError
-from .options import CliError, json_option, library_errors
+from ..errors import IotuneError, UsageError
+from .options import json_option, library_errors
 
 
 @click.command()
@@ -43,7 +43,7 @@ def schema(name: str | None, show_path: bool, documents: tuple[Path, ...], as_js
             click.echo("".join(f"{n:<18} {title}\n" for n, title in listing), nl=False)
         return
     if show_path and documents:
-        raise click.UsageError("--path prints where the schema is, --validate checks files against it: give one")
+        raise UsageError("--path prints where the schema is, --validate checks files against it: give one")
     path = schema_path(name)
     if not documents:
         if show_path:
@@ -57,7 +57,7 @@ def schema(name: str | None, show_path: bool, documents: tuple[Path, ...], as_js
         click.echo(json.dumps({"schema": path.stem, "documents": verdicts}, indent=1))
     failures = [f"{doc}: {msg}" for doc, found in problems.items() for msg in found]
     if failures:
-        raise CliError(f"does not conform to {path.stem}:\n  " + "\n  ".join(failures))
+        raise IotuneError(f"does not conform to {path.stem}:\n  " + "\n  ".join(failures))
     if not as_json:
         click.echo("".join(f"{doc}: conforms to {path.stem}\n" for doc in documents), nl=False)
 

@@ -8,14 +8,37 @@ from typing import Any
 
 import click
 
+from ..errors import UsageError
 from ..volumes.beds import BEDS, DEFAULT_BED
 from .fleet import fleet_nodes, refuse_with_hosts, sweep_hosts
-from .options import (SIZE, SettingType, chosen_format, csv_list, drive_cap_option, emit, format_option, given,
-                      html_option, library_errors, multinode_options, out_option, refuse_remote_iotune, renamed_option,
-                      say, setting_help, setting_list, write_html)
+from .options import (SIZE, GroupedCommand, SettingType, chosen_format, csv_list, drive_cap_option, emit,
+                      format_option, given, html_option, library_errors, multinode_options, out_option,
+                      refuse_remote_iotune, renamed_option, say, setting_help, setting_list, write_html)
+
+# Every option's --help section (parameter name -> group): what each mode takes.
+DRIVE, AIO, STEPS, OFFLOAD = "Drive", "aio search", "Training steps (your job, or the built-in one)", \
+    "Whole offload (--offload)"
+LAYOUTS, NETFS, FLEET, OUTPUT = "Layouts (--layouts)", "Network filesystems (--netfs)", "Multi-node", \
+    "Output and journal"
+GROUPS = {
+    **dict.fromkeys(("target_dir", "bed"), DRIVE),
+    **dict.fromkeys(("profile", "executor", "block_sizes", "queue_depths", "aio_threads", "renamed_threads",
+                     "single_submit", "overlap_events", "engines", "grid", "repeats", "file_bytes", "export_to",
+                     "export_jobs"), AIO),
+    **dict.fromkeys(("confirm_top", "steps", "steps_timeout_s", "steps_cmd", "ds_config", "omp_threads"), STEPS),
+    **dict.fromkeys(("offload", "offload_model", "seq_len", "fixes", "max_host_memory", "what_if", "max_trials"),
+                    OFFLOAD),
+    **dict.fromkeys(("layout_drives", "filesystems", "drive_cap"), LAYOUTS),
+    **dict.fromkeys(("netfs", "dry_run"), NETFS),
+    **dict.fromkeys(("hosts", "hostfile", "slurm", "remote_iotune"), FLEET),
+    **dict.fromkeys(("out", "fresh", "apply_to", "in_place", "fmt", "as_json", "html_path"), OUTPUT),
+}
+OFFLOAD_ONLY = {"offload_model", "seq_len", "fixes", "max_host_memory", "what_if", "max_trials"}
+OFFLOAD_TAKES = {"target_dir", "bed", *OFFLOAD_ONLY, "steps", "steps_timeout_s", "steps_cmd", "ds_config", "out",
+                 "fresh", "apply_to", "in_place", "fmt", "as_json"}
 
 
-@click.command()
+@click.command(cls=GroupedCommand, groups=GROUPS)
 @click.option("--path", "target_dir", type=click.Path(path_type=Path), default=None, metavar="DIR",
               help="A directory on the drive to tune (your nvme_path). Default: a built-in emulated "
                    "drive with known limits.")
@@ -105,49 +128,49 @@ from .options import (SIZE, SettingType, chosen_format, csv_list, drive_cap_opti
                             "whether they deserve different settings")
 @click.option("--offload", is_flag=True,
               help="Tune the whole offload instead of the aio block: where optimizer state and parameters live, "
-                   "sub_group_size, pipelining and the buffers each needs, parameter buffers, on real steps of the "
-                   "built-in workload (--model), within the host's memory; candidates that would break one of "
-                   "DeepSpeed's bounds or not fit are refused with the numbers, never run.")
-@click.option("--model", "offload_model", default="small", show_default=True, metavar="PRESET",
-              help="With --offload: the built-in model the steps train (tiny, small, medium; wide: every weight larger than an 8 MiB aio block).")
+                   "sub_group_size, pipelining and the buffers each needs, parameter buffers, on real steps of "
+                   "YOUR job (--steps-cmd with --ds-config), within the host's memory; candidates that would break "
+                   "one of DeepSpeed's bounds or not fit the host are refused with the numbers, never run; the "
+                   "rest are ranked by a step-time prediction and only the front runs.")
+@click.option("--model", "offload_model", default=None, metavar="PRESET",
+              help="With --offload, instead of --steps-cmd: tune a built-in model on purpose (tiny, small, medium; "
+                   "wide: every weight larger than an 8 MiB aio block; 1b: Llama 3.2 1B). Default without "
+                   "--steps-cmd and --ds-config: small.")
+@click.option("--seq-len", type=click.IntRange(min=2), default=None, metavar="TOKENS",
+              help="With --offload --model: tokens per sample (default: the preset's; 128 keeps a 1b step to "
+                   "seconds of compute on a CPU).")
 @click.option("--fix", "fixes", multiple=True, metavar="KEY=VALUE",
               help="With --offload: pin a knob, in DeepSpeed's dotted names, e.g. "
                    "zero_optimization.offload_optimizer.device=nvme (repeat per knob).")
 @click.option("--max-host-memory", type=SIZE, default=None, metavar="SIZE",
-              help="With --offload: host memory one rank may use for offload (default: half of MemAvailable).")
+              help="With --offload: host memory one rank may use at its peak, everything counted (default: "
+                   "MemAvailable when the sweep starts).")
 @click.option("--what-if", "what_if", default=None, metavar="KEY=V1,V2,...",
               help="With --offload: run the chosen config at each value of a knob that changes the training itself "
-                   "(grad_accum, micro_batch) and report samples/s, the optimizer's share of the step and drive bytes "
-                   "per sample; never searched, never applied. E.g. grad_accum=1,4,8.")
+                   "(grad_accum, micro_batch; with ZenFlow in the config, topk_ratio and update_interval) and report "
+                   "samples/s, the optimizer's share of the step and drive bytes per sample; never searched, never "
+                   "applied. E.g. grad_accum=1,4,8 or topk_ratio=0.05,0.1,0.2.")
 @click.option("--max-trials", type=click.IntRange(1, 100), default=None, metavar="N",
-              help="With --offload: candidates run on real steps, cheapest by the cost model first  [default: 12]")
+              help="With --offload: at most this many candidates run on real steps, those predicted fastest "
+                   "first  [default: 12]")
 @format_option
 @html_option
 @library_errors
-def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any, queue_depths: Any,
-          aio_threads: Any, single_submit: Any, overlap_events: Any, engines: Any, grid: bool,
-          repeats: int | None, file_bytes: int | None, confirm_top: int | None, steps: int | None,
-          steps_timeout_s: float | None, steps_cmd: str | None, ds_config: Path | None, omp_threads: Any,
-          out: Path | None, fresh: bool,
-          apply_to: Path | None, in_place: bool, export_to: Path | None, export_jobs: Path | None,
-          layout_drives: int | None, drive_cap: float, fmt: str, as_json: bool, bed: str | None = None,
-          filesystems: Any = None, html_path: Path | None = None, hosts: str | None = None,
-          hostfile: Path | None = None, remote_iotune: str | None = None, netfs: bool = False,
-          dry_run: bool = False, slurm: bool = False, offload: bool = False, offload_model: str = "small",
-          fixes: tuple[str, ...] = (), max_host_memory: int | None = None, max_trials: int | None = None,
-          what_if: str | None = None) -> None:
+def sweep(**opts: Any) -> None:
     """Tune DeepSpeed's aio settings (block size, queue depth, threads, submit
-    modes) for a drive, and hand over a config DeepSpeed accepts as pasted.
+    modes) for a drive, and hand over a config DeepSpeed accepts as pasted;
+    or, with --offload, the whole offload block of your job.
 
     Each point writes and reads back tensor-sized files with O_DIRECT, the
     way ZeRO-Infinity's swapper does. The default adaptive search measures
     block size, then queue depth, then threads and submit modes around the
     best, then repeats the finalists and DeepSpeed's defaults (inside the
     noise the faster median still leads). The best candidates then run real
-    training steps in alternating pairs with DeepSpeed's defaults, and one
-    is recommended only if its optimizer step is faster beyond the noise;
-    otherwise the defaults are. Every trial is journaled as it ends: Ctrl-C
-    and re-run resumes where it stopped.
+    training steps in alternating pairs with DeepSpeed's defaults, added one
+    at a time until a sequential rule decides, and one is recommended only if
+    its optimizer step is faster beyond the noise; otherwise the defaults
+    are. Every trial is journaled as it ends: Ctrl-C and re-run resumes
+    where it stopped.
 
     \b
     Examples:
@@ -158,6 +181,8 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
       sudo iotune sweep --path /mnt/nvme/swap --executor aio --apply ds_config.json
       sudo iotune sweep --path /mnt/nvme/swap --ds-config ds_config.json \\
           --steps-cmd "deepspeed train.py --deepspeed_config {config}" --omp-threads 1,2
+      sudo iotune sweep --offload --path /mnt/nvme/swap --ds-config ds_config.json \\
+          --steps-cmd "deepspeed train.py --deepspeed_config {config}" --apply ds_config.json
       sudo iotune sweep --hostfile hosts --path /mnt/nvme/swap --profile quick
       iotune sweep --slurm --path /mnt/nvme/swap --profile quick       (in an sbatch script)
       sudo iotune sweep --path /lustre/swap --netfs --dry-run
@@ -170,98 +195,153 @@ def sweep(target_dir: Path | None, profile: str, executor: str, block_sizes: Any
     their noise below the median, and says whether the nodes deserve
     different settings.
     """
-    from ..render.progress import sweep_progress
-    from ..sweep.command import (SpaceOverrides, SweepArgs, run_layouts_command, run_netfs_command,
-                                 run_sweep_command)
+    opts["fmt"] = chosen_format(opts["fmt"], opts.pop("as_json"))
+    if opts["offload"]:
+        run_offload_mode(opts)
+        return
+    refuse_given(OFFLOAD_ONLY, "go{es} with --offload (the whole-offload search): add --offload")
+    run_aio_mode(opts)
 
-    fmt = chosen_format(fmt, as_json)
-    refuse_inert(apply_to, in_place, layout_drives, netfs, dry_run, fmt, html_path, export_to, export_jobs)
-    if offload:
-        from .offload import refuse_offload_with, run_offload
-        refuse_offload_with(layouts=layout_drives, netfs=netfs, hosts=hosts, hostfile=hostfile,
-                            slurm=slurm, export=export_to, export_jobs=export_jobs, html=html_path,
-                            omp_threads=omp_threads, grid=grid, profile=given("profile"),
-                            executor=given("executor"), block_sizes=block_sizes, queue_depths=queue_depths,
-                            aio_threads=aio_threads, single_submit=single_submit, overlap_events=overlap_events,
-                            engines=engines, repeats=repeats, file_bytes=file_bytes, confirm=confirm_top,
-                            filesystems=filesystems, remote_iotune=remote_iotune, dry_run=dry_run)
-        if bed is not None and target_dir is not None:
-            raise click.UsageError("--bed excludes --path: give one of them")
-        run_offload(target_dir, bed, offload_model, ds_config, fixes, max_host_memory, max_trials or 12, steps, out,
-                    fresh, apply_to, in_place, fmt, what_if, steps_cmd, steps_timeout_s)
-        return
-    from .offload import refuse_without_offload
-    refuse_without_offload(model=given("offload_model"), fix=fixes, max_host_memory=max_host_memory,
-                           max_trials=max_trials, what_if=what_if)
-    fleet = fleet_nodes(hosts, hostfile, slurm, [], command="sweep")
-    refuse_remote_iotune(remote_iotune, bool(fleet), "sweep")
+
+def run_offload_mode(opts: dict[str, Any]) -> None:
+    """`sweep --offload`: the options it takes, the search, --apply, the report."""
+    from ..sweep.offload_mode import OffloadArgs, run_offload_command
+
+    refuse_given(set(GROUPS) - OFFLOAD_TAKES - {"offload"},
+                 "belong{s} to the aio sweep: drop {them}, or drop --offload")
+    if opts["bed"] is not None and opts["target_dir"] is not None:
+        raise UsageError("--bed excludes --path: give one of them")
+    refuse_inert_apply(opts)
+    if opts["apply_to"] is not None and not opts["steps_cmd"] and opts["offload_model"] is None:
+        raise UsageError(f"--apply {opts['apply_to']} would write what a built-in model's trials chose into your "
+                         f"config: give --steps-cmd (with --ds-config) so the trials run your own job, or name the "
+                         f"built-in model with --model to apply its result on purpose")
+    args = OffloadArgs(target_dir=opts["target_dir"], bed=opts["bed"], model=opts["offload_model"],
+                       seq_len=opts["seq_len"], ds_config=opts["ds_config"], steps_cmd=opts["steps_cmd"],
+                       fixes=opts["fixes"], max_host_memory=opts["max_host_memory"],
+                       max_trials=opts["max_trials"] or 12, steps=opts["steps"],
+                       steps_timeout_s=opts["steps_timeout_s"], out=opts["out"], fresh=opts["fresh"],
+                       what_if=opts["what_if"])
+    try:
+        outcome = run_offload_command(args, say)
+    except KeyboardInterrupt:
+        say("interrupted: every finished trial is in the journal; run the same command again to resume")
+        sys.exit(130)
+    if opts["apply_to"] is not None and outcome.recommended:
+        from ..sweep.offload_search import write_dotted
+        from ..sweep.recommend import apply_to_file
+        written, _ = apply_to_file(opts["apply_to"], write_dotted({}, outcome.recommended), opts["in_place"])
+        say(f"wrote {written}")
+    emit(outcome, opts["fmt"])
+    what_if_ran = bool(outcome.what_if) and all(w.status == "ok" for w in outcome.what_if)
+    if outcome.best is None and not outcome.recommended and not what_if_ran:
+        sys.exit(1)
+
+
+def refuse_given(names: set[str], verb: str) -> None:
+    """A UsageError naming the options of `names` the user gave: "--x, --y
+    `verb`" ({s}, {es}, {them}: singular or plural forms)."""
+    ctx = click.get_current_context()
+    flags = [p.opts[0] if p.opts[0].startswith("--") else p.opts[-1] for p in ctx.command.params
+             if p.name in names and given(p.name or "")]
+    if flags:
+        one = len(flags) == 1
+        text = verb.replace("{s}", "s" if one else "").replace("{es}", "es" if one else "")
+        raise UsageError(f"{', '.join(flags)} {text.replace('{them}', 'it' if one else 'them')}")
+
+
+def refuse_inert_apply(opts: dict[str, Any]) -> None:
+    if opts["in_place"] and opts["apply_to"] is None:
+        raise UsageError("--in-place says where --apply writes: add --apply DS_CONFIG, or drop --in-place")
+
+
+def run_aio_mode(opts: dict[str, Any]) -> None:
+    """The aio sweep: one drive, layouts, a network filesystem, or every node."""
+    from ..render.progress import sweep_progress
+    from ..sweep.modes import SpaceOverrides, SweepArgs, run_layouts_command, run_netfs_command, run_sweep_command
+
+    o = opts
+    refuse_inert(o["apply_to"], o["in_place"], o["layout_drives"], o["netfs"], o["dry_run"], o["fmt"],
+                 o["html_path"], o["export_to"], o["export_jobs"])
+    fleet = fleet_nodes(o["hosts"], o["hostfile"], o["slurm"], [], command="sweep")
+    refuse_remote_iotune(o["remote_iotune"], bool(fleet), "sweep")
     if fleet:
-        refuse_with_hosts(bed=bed, layouts=layout_drives, filesystems=filesystems, apply=apply_to,
-                          export=export_to, export_jobs=export_jobs, html=html_path)
-    if bed is not None and (target_dir is not None or layout_drives is not None):
-        raise click.UsageError("--bed excludes --path and --layouts: it sweeps a built-in test bed; give one of them")
-    if dry_run and not netfs:
-        raise click.UsageError("--dry-run goes with --netfs (it prints the knob commands a --netfs sweep runs)")
-    if netfs and (layout_drives is not None or bed is not None or fleet):
-        raise click.UsageError("--netfs sweeps the filesystem holding --path: it excludes --layouts, --bed and "
-                               "--hosts")
-    if layout_drives is not None and target_dir is not None:
-        raise click.UsageError("--layouts sweeps scratch drives it builds, not --path: drop --path (or drop "
-                               "--layouts to sweep the drive holding --path)")
-    if netfs and dry_run:
+        refuse_with_hosts(bed=o["bed"], layouts=o["layout_drives"], filesystems=o["filesystems"],
+                          apply=o["apply_to"], export=o["export_to"], export_jobs=o["export_jobs"],
+                          html=o["html_path"])
+    refuse_mode_mixes(o, bool(fleet))
+    if o["netfs"] and o["dry_run"]:
         from ..sweep.netfs import dry_run as netfs_dry_run
-        if target_dir is None:
-            raise click.UsageError("--netfs needs --path DIR on the network filesystem to tune")
-        click.echo("\n".join(netfs_dry_run(target_dir)))
+        click.echo("\n".join(netfs_dry_run(o["target_dir"])))
         return
-    if filesystems and layout_drives is None:
-        raise click.UsageError("--filesystems needs --layouts N (use --layouts 1 for one scratch drive)")
-    if export_to is not None:
+    if o["export_to"] is not None:
         from ..analysis.sweep_frames import check_export_path
-        check_export_path(export_to)      # before the sweep, not after it
-    args = SweepArgs(target_dir=target_dir, profile=profile, executor=executor,
-                     overrides=SpaceOverrides(block_size=block_sizes, queue_depth=queue_depths,
-                                              intra_op_parallelism=aio_threads, single_submit=single_submit,
-                                              overlap_events=overlap_events, engine=engines,
-                                              omp_threads=omp_threads),
-                     grid=grid, repeats=repeats, file_bytes=file_bytes, confirm_top=confirm_top, out=out,
-                     fresh=fresh, bed=bed, steps=steps, steps_timeout_s=steps_timeout_s, steps_cmd=steps_cmd,
-                     ds_config=ds_config)
+        check_export_path(o["export_to"])      # before the sweep, not after it
+    args = SweepArgs(target_dir=o["target_dir"], profile=o["profile"], executor=o["executor"],
+                     overrides=SpaceOverrides(block_size=o["block_sizes"], queue_depth=o["queue_depths"],
+                                              intra_op_parallelism=o["aio_threads"],
+                                              single_submit=o["single_submit"], overlap_events=o["overlap_events"],
+                                              engine=o["engines"], omp_threads=o["omp_threads"]),
+                     grid=o["grid"], repeats=o["repeats"], file_bytes=o["file_bytes"], confirm_top=o["confirm_top"],
+                     out=o["out"], fresh=o["fresh"], bed=o["bed"], steps=o["steps"],
+                     steps_timeout_s=o["steps_timeout_s"], steps_cmd=o["steps_cmd"], ds_config=o["ds_config"])
     if fleet:
-        if sweep_hosts(*fleet, args, remote_iotune, fmt):
+        if sweep_hosts(*fleet, args, o["remote_iotune"], o["fmt"]):
             sys.exit(1)
         return
     try:
         with sweep_progress() as on_trial:
-            if layout_drives is not None or netfs:
-                layouts = (run_netfs_command(args, say, on_trial) if netfs else
-                           run_layouts_command(args, layout_drives or 1, int(drive_cap), say, on_trial,
-                                               tuple(filesystems) if filesystems else None))
-                emit(layouts, fmt)
-                write_html(layouts, html_path)
+            if o["layout_drives"] is not None or o["netfs"]:
+                layouts = (run_netfs_command(args, say, on_trial) if o["netfs"] else
+                           run_layouts_command(args, o["layout_drives"] or 1, int(o["drive_cap"]), say, on_trial,
+                                               tuple(o["filesystems"]) if o["filesystems"] else None))
+                emit(layouts, o["fmt"])
+                write_html(layouts, o["html_path"])
                 return
             outcome, target = run_sweep_command(args, say, on_trial)
     except KeyboardInterrupt:
         say("interrupted: every finished trial is in the journal; run the same command again to resume")
         sys.exit(130)
-    if export_to is not None:
+    finish_aio(o, outcome, target)
+
+
+def refuse_mode_mixes(o: dict[str, Any], fleet: bool) -> None:
+    """The aio sweep's modes exclude each other; each refusal names the fix."""
+    if o["bed"] is not None and (o["target_dir"] is not None or o["layout_drives"] is not None):
+        raise UsageError("--bed excludes --path and --layouts: it sweeps a built-in test bed; give one of them")
+    if o["dry_run"] and not o["netfs"]:
+        raise UsageError("--dry-run goes with --netfs (it prints the knob commands a --netfs sweep runs)")
+    if o["netfs"] and (o["layout_drives"] is not None or o["bed"] is not None or fleet):
+        raise UsageError("--netfs sweeps the filesystem holding --path: it excludes --layouts, --bed and --hosts")
+    if o["layout_drives"] is not None and o["target_dir"] is not None:
+        raise UsageError("--layouts sweeps scratch drives it builds, not --path: drop --path (or drop --layouts "
+                         "to sweep the drive holding --path)")
+    if o["netfs"] and o["dry_run"] and o["target_dir"] is None:
+        raise UsageError("--netfs needs --path DIR on the network filesystem to tune")
+    if o["filesystems"] and o["layout_drives"] is None:
+        raise UsageError("--filesystems needs --layouts N (use --layouts 1 for one scratch drive)")
+
+
+def finish_aio(o: dict[str, Any], outcome: Any, target: Any) -> None:
+    """Exports, --apply, the report and the exit status of one drive's aio sweep."""
+    if o["export_to"] is not None:
         from ..analysis.sweep_frames import export_trials
-        export_trials(Path(outcome.journal), export_to)
-        say(f"trials exported to {export_to}")
-    if export_jobs is not None:
+        export_trials(Path(outcome.journal), o["export_to"])
+        say(f"trials exported to {o['export_to']}")
+    if o["export_jobs"] is not None:
         from ..sweep.fio_executor import export_jobfiles
-        say(f"{export_jobfiles(outcome.ranking, target, export_jobs)} fio job files in {export_jobs}")
-    if apply_to is not None and outcome.fragment:
+        say(f"{export_jobfiles(outcome.ranking, target, o['export_jobs'])} fio job files in {o['export_jobs']}")
+    if o["apply_to"] is not None and outcome.fragment:
         from dataclasses import replace
         from ..sweep.recommend import DS_AIO_KEYS, apply_to_file
-        written, dropped = apply_to_file(apply_to, outcome.fragment, in_place)
+        written, dropped = apply_to_file(o["apply_to"], outcome.fragment, o["in_place"])
         say(f"wrote {written}")
         if dropped:
             say(f"left out aio keys DeepSpeed ignores: {', '.join(dropped)} "
                 f"(it reads {', '.join(DS_AIO_KEYS)})")
         outcome = replace(outcome, applied_to=str(written), dropped_aio_keys=dropped)
-    emit(outcome, fmt)
-    write_html(outcome, html_path)
+    emit(outcome, o["fmt"])
+    write_html(outcome, o["html_path"])
     if outcome.recommended is None or outcome.validation_error or outcome.confirm_error:
         sys.exit(1)
 
@@ -270,17 +350,17 @@ def refuse_inert(apply_to: Path | None, in_place: bool, layout_drives: int | Non
                  fmt: str, html_path: Path | None, export_to: Path | None, export_jobs: Path | None) -> None:
     """Options that would do nothing in this combination are refused, each with its fix."""
     if in_place and apply_to is None:
-        raise click.UsageError("--in-place says where --apply writes: add --apply DS_CONFIG, or drop --in-place")
+        raise UsageError("--in-place says where --apply writes: add --apply DS_CONFIG, or drop --in-place")
     if given("drive_cap") and layout_drives is None:
-        raise click.UsageError("--drive-cap caps the scratch drives of --layouts: add --layouts N, or drop "
+        raise UsageError("--drive-cap caps the scratch drives of --layouts: add --layouts N, or drop "
                                "--drive-cap (a --path or --bed drive keeps its own speed)")
     if layout_drives is not None or netfs:
         which = "--layouts" if layout_drives is not None else "--netfs"
         extra = next((flag for flag, value in (("--apply", apply_to), ("--export", export_to),
                                                ("--export-jobs", export_jobs)) if value is not None), None)
         if extra:
-            raise click.UsageError(f"{extra} works on one drive's sweep, and {which} ranks several layouts: drop "
+            raise UsageError(f"{extra} works on one drive's sweep, and {which} ranks several layouts: drop "
                                    f"{extra}, or sweep the chosen layout with --path")
     if dry_run and (fmt == "json" or html_path is not None):
         flag = "--json" if fmt == "json" else "--html"
-        raise click.UsageError(f"--dry-run prints the commands a --netfs sweep would run, as text: drop {flag}")
+        raise UsageError(f"--dry-run prints the commands a --netfs sweep would run, as text: drop {flag}")

@@ -5,23 +5,23 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from ..errors import IotuneError, NoSpaceError, UsageError
-if TYPE_CHECKING:
-    from ..blockdev.devices import BlockDevice
-    from ..trace.applayer import AppOptions
 from ..model.fleet import FleetRun, is_fleet_dir, load_fleet
 from ..model.run import TraceRun
 from ..model.runfile import (check_can_save, default_run_dir, give_to_sudo_user, load_run, save_or_spare,
                               save_run_or_spare)
 from .fleet import fleet_nodes, trace_fleet_cli
-from .options import (chosen_format, emit, format_option, given, html_option, library_errors, multinode_options,
-                      out_option, refuse_remote_iotune, refuse_width_with_json, report_options, say, write_html)
-from .verdict_inputs import gather_inputs, trace_report, verdict_options
+from .options import (MultiNodeOptions, ReportOutput, chosen_format, emit, format_option, given, html_option,
+                      library_errors, multinode_group, refuse_remote_iotune, refuse_width_with_json, report_output,
+                      say, write_html)
+from .trace_options import RunOptions, SaveOptions, TargetOptions, run_options, save_options, target_options
+from .verdict_inputs import VerdictOptions, gather_inputs, trace_report, verdict_group
 
 if TYPE_CHECKING:
     from ..remote.ssh import Transport
@@ -41,44 +41,16 @@ def progress_printer() -> Callable[[float, int, int, int, int], None] | None:
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("-d", "--device", "devices", multiple=True, metavar="DEV",
-              help="Trace only this block device: name (loop0), /dev path or MAJ:MIN. Repeatable.")
-@click.option("-p", "--path", "paths", multiple=True, metavar="PATH",
-              help="Trace the device(s) holding PATH, e.g. your nvme_path (btrfs: every member). Repeatable.")
-@click.option("--app", "app_layer", is_flag=True,
-              help="Also trace the application layer: every read and write the command's processes submit "
-                   "(read/write/pread/pwrite/sendfile, libaio, io_uring), per file, next to the block requests. "
-                   "On by itself for a --path with no block device (FUSE, NFS).")
-@click.option("--with-lower", is_flag=True,
-              help="Also trace what the chosen devices sit on (a loop device's backing disk), "
-                   "reported separately and never added to totals.")
-@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None, metavar="S",
-              help="No command: trace for S seconds (Ctrl-C ends early).")
-@click.option("--interval", type=click.FloatRange(0.001, 3600), default=None, metavar="S",
-              help="Timeline resolution in seconds (default 1, or 0.01 when attributing I/O to "
-                   "training phases).")
-@click.option("--no-inject", is_flag=True,
-              help="Do not inject the attribution hooks into Python commands (phases and "
-                   "DeepSpeed swap I/O are then not reported).")
-@click.option("--linger", type=click.FloatRange(0, 3600), default=0.0, metavar="S",
-              help="Keep tracing S seconds after the command ends (to catch delayed writeback).")
-@multinode_options("trace", "an agent on each traces the devices holding --path there; the command runs here")
-@out_option("Save the run here (default: ./iotune-runs/<time>-<command>).")
-@click.option("--no-save", is_flag=True, help="Do not save the run.")
-@click.option("--as-root", is_flag=True,
-              help="Under sudo, run the command as root (default: as the user who ran sudo).")
-@format_option
-@report_options
-@html_option
-@verdict_options
+@target_options
+@run_options
+@multinode_group("trace", "an agent on each traces the devices holding --path there; the command runs here")
+@save_options
+@report_output
+@verdict_group
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @library_errors
-def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, duration: float | None,
-          interval: float | None, no_inject: bool, linger: float, out: Path | None, no_save: bool, as_root: bool,
-          fmt: str, as_json: bool, block_size: int | None, width: int | None, command: tuple[str, ...],
-          html_path: Path | None = None, probe_ceiling: bool = False, drive_tbw: int | None = None,
-          drive_capacity: int | None = None, hosts: str | None = None, hostfile: Path | None = None,
-          remote_iotune: str | None = None, slurm: bool = False, app_layer: bool = False) -> None:
+def trace(targets: TargetOptions, how: RunOptions, nodes: MultiNodeOptions, save: SaveOptions, output: ReportOutput,
+          verdict: VerdictOptions, command: tuple[str, ...]) -> None:
     """Trace block I/O of COMMAND (or of a time window) with eBPF.
 
     Every request on the chosen devices is counted in the kernel: exact sizes,
@@ -116,11 +88,22 @@ def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, du
     seconds (until the first training step; without the hook, after 10 s),
     and the command goes on when you remove it.
     """
-    from ..trace.child import sudo_user
-    from ..trace.session import TraceOptions, trace_command, trace_window
+    refuse_width_with_json(output.format)
+    argv = command_argv(command, how.duration)
+    refuse_inert(bool(argv), save, how)
+    found = fleet_nodes(nodes.hosts, nodes.hostfile, nodes.slurm, argv)
+    if not save.no_save:
+        check_can_save(save.out or RUNS_ROOT)     # before the command runs: no wasted run
+    if found and targets.app_layer:
+        raise UsageError("--app traces one machine: drop it for a multi-node trace")
+    if found:
+        return trace_hosts(found, targets, how, save, output, verdict, nodes.remote_iotune, argv)
+    refuse_remote_iotune(nodes.remote_iotune, False, "trace")
+    trace_here(argv, targets, how, save, output, verdict)
 
-    fmt = chosen_format(fmt, as_json)
-    refuse_width_with_json(fmt)
+
+def command_argv(command: tuple[str, ...], duration: float | None) -> list[str]:
+    """The command to trace (a leading `--` dropped); [] for a --duration window."""
     argv = list(command)
     if argv and argv[0] == "--":
         argv = argv[1:]
@@ -129,44 +112,45 @@ def trace(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, du
     if not argv and duration is None:
         raise UsageError("nothing to trace: give a command after `--` (iotune trace -- CMD ARGS...) "
                          "or a window with --duration S")
-    refuse_inert(bool(argv), out, no_save, linger, no_inject, as_root)
-    nodes = fleet_nodes(hosts, hostfile, slurm, argv)
-    if not no_save:
-        check_can_save(out or RUNS_ROOT)     # before the command runs: no wasted run
-    if nodes and app_layer:
-        raise UsageError("--app traces one machine: drop it for a multi-node trace")
-    if nodes:
-        return trace_hosts(*nodes, devices, paths, with_lower, interval, no_inject, remote_iotune, as_root,
-                           fmt, width, html_path, drive_tbw, drive_capacity, out, no_save, argv)
-    refuse_remote_iotune(remote_iotune, False, "trace")
-    inject = bool(argv) and not no_inject
-    chosen, app = trace_targets(devices, paths, with_lower, app_layer)
-    opts = TraceOptions(devices=chosen, interval_s=interval or (0.01 if inject else 1.0), linger_s=linger,
-                        run_as=None if as_root else sudo_user(), stdout_to_stderr=fmt != "console", inject=inject,
-                        app=app, block=bool(chosen) or app is None or not app.targets
-                        or any(t.has_block_layer for t in app.targets))
+    return argv
+
+
+def trace_here(argv: list[str], targets: TargetOptions, how: RunOptions, save: SaveOptions, output: ReportOutput,
+               verdict: VerdictOptions) -> None:
+    """The single-node trace: run it, save it, show its report."""
+    from ..trace.child import sudo_user
+    from ..trace.selection import choose_targets
+    from ..trace.session import TraceOptions, trace_command, trace_window
+
+    inject = bool(argv) and not how.no_inject
+    chosen = choose_targets(targets.devices, targets.paths, targets.with_lower, targets.app_layer, say)
+    opts = TraceOptions(devices=chosen.devices, interval_s=how.interval or (0.01 if inject else 1.0),
+                        linger_s=how.linger, run_as=None if how.as_root else sudo_user(),
+                        stdout_to_stderr=output.format != "console", inject=inject, app=chosen.app,
+                        block=chosen.block)
     progress = progress_printer()
-    run = trace_command(argv, opts, progress, notice(progress)) if argv else trace_window(duration or 0, opts, progress)
+    if argv:
+        run = trace_command(argv, opts, progress, notice(progress))
+    else:
+        run = trace_window(how.duration or 0, opts, progress)
     if progress:
         sys.stderr.write("\r\x1b[2K")
-    unsaved = None if no_save else save_and_say(run, out or default_run_dir(argv[0] if argv else "window"))
-    inputs = gather_inputs(run, probe_ceiling, drive_tbw, drive_capacity, say)
-    judged = trace_report(run, inputs)
-    emit(judged, fmt, width, block_size)
-    write_html(judged, html_path)
+    unsaved = None if save.no_save else save_and_say(run, save.out or default_run_dir(argv[0] if argv else "window"))
+    judged = trace_report(run, gather_inputs(run, verdict, say))
+    emit(judged, output.format, output.width, output.block_size)
+    write_html(judged, output.html_path)
     end_with([unsaved] if unsaved else [], run.exit_status)    # after the report: it may be all that is left
 
 
-def refuse_inert(command: bool, out: Path | None, no_save: bool, linger: float, no_inject: bool,
-                 as_root: bool) -> None:
+def refuse_inert(command: bool, save: SaveOptions, how: RunOptions) -> None:
     """Options that would do nothing in this combination are refused, each with its fix."""
-    if no_save and out is not None:
-        raise click.UsageError("-o/--out says where to save the run, and --no-save not to save it: drop one of them")
+    if save.no_save and save.out is not None:
+        raise UsageError("-o/--out says where to save the run, and --no-save not to save it: drop one of them")
     if not command:
-        for flag, set_ in (("--linger", given("linger")), ("--no-inject", no_inject), ("--as-root", as_root)):
+        for flag, set_ in (("--linger", given("linger")), ("--no-inject", how.no_inject), ("--as-root", how.as_root)):
             if set_:
-                raise click.UsageError(f"{flag} is about the traced command, and --duration traces a time window "
-                                       f"with none: drop {flag}, or give a command after `--`")
+                raise UsageError(f"{flag} is about the traced command, and --duration traces a time window "
+                                 f"with none: drop {flag}, or give a command after `--`")
 
 
 def notice(progress: Callable[[float, int, int, int, int], None] | None) -> Callable[[str], None]:
@@ -179,60 +163,29 @@ def notice(progress: Callable[[float, int, int, int, int], None] | None) -> Call
     return tell
 
 
-# kernel interfaces, not storage: a --path there is a mistake, not an application-layer trace
-PSEUDO_FILESYSTEMS = frozenset({"proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "tracefs", "debugfs",
-                                "securityfs", "bpf", "pstore", "configfs", "mqueue", "hugetlbfs", "fusectl"})
-
-
-def trace_targets(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool,
-                  app_layer: bool) -> tuple[tuple[BlockDevice, ...], AppOptions | None]:
-    """The block devices to trace and, with --app or a --path that has no
-    block device (FUSE, NFS), what the application probe keeps."""
-    from ..blockdev.devices import choose_devices
-    from ..blockdev.targets import path_target
-    from ..trace.applayer import AppOptions
-
-    targets = tuple(path_target(p) for p in paths)
-    pseudo = next((t for t in targets if t.fstype in PSEUDO_FILESYSTEMS), None)
-    if pseudo is not None:
-        raise UsageError(f"'{pseudo.path}' is on {pseudo.fstype} ({pseudo.source}), a kernel pseudo-filesystem with "
-                         f"no storage to trace: give a path on the drive or network filesystem that holds the "
-                         f"job's files (its nvme_path)")
-    no_block = [t for t in targets if not t.has_block_layer]
-    block_paths = tuple(t.path for t in targets if t.has_block_layer)
-    for t in no_block:
-        say(f"{t.path} is on {t.describe()}, which has no block device: tracing the application layer there")
-    chosen = tuple(choose_devices(devices, block_paths, with_lower)) if devices or block_paths else ()
-    if not (app_layer or no_block):
-        return chosen, None
-    return chosen, AppOptions(targets=targets, devices=tuple(choose_devices(devices)))
-
-
-def trace_hosts(hosts: tuple[str, ...], transport: Transport, devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool,
-                interval: float | None, no_inject: bool, remote_iotune: str | None, as_root: bool, fmt: str,
-                width: int | None, html_path: Path | None, drive_tbw: int | None, drive_capacity: int | None,
-                out: Path | None, no_save: bool, argv: list[str]) -> None:
+def trace_hosts(found: tuple[tuple[str, ...], Transport], targets: TargetOptions, how: RunOptions,
+                save: SaveOptions, output: ReportOutput, verdict: VerdictOptions, remote_iotune: str | None,
+                argv: list[str]) -> None:
     """The multi-node trace: run it, save the fleet, show its report."""
     from ..model.fleet import save_fleet
     from ..trace.lockwatch import check_before_start
 
-    if no_save:
+    if save.no_save:
         raise UsageError("a multi-node trace is always saved (its report reads the saved nodes): drop --no-save")
     warning = check_before_start(argv, dict(os.environ))       # this machine's cache: the launcher runs here
     if warning:
         say(warning)
-    fleet, status = trace_fleet_cli(hosts, transport, devices, paths, with_lower, interval, no_inject, remote_iotune,
-                                    as_root, fmt != "console", argv)
-    asked = out or default_run_dir(argv[0])
+    fleet, status = trace_fleet_cli(found, targets, how, remote_iotune, output.format != "console", argv)
+    asked = save.out or default_run_dir(argv[0])
     try:
         where, elsewhere = save_or_spare(lambda d: save_fleet(fleet, d), asked, spare_root())
     except NoSpaceError:
-        show_fleet(fleet, fmt, width, html_path, drive_tbw, drive_capacity)    # all that is left of it
+        show_fleet(fleet, output, verdict)    # all that is left of it
         raise
     give_to_sudo_user(where)
     if not elsewhere:
         say(f"saved {where}  (iotune report {where})")
-    report_fleet(where, fmt, width, html_path, False, drive_tbw, drive_capacity)
+    report_fleet(where, output, replace(verdict, probe_ceiling=False))
     end_with([p for p in (elsewhere, partial_failure(fleet, where)) if p], status)
 
 
@@ -267,8 +220,8 @@ def spare_root() -> Path:
     """Where a run goes when --out's drive is full: the temporary directory
     ($TMPDIR, else /tmp), under iotune-runs/. $TMPDIR is taken as it is
     (tempfile.gettempdir() would silently pass over a full one)."""
-    import os
     import tempfile
+
     tmpdir = os.environ.get("TMPDIR", "")
     return (Path(tmpdir) if tmpdir and Path(tmpdir).is_dir() else Path(tempfile.gettempdir())) / "iotune-runs"
 
@@ -289,48 +242,40 @@ def save_and_say(run: TraceRun, where: Path) -> str | None:
 
 @click.command()
 @click.argument("run_path", metavar="RUN", type=click.Path(path_type=Path))
-@format_option
-@report_options
-@html_option
-@verdict_options
+@report_output
+@verdict_group
 @library_errors
-def report(run_path: Path, fmt: str, as_json: bool, block_size: int | None, width: int | None,
-           html_path: Path | None = None, probe_ceiling: bool = False, drive_tbw: int | None = None,
-           drive_capacity: int | None = None) -> None:
+def report(run_path: Path, output: ReportOutput, verdict: VerdictOptions) -> None:
     """Show a saved run again (RUN is its directory or run.json), with the
     verdict judged by today's rules. A multi-node run's directory (with
     fleet.json) gets the fleet report: per node, per rank, the slowest node
     of each step."""
-    refuse_width_with_json(chosen_format(fmt, as_json))
+    refuse_width_with_json(output.format)
     if is_fleet_dir(run_path):
-        return report_fleet(run_path, chosen_format(fmt, as_json), width, html_path, probe_ceiling, drive_tbw,
-                            drive_capacity)
+        return report_fleet(run_path, output, verdict)
     run = load_run(run_path)
-    inputs = gather_inputs(run, probe_ceiling, drive_tbw, drive_capacity, say)
-    judged = trace_report(run, inputs)
-    emit(judged, chosen_format(fmt, as_json), width, block_size)
-    write_html(judged, html_path)
+    judged = trace_report(run, gather_inputs(run, verdict, say))
+    emit(judged, output.format, output.width, output.block_size)
+    write_html(judged, output.html_path)
 
 
-def report_fleet(path: Path, fmt: str, width: int | None, html_path: Path | None, probe_ceiling: bool,
-                 drive_tbw: int | None, drive_capacity: int | None) -> None:
-    if probe_ceiling:
+def report_fleet(path: Path, output: ReportOutput, verdict: VerdictOptions) -> None:
+    if verdict.probe_ceiling:
         raise UsageError("--ceiling probes this machine's devices, not a fleet's nodes: run `iotune report "
                          f"{path}/nodes/HOST --ceiling` on that node")
-    show_fleet(load_fleet(path), fmt, width, html_path, drive_tbw, drive_capacity)
+    show_fleet(load_fleet(path), output, verdict)
 
 
-def show_fleet(fleet: FleetRun, fmt: str, width: int | None, html_path: Path | None, drive_tbw: int | None,
-               drive_capacity: int | None) -> None:
+def show_fleet(fleet: FleetRun, output: ReportOutput, verdict: VerdictOptions) -> None:
     from ..analysis.fleet import fleet_report
     from ..model.verdict import VerdictInputs
 
-    inputs = VerdictInputs(drive_tbw_bytes=float(drive_tbw) if drive_tbw else None,
-                           tbw_source="--drive-tbw" if drive_tbw else "",
-                           drive_capacity_bytes=float(drive_capacity) if drive_capacity else None)
+    tbw, capacity = verdict.drive_tbw, verdict.drive_capacity
+    inputs = VerdictInputs(drive_tbw_bytes=float(tbw) if tbw else None, tbw_source="--drive-tbw" if tbw else "",
+                           drive_capacity_bytes=float(capacity) if capacity else None)
     judged = fleet_report(fleet, inputs)
-    emit(judged, fmt, width)
-    write_html(judged, html_path)
+    emit(judged, output.format, output.width)
+    write_html(judged, output.html_path)
 
 
 @click.command()

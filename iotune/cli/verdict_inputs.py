@@ -6,6 +6,7 @@ same drive, or the `--ceiling` fio probe) and the drive's rated endurance
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -14,7 +15,7 @@ from ..errors import IotuneError
 from ..model import units
 from ..model.run import TraceRun
 from ..model.verdict import DeviceCeiling, TraceReport, VerdictInputs
-from .options import F, endurance_options
+from .options import F, endurance_options, option_group
 
 
 def verdict_options(fn: F) -> F:
@@ -26,6 +27,20 @@ def verdict_options(fn: F) -> F:
                            "temporary files on its filesystem) for the verdict; without it, the ceiling comes "
                            "from a sweep journal of the same drive in ./iotune-sweeps, if any.")(fn)
     return fn
+
+
+@dataclass(frozen=True)
+class VerdictOptions:
+    """--ceiling, --drive-tbw and --drive-capacity."""
+
+    probe_ceiling: bool
+    drive_tbw: int | None
+    drive_capacity: int | None
+
+
+def verdict_group(fn: F) -> F:
+    """verdict_options as one VerdictOptions (`verdict`)."""
+    return option_group(VerdictOptions, "verdict", verdict_options)(fn)
 
 
 def _present(run: TraceRun) -> list[Any]:
@@ -64,11 +79,12 @@ def ceilings(run: TraceRun, probe: bool, say: Callable[[str], None]) -> tuple[De
     return tuple(out)
 
 
-def gather_inputs(run: TraceRun, probe: bool, tbw: int | None, capacity: int | None,
-                  say: Callable[[str], None], known: tuple[DeviceCeiling, ...] = ()) -> VerdictInputs:
+def gather_inputs(run: TraceRun, given: VerdictOptions, say: Callable[[str], None],
+                  known: tuple[DeviceCeiling, ...] = ()) -> VerdictInputs:
     from ..blockdev.smart import drive_wear
 
-    found = ceilings(run, probe, say) if not known else known
+    tbw, capacity = given.drive_tbw, given.drive_capacity
+    found = ceilings(run, given.probe_ceiling, say) if not known else known
     written = {d.name: d.direction("write").bytes for d in run.devices}
     present = sorted(_present(run), key=lambda d: -written.get(d.name, 0))
     wear = drive_wear(present[0]) if present else None

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ..errors import UsageError
 from ..volumes.beds import BEDS
 from .options import SIZE, drive_cap_option, given, json_option, library_errors, say, wait_for_ctrl_c
 
@@ -127,12 +128,12 @@ def refuse_inert_build(devices: tuple[str, ...], raid0: bool, backend: str, fsty
     if not raid0:
         inert = [flag for flag, name in (("--backend", "backend"), ("--chunk", "chunk")) if given(name)]
         if inert:
-            raise click.UsageError(f"{inert[0]} sets how --raid0 stripes the devices: add --raid0, or drop {inert[0]}")
+            raise UsageError(f"{inert[0]} sets how --raid0 stripes the devices: add --raid0, or drop {inert[0]}")
     elif len(devices) < 2:
-        raise click.UsageError("--raid0 stripes two or more devices: give more DEVICES, or drop --raid0")
+        raise UsageError("--raid0 stripes two or more devices: give more DEVICES, or drop --raid0")
     if backend == "btrfs" and given("chunk"):
-        raise click.UsageError("--chunk is md's stripe; btrfs raid0 stripes in fixed 64 KiB: drop --chunk, or use "
-                               "--backend md")
+        raise UsageError("--chunk is md's stripe; btrfs raid0 stripes in fixed 64 KiB: drop --chunk, or use "
+                         "--backend md")
     if backend == "btrfs" and given("fstype") and fstype != "btrfs":
-        raise click.UsageError(f"--backend btrfs builds a btrfs raid0, not {fstype}: drop --fs {fstype}, or use "
-                               f"--backend md")
+        raise UsageError(f"--backend btrfs builds a btrfs raid0, not {fstype}: drop --fs {fstype}, or use "
+                         f"--backend md")

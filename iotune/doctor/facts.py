@@ -9,40 +9,15 @@ import ctypes.util
 import glob
 import importlib.util
 import os
-import resource
 import shutil
 
 from ..fs import mountinfo
 from ..fs.directio import direct_io_problem
-from ..host.proc import CAP_IPC_LOCK, has_cap
+from ..host.memory import can_lock_unlimited, memlock_bytes, ram_bytes
 from ..model.lint import LintEnv, PathFacts
 
 ACCELERATORS = ("cuda", "cpu", "xpu", "npu", "mps", "hpu", "mlu", "sdaa", "supa", "klxpu")   # DeepSpeed 0.19.8
 MOUNT_DIRS = ("/mnt", "/media")
-
-
-def ram_bytes(field: str = "MemTotal") -> int | None:
-    """/proc/meminfo's `field` (MemTotal, MemAvailable, ...) in bytes."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith(f"{field}:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def memlock_bytes() -> int | None:
-    soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
-    return None if soft == resource.RLIM_INFINITY else soft
-
-
-def can_lock_unlimited() -> bool:
-    try:
-        return has_cap(CAP_IPC_LOCK)
-    except OSError:
-        return os.geteuid() == 0
 
 
 def detect_accelerator() -> tuple[str | None, str]:
@@ -99,14 +74,6 @@ def fstab_mount_points(fstab: str = "/etc/fstab") -> dict[str, str]:
     return out
 
 
-def mounted_points(path: str = str(mountinfo.MOUNTINFO)) -> set[str]:
-    """Mount points currently mounted (what findmnt lists)."""
-    try:
-        return {m.mount_point for m in mountinfo.read(path)}
-    except OSError:
-        return set()
-
-
 def unmounted_mount_point(path: str, fstab: dict[str, str], mounted: set[str]) -> str | None:
     """The deepest fstab mount point at or above `path` that is not mounted."""
     p = os.path.abspath(path)
@@ -147,7 +114,7 @@ def looks_unmounted(checked: str, mounted: set[str], mount_dirs: tuple[str, ...]
 
 def path_facts(path: str, fstab: dict[str, str] | None = None, mounted: set[str] | None = None) -> PathFacts:
     fstab = fstab_mount_points() if fstab is None else fstab
-    mounted = mounted_points() if mounted is None else mounted
+    mounted = mountinfo.mount_points() if mounted is None else mounted
     unmounted = unmounted_mount_point(path, fstab, mounted)
     if unmounted:
         return PathFacts(exists=os.path.isdir(path), unmounted_mount_point=unmounted, fstab_source=fstab.get(unmounted))

@@ -9,18 +9,19 @@ locks a killed build left behind."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from ..analysis.lint import lint, locked_buffers, swap_paths
-from ..analysis.lint.view import aio_block, as_int, model_dtype
-from ..analysis.planner import make_plan
+from ..analysis.lint import lint, swap_paths
+from ..analysis.lint.memory import assumptions, describe, job_memory
+from ..analysis.lint.view import aio_block, as_int
 from ..opbuild import oplocks
 from ..fs.directio import direct_io_problem
 from ..model import units
 from ..model.checks import CheckResult
+from ..host.memory import ram_bytes
 from ..model.lint import LintEnv, PathFacts
-from ..model.plan import PlanInput
+from ..model.offload import OffloadKnobs, nvme_space
 from . import jobfacts
 from ..workloads.fastops import prebuilt_ops
 from .checkpoint import checkpoint_checks
@@ -40,17 +41,19 @@ class Job:
 
     cfg: dict[str, Any]
     params: int | None = None
-    swappable_params: int | None = None
+    numels: tuple[int, ...] = ()          # the model's tensors, where known (--model)
     largest_param_numel: int | None = None
     gpus: int = 1
+    baseline_bytes: int = 0               # a process with torch and DeepSpeed (measured; 0: not counted)
+    accelerator: str | None = None        # DeepSpeed's accelerator here (cpu: its memory is the host's)
     checkpoint_dir: str | None = None
     keep: int = 1
 
 
 def job_checks(job: Job, aio_timeout_s: float = 300.0, env: dict[str, str] | None = None) -> list[CheckResult]:
     paths = swap_paths(job.cfg)
-    lint_env = gather(list(paths), job.params, job.largest_param_numel, None, job.gpus, None, job.checkpoint_dir,
-                      job.keep)
+    lint_env = replace(gather(list(paths), job.params, job.largest_param_numel, job.accelerator, job.gpus, None,
+                              job.checkpoint_dir, job.keep), numels=job.numels, baseline_bytes=job.baseline_bytes)
     locks = oplocks.build_locks(oplocks.extension_roots(env))
     out = [check_config(job, lint_env), check_async_io(locks, aio_timeout_s, env)]
     if not paths:
@@ -143,19 +146,18 @@ def check_direct_io(job: Job, path: str, facts: PathFacts) -> CheckResult:
 
 
 def nvme_bytes(job: Job, users: list[str]) -> int | None:
-    """What the plan puts on this nvme_path, for the offloads that use it."""
-    if not job.params:
+    """What the job's swap files take on this nvme_path (iotune.model.offload), for the offloads that use it."""
+    if not job.params and not job.numels:
         return None
-    dtype = model_dtype(job.cfg).value or "bf16"
-    plan = make_plan(PlanInput(params=job.params, strategy="nvme-all", precision=dtype, gpus=1,
-                               swappable_params=job.swappable_params))
-    nvme = plan.memory["NVMe"]
-    total = 0.0
+    shape, _ = assumptions(job.cfg, LintEnv(params=job.params, numels=job.numels,
+                                            largest_param_numel=job.largest_param_numel, gpus=job.gpus))
+    space = nvme_space(OffloadKnobs.from_ds_config(job.cfg), shape)
+    total = 0
     if "offload_optimizer" in users:
-        total += sum(v for k, v in nvme.items() if k != "weights")
+        total += sum(v for k, v in space.items() if k != "weights")
     if "offload_param" in users:
-        total += nvme.get("weights", 0.0)
-    return int(total)
+        total += space.get("weights", 0)
+    return total
 
 
 def check_space(job: Job, path: str, users: list[str], facts: PathFacts) -> CheckResult:
@@ -195,31 +197,32 @@ def check_sharing(path: str) -> CheckResult:
 
 
 def check_memory(job: Job, env: LintEnv) -> list[CheckResult]:
-    buffers = locked_buffers(job.cfg, env)
-    pinned = sum(b.bytes for b in buffers)
-    if not pinned:
-        return []
-    what = "; ".join(b.describe() for b in buffers)
-    out = [_memlock(env, pinned, what)]
+    """Locked memory against ulimit -l, and one rank's peak (iotune.model.host_memory) x the ranks against
+    the host's RAM, what is available now and the container's limit."""
+    memory, notes = job_memory(job.cfg, env)
+    locked = [i for i in memory.items if i.locked]
+    pinned = sum(i.nbytes for i in locked)
+    out = [_memlock(env, pinned, describe(locked))] if pinned else []
+    if not (env.params or env.numels):
+        return out
     ranks = max(job.gpus, 1)
-    host = float(pinned) * ranks
-    if job.params:
-        dtype = model_dtype(job.cfg).value or "bf16"
-        plan = make_plan(PlanInput(params=job.params, strategy="nvme-opt", precision=dtype, gpus=ranks,
-                                   pinned_buffer_bytes=pinned))
-        host = sum(plan.memory["CPU"].values()) * ranks
-    limits = [(env.ram_bytes, "RAM")] if env.ram_bytes else []
+    host = memory.peak_bytes * ranks
+    limits = [(b, what) for b, what in ((env.ram_bytes, "RAM"), (ram_bytes("MemAvailable"), "available now (MemAvailable)"))
+              if b]
     cg = jobfacts.cgroup_memory_limit()
     if cg:
         limits.append((cg[0], f"the container's limit ({cg[1]})"))
     if not limits:
         return out
     limit, which = min(limits)
-    text = (f"{units.mib(host)} of host memory for {ranks} rank(s) ({'fp32 gradients + ' if job.params else ''}swap "
-            f"buffers {units.mib(pinned)} per rank) against {units.mib(limit)}, {which}")
-    status = "fail" if host > limit else "warn" if host > 0.8 * limit else "ok"
-    out.append(CheckResult("host memory", status, text, "lower buffer_count / buffer_size / sub_group_size, "
-                           "or raise the memory limit"))
+    assumed = f" [{'; '.join(notes)}]" if notes else ""
+    text = (f"{units.mib(host)} of host memory at the peak for {ranks} rank(s) ({memory.peak_phase()}: "
+            f"{describe([i for i in memory.items if i.phase in ('resident', memory.peak_phase())])}){assumed} "
+            f"against {units.mib(limit)}, {which}")
+    status = "fail" if host > limit else "warn" if host > 0.9 * limit else "ok"
+    out.append(CheckResult("host memory", status, text, "lower sub_group_size (the optimizer's swap buffers and "
+                           "step-1 moments scale with the largest sub-group) or the buffer counts, or raise the "
+                           "memory limit; `iotune sweep --offload` searches what fits"))
     return out
 
 

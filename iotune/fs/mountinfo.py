@@ -1,4 +1,5 @@
-"""The one reader of /proc/<pid>/mountinfo (proc_pid_mountinfo(5)).
+"""The one reader of /proc/<pid>/mountinfo (proc_pid_mountinfo(5)), and
+the mount queries built on it (mount_points, is_mount_point).
 
 A line is: mount ID, parent ID, major:minor, root, mount point, per-mount
 options, optional fields (zero or more), a lone "-", filesystem type, mount
@@ -63,3 +64,19 @@ def read(path: str | os.PathLike[str] = MOUNTINFO) -> list[MountEntry]:
     /proc/PID/mountinfo for another's). OSError propagates."""
     with open(path, "rb") as fh:
         return parse(fh.read())
+
+
+def mount_points(path: str | os.PathLike[str] = MOUNTINFO) -> set[str]:
+    """Every mount point listed in `path` (this namespace by default), escapes
+    undone; empty when it cannot be read."""
+    try:
+        return {m.mount_point for m in read(path)}
+    except OSError:
+        return set()
+
+
+def is_mount_point(path: str | os.PathLike[str]) -> bool:
+    """Whether `path` (absolute, symlinks resolved) is a mount point here,
+    from mountinfo alone: os.path.ismount stats it, which can hang on a
+    stuck FUSE mount."""
+    return os.fspath(path) in mount_points()

@@ -1,5 +1,6 @@
 """This machine's processes and what iotune makes on it: running system
-commands (proc), the kinds of things iotune creates and the ledger that
-records them so a killed run's leftovers are reclaimed (kinds, ledger), and
+commands (proc), the ledger that records what iotune creates and the undo
+recipe of each kind of thing, so a killed run's leftovers are reclaimed
+(ledger, undo), and
 throttled blkio cgroups (cgroup). Imports fs (mountinfo) and errors only.
 """

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..errors import IotuneError, PrivilegeError
-from . import kinds
+from . import undo
 from .ledger import note
 
 log = logging.getLogger(__name__)
@@ -92,6 +92,6 @@ def remove_cgroup(cg: Path) -> None:
     briefly: a process that is just exiting can keep it busy); a cgroup that
     stays busy is named in a warning (the ledger keeps it for later)."""
     try:
-        kinds.remove_cgroup(cg, REMOVE_TIMEOUT_S)
+        undo.remove_cgroup(cg, REMOVE_TIMEOUT_S)
     except OSError as e:
         log.warning("could not remove the cgroup %s: %s", cg, e.strerror)

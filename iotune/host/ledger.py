@@ -47,7 +47,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .kinds import KINDS, STOP_TIMEOUT_S, start_ticks
+from .undo import KINDS, STOP_TIMEOUT_S, start_ticks
 
 log = logging.getLogger(__name__)
 

@@ -91,10 +91,6 @@ class AppTotals:
     sizes: dict[int, int] = field(default_factory=dict)
 
     @property
-    def mean_bytes(self) -> float:
-        return self.bytes / self.requests if self.requests else 0.0
-
-    @property
     def dominant_size(self) -> int:
         """The request size carrying the most bytes (0: none)."""
         return max(self.sizes, key=lambda s: (s * self.sizes[s], s)) if self.sizes else 0

@@ -129,25 +129,6 @@ def node_status(run: TraceRun | None, agent_error: str = "") -> tuple[str, str]:
     return "ok", ""
 
 
-def gather_node(host: str, run_dir: Path | None, ranks: tuple[int, ...] | None = None,
-                agent_error: str = "") -> NodeRun:
-    """A NodeRun from a node's saved run directory (None: nothing came
-    back). A missing or unreadable directory makes the node lost with the
-    reason; ranks default to the ranks the run's hooks recorded."""
-    run: TraceRun | None = None
-    load_error = ""
-    if run_dir is not None:
-        try:
-            run = load_run(run_dir)
-        except RecordError as e:
-            load_error = str(e)
-    errors = "; ".join(e for e in (agent_error, load_error) if e)
-    status, error = node_status(run, errors)
-    if ranks is None:
-        ranks = run.attribution.ranks if run is not None and run.attribution is not None else ()
-    return NodeRun(host=host, status=status, run=run, error=error, ranks=tuple(ranks))
-
-
 def node_dir_name(host: str) -> str:
     """The directory name of a host's run under nodes/: the host with
     anything but letters, digits, '.', '_' and '-' replaced by '_'."""

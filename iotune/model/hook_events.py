@@ -27,12 +27,20 @@ MAX_STEPS_ENV = "IOTUNE_MAX_STEPS"    # the hook ends each process after this ma
 STEP_PHASES = ("optimizer", "accumulate")   # DeepSpeedEngine.step() calls, by the hook's naming
 
 
+SHAPE_ONLY_ENV = "IOTUNE_SHAPE_ONLY"
+
+
 def hook_env(env: dict[str, str], hook_dir: Path, events_dir: Path,
-             max_steps: int | None = None) -> dict[str, str]:
+             max_steps: int | None = None, shape_only: bool = False) -> dict[str, str]:
     """`env` with the startup hook (`hook_dir`) first on PYTHONPATH and the
     events directory set; with `max_steps`, each process of the job exits
-    (SystemExit(0)) right after its max_steps-th optimizer step."""
+    (SystemExit(0)) right after its max_steps-th optimizer step; with
+    `shape_only`, at deepspeed.initialize, once the model's tensors are
+    reported and before DeepSpeed allocates anything."""
     out = dict(env)
+    out.pop(SHAPE_ONLY_ENV, None)
+    if shape_only:
+        out[SHAPE_ONLY_ENV] = "1"
     path = out.get("PYTHONPATH", "")
     out["PYTHONPATH"] = f"{hook_dir}{os.pathsep}{path}" if path else str(hook_dir)
     out[EVENTS_ENV] = str(events_dir)
@@ -185,6 +193,7 @@ class MemorySample:
     step: int
     locked_bytes: int            # VmLck: mlock'd, where DeepSpeed's swap buffers live
     rss_bytes: int
+    peak_rss_bytes: int = 0      # VmHWM: the largest RSS so far (0: an older hook)
 
 
 def read_memory(events_dir: Path) -> list[MemorySample]:
@@ -195,7 +204,8 @@ def read_memory(events_dir: Path) -> list[MemorySample]:
         if ev.get("k") == "proc":
             rank = int(ev.get("rank", 0))
         elif ev.get("k") == "mem":
-            out.append(MemorySample(rank, int(ev.get("s", 0)), int(ev.get("lck", 0)), int(ev.get("rss", 0))))
+            out.append(MemorySample(rank, int(ev.get("s", 0)), int(ev.get("lck", 0)), int(ev.get("rss", 0)),
+                                    int(ev.get("hwm", 0))))
     return out
 
 
@@ -223,14 +233,21 @@ class JobTensors:
     numels: tuple[int, ...]
     world: int
     micro_batch: int
+    partition_dtype: str = ""       # fp32 | bf16 | fp16 ZeRO-3 partitions them in ("": not reported)
 
 
 def read_tensors(events_dir: Path) -> JobTensors | None:
-    """The first rank's report of the job's parameter tensors (None: none seen)."""
+    """The first rank's report of the job's parameter tensors (None: none
+    seen): the engine's, at its first step, else deepspeed.initialize's
+    (whose micro-batch is unknown: 0)."""
+    found: list[JobTensors] = []
     for _, ev in _event_lines(events_dir):
         if ev.get("k") == "shape" and isinstance(ev.get("numels"), list):
-            return JobTensors(tuple(int(n) for n in ev["numels"]), int(ev.get("world", 1)), int(ev.get("micro", 1)))
-    return None
+            found.append(JobTensors(tuple(int(n) for n in ev["numels"]), int(ev.get("world", 1)),
+                                    int(ev.get("micro", 1)), str(ev.get("dtype") or "")))
+    dtype = next((t.partition_dtype for t in found if t.partition_dtype), "")
+    best = next((t for t in found if t.micro_batch), found[0] if found else None)
+    return replace(best, partition_dtype=dtype) if best is not None else None
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,11 @@
 it, analysis exports it).
 
 An append-only JSON-lines file. Line 1 is a header:
-{"kind": "header", "version": 1, "env": {...}}; every later line is
-{"kind": "trial", ...Trial.to_json()}. A crash or Ctrl-C leaves at most a
-partial last line, which reading skips.
+{"kind": "header", "version": 1, "env": {...}}; every later line is a
+trial: {"kind": "trial", ...Trial.to_json()} for the aio sweep's, or
+{"kind": "offload-trial", ...OffloadTrial.to_json()} for the whole-offload
+search's. A crash or Ctrl-C leaves at most a partial last line, which
+reading skips.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import RecordError
+from .offload_result import OffloadTrial
 from .record import from_fields
 from .sweep import Trial
 
@@ -23,12 +26,13 @@ JOURNAL_VERSION = 1
 
 @dataclass(frozen=True)
 class SweepEnv:
-    """What a journal's trials ran on and with (its header). A journal is
-    resumed only by a sweep whose RESUME_FIELDS are equal: the same trials
-    on the same drive."""
+    """What a journal's trials ran on and with (its header): its identity.
+    A journal is resumed only by a sweep whose RESUME_FIELDS are equal (the
+    same trials of the same job on the same drive, by the same iotune);
+    otherwise the sweep starts a new one and keeps the old."""
 
-    RESUME_FIELDS: ClassVar[tuple[str, ...]] = ("drive", "executor", "file_bytes", "files", "runtime_s",
-                                                "steps_cmd")
+    RESUME_FIELDS: ClassVar[tuple[str, ...]] = ("mode", "drive", "executor", "file_bytes", "files", "runtime_s",
+                                                "steps_cmd", "config_sha1", "iotune_version")
 
     kernel: str = ""
     target: str = ""                                    # the directory trials ran in
@@ -42,6 +46,9 @@ class SweepEnv:
     runtime_s: float | None = None
     started_at: str = ""
     steps_cmd: dict[str, Any] = field(default_factory=dict)   # --steps-cmd's job ({}: the built-in workload)
+    mode: str = "aio"                                   # aio | offload
+    config_sha1: str = ""                               # the DeepSpeed config the trials start from
+    iotune_version: str = ""
 
     def differs_from(self, other: SweepEnv) -> tuple[str, object, object] | None:
         """The first resume field whose value differs: (name, ours, theirs)."""
@@ -62,6 +69,7 @@ class SweepEnv:
 class JournalContents:
     env: SweepEnv | None = None          # None: the file has no header yet
     trials: tuple[Trial, ...] = ()
+    offload_trials: tuple[OffloadTrial, ...] = ()
 
 
 def read_journal(path: Path) -> JournalContents:
@@ -77,6 +85,7 @@ def read_journal(path: Path) -> JournalContents:
 def read_journal_lines(lines: list[str], path: Path) -> JournalContents:
     env: SweepEnv | None = None
     trials: list[Trial] = []
+    offload: list[OffloadTrial] = []
     for n, line in enumerate(lines, 1):
         try:
             rec = json.loads(line)
@@ -96,7 +105,12 @@ def read_journal_lines(lines: list[str], path: Path) -> JournalContents:
                 trials.append(Trial.from_json(rec))
             except (KeyError, TypeError, ValueError, AttributeError) as e:
                 raise _corrupt(path, n, f"not a trial record ({type(e).__name__}: {e})") from None
-    return JournalContents(env, tuple(trials))
+        elif rec.get("kind") == "offload-trial":
+            try:
+                offload.append(OffloadTrial.from_json(rec))
+            except (TypeError, ValueError) as e:
+                raise _corrupt(path, n, f"not an offload trial record ({type(e).__name__}: {e})") from None
+    return JournalContents(env, tuple(trials), tuple(offload))
 
 
 def _corrupt(path: Path, line: int, why: str) -> RecordError:

@@ -39,12 +39,11 @@ class LintEnv:
     gds_available: bool | None = None         # CUDA + libcufile present; None: unknown
     gpus: int = 1                             # data-parallel ranks (the optimizer partition is params / gpus)
     expected_device: str | None = None        # the drive nvme_path should be on (e.g. nvme0n1), if given
+    numels: tuple[int, ...] = ()              # the model's parameter tensors, where known (--model)
+    baseline_bytes: int = 0                   # a process with torch and DeepSpeed (0: not counted)
     checkpoint_dir: str | None = None         # where the job saves its checkpoints (save_checkpoint's save_dir)
     checkpoint_keep: int = 1                  # checkpoints it keeps there
     checkpoint_facts: PathFacts | None = None
-
-
-SEVERITIES = ("error", "warning")
 
 
 @dataclass(frozen=True)

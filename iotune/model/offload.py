@@ -37,13 +37,16 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from . import units
-from .attribution import EXP_AVG, EXP_AVG_SQ, FP32_MASTER, GRADIENTS
+from .attribution import EXP_AVG, EXP_AVG_SQ, FP32_MASTER, GRADIENTS, PARAMETERS
 
 MIN_AIO_BYTES = 1 << 20            # swap_tensor/constants.py: nothing smaller is swapped
 AIO_ALIGNED_BYTES = 1024           # per intra_op_parallelism thread
 PAGE_BYTES = 4096
 ADAM_STATES = 3                    # fp32 master, exp_avg, exp_avg_sq
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+ASSUMED_LARGEST = 1 << 27          # elements per tensor where only a parameter count is known (128 Mi)
+GRAD_ACCUM_DTYPES = {"fp32": "fp32", "float32": "fp32", "fp16": "fp16", "float16": "fp16", "bf16": "bf16",
+                     "bfloat16": "bf16"}
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,10 @@ class OffloadKnobs:
     max_in_cpu: int = 1_000_000_000
     block_size: int = 1 << 20
     intra_op_parallelism: int = 1
-    dtype: str = "fp32"                      # the model's: fp32 | bf16 | fp16
+    dtype: str = "fp32"                      # the partitions': fp32 | bf16 | fp16
+    reduce_bucket_size: int = 500_000_000
+    grad_accum_dtype: str = ""               # data_types.grad_accum_dtype ("": the model's dtype)
+    master_16bit: bool = False               # bf16/fp16_master_weights_and_grads: the optimizer's state in 2 B
 
     @property
     def nvme_optimizer(self) -> bool:
@@ -75,6 +81,11 @@ class OffloadKnobs:
     @property
     def pipelined(self) -> bool:
         return self.pipeline_read or self.pipeline_write
+
+    @property
+    def master_bytes(self) -> int:
+        """Bytes of one element of the optimizer's master weights and states."""
+        return 2 if self.master_16bit else 4
 
     @property
     def min_swap_bytes(self) -> int:
@@ -97,7 +108,12 @@ class OffloadKnobs:
                    param_buffer_size=_int(par.get("buffer_size"), d.param_buffer_size),
                    max_in_cpu=_int(par.get("max_in_cpu"), d.max_in_cpu),
                    block_size=_int(aio.get("block_size"), d.block_size),
-                   intra_op_parallelism=_int(aio.get("intra_op_parallelism"), d.intra_op_parallelism), dtype=dtype)
+                   intra_op_parallelism=_int(aio.get("intra_op_parallelism"), d.intra_op_parallelism), dtype=dtype,
+                   reduce_bucket_size=_int(zero.get("reduce_bucket_size"), d.reduce_bucket_size),
+                   grad_accum_dtype=GRAD_ACCUM_DTYPES.get(str(_dict(cfg.get("data_types")).get("grad_accum_dtype")),
+                                                          ""),
+                   master_16bit=_dict(cfg.get("bf16")).get("bf16_master_weights_and_grads") is True
+                   or _dict(cfg.get("fp16")).get("fp16_master_weights_and_grads") is True)
 
 
 def _dict(v: object) -> dict[str, Any]:
@@ -126,11 +142,21 @@ class JobShape:
     def params_per_rank(self) -> int:
         return sum(self.partitions())
 
+    @property
+    def params_total(self) -> int:
+        return sum(self.numels)
+
+    @classmethod
+    def from_params(cls, params: int, ranks: int = 1) -> JobShape:
+        """A shape from a parameter count alone: tensors of ASSUMED_LARGEST
+        elements (a large model's embedding is of that order), the rest in one."""
+        return cls.approximate(params, min(params, ASSUMED_LARGEST), ranks)
+
     @classmethod
     def approximate(cls, params: int, largest: int | None, ranks: int = 1) -> JobShape:
         """A shape from totals only: `params` cut into tensors of the largest
         size (the worst case for how far a sub-group overshoots)."""
-        largest = max(1, largest or params)
+        largest = max(1, min(largest or params, params))
         whole, rest = divmod(max(params - largest, 0), largest)
         return cls((largest,) * (1 + whole) + ((rest,) if rest else ()), ranks)
 
@@ -202,6 +228,41 @@ def step_swap_bytes(knobs: OffloadKnobs, shape: JobShape) -> dict[str, int]:
     return {FP32_MASTER: state, EXP_AVG: state, EXP_AVG_SQ: state, GRADIENTS: grads}
 
 
+def swapped_parameters(knobs: OffloadKnobs, shape: JobShape) -> int:
+    """Elements of the parameter partitions the parameter swapper puts on
+    NVMe (those of at least max(1 MiB, block_size) in the model dtype), aligned."""
+    if not knobs.nvme_params:
+        return 0
+    d = DTYPE_BYTES.get(knobs.dtype, 4)
+    return sum(aligned(n, d, knobs) for n in shape.partitions() if n * d >= knobs.min_swap_bytes)
+
+
+def step_traffic(knobs: OffloadKnobs, shape: JobShape, grad_accum: int = 1) -> tuple[dict[str, int], dict[str, int]]:
+    """(read, write) bytes one rank moves to and from NVMe per optimizer
+    step, by category: the optimizer's swaps (step_swap_bytes, each way),
+    and with parameters on NVMe, each swapped parameter read for forward and
+    again for backward in every micro-step and written once after the
+    update (an upper bound: a model whose parameters fit the swap buffers is
+    read once)."""
+    read, write = step_swap_bytes(knobs, shape), step_swap_bytes(knobs, shape)
+    params = swapped_parameters(knobs, shape) * DTYPE_BYTES.get(knobs.dtype, 4)
+    if params:
+        read[PARAMETERS], write[PARAMETERS] = 2 * params * max(grad_accum, 1), params
+    return read, write
+
+
+def nvme_space(knobs: OffloadKnobs, shape: JobShape) -> dict[str, int]:
+    """Bytes of swap files one rank keeps on NVMe, by what they hold."""
+    out: dict[str, int] = {}
+    if knobs.nvme_optimizer:
+        each = step_swap_bytes(knobs, shape)
+        out = {"master weights": each[FP32_MASTER], "Adam moments": each[EXP_AVG] + each[EXP_AVG_SQ],
+               "gradients (fp32)": each[GRADIENTS]}
+    if knobs.nvme_params:
+        out["weights"] = swapped_parameters(knobs, shape) * DTYPE_BYTES.get(knobs.dtype, 4)
+    return out
+
+
 @dataclass(frozen=True)
 class GainSplit:
     """A measured step-time gain of `candidate` over `reference` (one job,
@@ -245,76 +306,19 @@ def gain_split(reference: OffloadKnobs, candidate: OffloadKnobs, shape: JobShape
 
 
 def measured_gain_split(reference: OffloadKnobs, candidate: OffloadKnobs, shape: JobShape, speedup: float,
-                        reference_bytes: int, candidate_bytes: int) -> GainSplit:
+                        reference_bytes: int, candidate_bytes: int, ram_added_bytes: int = 0) -> GainSplit:
     """gain_split with the bytes per step each config was seen to swap (by
     the startup hook, parameters included) instead of the model's. A
     candidate that swaps nothing owes all of its gain to less I/O; what it
-    costs in RAM is the growth of its host memory (iotune.model.offload's
-    host_memory), not only the tensors kept back."""
+    costs in RAM is `ram_added_bytes` (the growth of its predicted host
+    memory, iotune.model.host_memory) where that exceeds the tensors kept back."""
     model = gain_split(reference, candidate, shape, speedup)
     if reference_bytes <= 0:
         return model
     less = speedup if candidate_bytes <= 0 else reference_bytes / candidate_bytes
-    ram = max(host_memory(candidate, shape).total_bytes - host_memory(reference, shape).total_bytes,
-              model.ram_added_bytes, 0)
     return replace(model, less_io=less, faster_io=speedup / less if less else speedup,
-                   saved_bytes_per_step=max(reference_bytes - max(candidate_bytes, 0), 0), ram_added_bytes=ram)
-
-
-# -- host memory ----------------------------------------------------------------
-
-@dataclass(frozen=True)
-class MemoryItem:
-    label: str
-    nbytes: int
-    locked: bool                # mlock'd (counts against ulimit -l)
-    formula: str
-
-
-@dataclass(frozen=True)
-class HostMemory:
-    """What one rank holds for offload, by item."""
-
-    items: tuple[MemoryItem, ...]
-
-    @property
-    def locked_bytes(self) -> int:
-        return sum(i.nbytes for i in self.items if i.locked)
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(i.nbytes for i in self.items)
-
-
-def host_memory(knobs: OffloadKnobs, shape: JobShape) -> HostMemory:
-    items = []
-    model_bytes = DTYPE_BYTES.get(knobs.dtype, 4)
-    if knobs.nvme_optimizer:
-        s_max = aligned(max(sub_groups(knobs, shape)), 4, knobs)
-        one = pages(s_max * 4)
-        items.append(MemoryItem("optimizer swap buffers", knobs.optimizer_buffer_count * one, True,
-                                f"{knobs.optimizer_buffer_count} x {s_max:,} elements (largest sub-group, aligned) "
-                                f"x 4 B, each in whole pages"))
-        split = swap_split(knobs, shape)
-        if split.ram_bytes():
-            items.append(MemoryItem("optimizer state kept in RAM", split.ram_bytes(), False,
-                                    f"{split.ram_group_elements:,} elements of sub-groups under "
-                                    f"{knobs.min_swap_bytes:,} B x 12 B + {split.ram_gradients} gradients under it "
-                                    f"({split.ram_gradient_elements:,} elements x 4 B)"))
-    elif knobs.optimizer_device == "cpu":
-        items.append(MemoryItem("optimizer state in RAM", 16 * shape.params_per_rank, False,
-                                f"{shape.params_per_rank:,} parameters x (12 B Adam state + 4 B gradient)"))
-    if knobs.stage == 3 and knobs.param_device in ("cpu", "nvme"):
-        held = shape.params_per_rank if knobs.param_device == "cpu" else min(knobs.max_in_cpu, shape.params_per_rank)
-        items.append(MemoryItem("parameters held in RAM", held * model_bytes, False,
-                                f"{held:,} parameters x {model_bytes} B"
-                                + (" (max_in_cpu of them)" if knobs.param_device == "nvme" else "")))
-    if knobs.nvme_params:
-        per = aligned(knobs.param_buffer_size, model_bytes, knobs)
-        items.append(MemoryItem("parameter swap buffers", pages(knobs.param_buffer_count * per * model_bytes), True,
-                                f"{knobs.param_buffer_count} x {per:,} elements (buffer_size, aligned) x "
-                                f"{model_bytes} B, one allocation"))
-    return HostMemory(tuple(items))
+                   saved_bytes_per_step=max(reference_bytes - max(candidate_bytes, 0), 0),
+                   ram_added_bytes=max(ram_added_bytes, model.ram_added_bytes, 0))
 
 
 # -- what DeepSpeed would refuse ----------------------------------------------

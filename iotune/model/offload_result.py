@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .offload import GainSplit, OffloadKnobs
+from .record import from_fields
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,12 @@ class OffloadTrial:
     swap_bytes: dict[str, int] = field(default_factory=dict)   # category -> bytes swapped per steady step (hook)
     predicted_swap_bytes: int = 0     # the offload model's bytes per steady step (optimizer state and gradients)
     io_wait_s: float = 0.0            # median per steady step: the training thread blocked on swap I/O (exposed stall)
+    ran: str = ""                     # what ran: the user's command, or the built-in model named on purpose
+    predicted_step_s: float = 0.0     # the step-time model's prediction before the trial ran (0: none)
+    step_times_s: list[float] = field(default_factory=list)   # every steady step's time, in order (raw samples)
+    peak_rss_bytes: int = 0           # VmHWM of the job after its steps (the largest rank)
+    predicted_host_bytes: int = 0     # the host-memory model's peak for one rank
+    drive_rates: dict[str, float] = field(default_factory=dict)   # the reference: the drive's rates it was predicted at
 
     @property
     def swapped_bytes(self) -> int:
@@ -53,6 +60,10 @@ class OffloadTrial:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> OffloadTrial:
+        return from_fields(cls, data)
+
 
 def short_changes(changes: dict[str, Any]) -> str:
     """`offload_optimizer.device=cpu, sub_group_size=1000000`: the keys' last parts, enough to tell them apart."""
@@ -60,6 +71,18 @@ def short_changes(changes: dict[str, Any]) -> str:
         parts = key.split(".")
         return ".".join(parts[-2:]) if parts[-1] in ("device", "buffer_count") else parts[-1]
     return ", ".join(f"{name(k)}={v}" for k, v in changes.items()) or "the job's own config"
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A fitting candidate's step time, predicted before any of them ran
+    (iotune.model.offload_time); `run`: chosen for real steps, else why not."""
+
+    key: str
+    changes: dict[str, Any]
+    step_s: float
+    run: bool
+    why_not: str = ""
 
 
 @dataclass(frozen=True)
@@ -79,24 +102,31 @@ class WhatIf:
 
 @dataclass(frozen=True)
 class OffloadOutcome:
-    model: str                                # what ran: "the built-in tiny model", or the user's command
+    model: str                                # what ran: the user's command, or the built-in model named on purpose
     base_changes: dict[str, Any]              # what the job's config changes from DeepSpeed's defaults
     searched: tuple[Dimension, ...]
     skipped: tuple[Dimension, ...]
     refused: tuple[Refused, ...]
     trials: tuple[OffloadTrial, ...]
     best: OffloadTrial | None                 # the fastest search trial
-    ratios: tuple[float, ...]                 # candidate / base samples per second, per pair
+    ratios: tuple[float, ...]                 # candidate / reference samples per second, per pair
     verdict: str                              # faster | within noise | slower | none
     journal: str
     config: dict[str, Any] = field(default_factory=dict)     # the recommended config (the base if none)
     reasons: dict[str, str] = field(default_factory=dict)    # changed key -> why
     what_if: tuple[WhatIf, ...] = ()
-    gain: GainSplit | None = None             # the recommendation's gain over the base, split by cause
+    gain: GainSplit | None = None             # the recommendation's gain over the reference, split by cause
+    reference_changes: dict[str, Any] = field(default_factory=dict)   # the reference against the job's config
+    base_over: tuple[str, ...] = ()           # why the job's own config does not fit (empty: it fits)
+    predictions: tuple[Prediction, ...] = ()  # every fitting candidate's predicted step, fastest first
+    recommended_changes: dict[str, Any] = field(default_factory=dict)
+    step_error: float | None = None           # median |predicted - measured| / measured step time over the trials
+    trials_run_now: int = 0
+    decision: str = ""                        # the sequential rule's account of the pairs, in words
 
     @property
     def recommended(self) -> dict[str, Any]:
-        return self.best.changes if self.best is not None and self.verdict == "faster" else {}
+        return self.recommended_changes
 
     def to_json(self) -> dict[str, Any]:
         return {"model": self.model, "base_changes": self.base_changes,
@@ -105,4 +135,7 @@ class OffloadOutcome:
                 "best": self.best.to_json() if self.best else None, "ratios": list(self.ratios),
                 "verdict": self.verdict, "recommended": self.recommended, "reasons": self.reasons,
                 "config": self.config, "journal": self.journal, "what_if": [asdict(w) for w in self.what_if],
-                "gain": {**asdict(self.gain), "sentence": self.gain.sentence()} if self.gain else None}
+                "gain": {**asdict(self.gain), "sentence": self.gain.sentence()} if self.gain else None,
+                "reference_changes": self.reference_changes, "base_over": list(self.base_over),
+                "predictions": [asdict(p) for p in self.predictions], "step_error": self.step_error,
+                "trials_run_now": self.trials_run_now, "decision": self.decision}

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .host_memory import HostMemory
+from .offload import OffloadKnobs
+
 
 @dataclass(frozen=True)
 class PlanInput:
@@ -13,11 +16,15 @@ class PlanInput:
     grad_accum: int = 1
     gpus: int = 1                            # data-parallel ranks in total (all nodes)
     zenflow_topk: float = 0.1
-    swappable_params: int | None = None      # params in tensors large enough to be swapped (None: all)
     drive_bytes_per_s: float | None = None   # measured bandwidth of one drive (read/write harmonic)
     drives: int = 1
     target_step_s: float | None = None
-    pinned_buffer_bytes: int = 0
+    numels: tuple[int, ...] = ()             # the model's parameter tensors (empty: only `params` is known)
+    knobs: OffloadKnobs | None = None        # the offload config (None: the strategy's, DeepSpeed's defaults)
+    aio_block_size: int = 1 << 20            # with the strategy's knobs: what is too small to swap
+    accelerator: str = "cuda"                # cpu: the accelerator's memory is the host's
+    baseline_bytes: int = 0                  # a process with torch and DeepSpeed (0: not counted)
+    activation_bytes: int = 0                # one micro-batch's activations (0: unknown)
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,8 @@ class Plan:
     bandwidth_for_target: float | None         # bytes/s to keep storage time at the target step time
     drives_for_target: int | None
     bottleneck: str
+    host: HostMemory | None = None             # one rank's host memory (iotune.model.host_memory)
+    swappable_params: int = 0                  # parameters whose gradients are large enough to swap
 
 
 @dataclass(frozen=True)

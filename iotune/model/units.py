@@ -2,7 +2,8 @@
 explicit units.
 
 Parsing: sizes are binary (K, KiB and k all mean 1024 bytes, as DeepSpeed's
-aio block_size does); decimal needs an explicit kB/MB/GB.
+aio block_size does); decimal needs an explicit kB/MB/GB. Parameter counts
+are decimal, written as model sizes are: 16B, 1.5B, 350M, 7e9.
 
 Printing: throughput and volumes are decimal (MB/s, GB: 10**6, 10**9 bytes);
 request, tensor and memory sizes are binary (KiB, MiB, GiB: 2**10, 2**20,
@@ -12,6 +13,7 @@ request, tensor and memory sizes are binary (KiB, MiB, GiB: 2**10, 2**20,
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 _UNITS = {
     "": 1, "b": 1,
@@ -51,6 +53,28 @@ def parse_rate(text: str) -> float:
     except ValueError:
         raise ValueError(f"'{text}' is not a rate: use e.g. 3GB/s, 200MB/s (decimal) or 2GiB/s") \
             from None
+
+
+_COUNT_SUFFIXES = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}
+
+
+def parse_count(text: str) -> int:
+    """A parameter count as model sizes are written: '16B' -> 16_000_000_000,
+    '1.5B', '350M', '7e9', '8000000000'. K, M, B and T (either case) are
+    thousand, million, billion and trillion.
+
+    Raises ValueError with a message naming the accepted forms.
+    """
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?(?:[eE]\d+)?)\s*([A-Za-z]?)\s*", text)
+    if m is None or m.group(2).lower() not in _COUNT_SUFFIXES:
+        raise ValueError(f"'{text}' is not a parameter count: write it as 16B, 1.5B, 350M, 7e9 or 8000000000 "
+                         f"(K, M, B, T: thousand, million, billion, trillion)")
+    value = Decimal(m.group(1)) * _COUNT_SUFFIXES[m.group(2).lower()]
+    if value != value.to_integral_value():
+        raise ValueError(f"'{text}' is not a whole number of parameters")
+    if value < 1:
+        raise ValueError(f"'{text}': give a parameter count above 0, e.g. 16B")
+    return int(value)
 
 
 def size(n: float) -> str:

@@ -24,40 +24,37 @@ HIST_WIDTH = 40
 TIMELINE_WIDTH = 60
 
 
-class ConsoleRenderer:
-    def __init__(self, width: int = 120, color: bool = False, block_size_bytes: int | None = None) -> None:
-        self.width = width
-        self.color = color
-        self.block_size_bytes = block_size_bytes
-
-    def render(self, run: TraceRun, verdict: Verdict | None = None) -> str:
-        buf = io.StringIO()
-        console = Console(file=buf, width=self.width, force_terminal=self.color,
-                          color_system="auto" if self.color else None, highlight=False)
-        console.print(self.renderable(run, verdict))
-        return buf.getvalue()
-
-    def renderable(self, run: TraceRun, verdict: Verdict | None = None) -> RenderableType:
-        parts: list[RenderableType] = [header(run)]
-        if verdict is not None:
-            parts.append(verdict_section(verdict))
-        parts.append(device_table(run) if run.devices or run.app is None else Text(""))
-        parts += [layers_section(run), attribution_section(run), size_section(run), pattern_table(run, self.block_size_bytes),
-                  timeline(run)]
-        if any(run.drops.values()):
-            lost = ", ".join(f"{k}: {v}" for k, v in run.drops.items() if v)
-            parts.append(Text(f"warning: events not recorded because a kernel map was full ({lost})",
-                              style="bold red"))
-        return Group(*parts)
-
-
 def run_console(run: TraceRun, opts: RenderOptions) -> str:
-    return ConsoleRenderer(opts.width or 120, opts.color, opts.block_size_bytes).render(run)
+    return _text(run_renderable(run, None, opts.block_size_bytes), opts)
 
 
 def trace_console(report: TraceReport, opts: RenderOptions) -> str:
     """A trace report: the verdict at the top, then the run's report."""
-    return ConsoleRenderer(opts.width or 120, opts.color, opts.block_size_bytes).render(report.run, report.verdict)
+    return _text(run_renderable(report.run, report.verdict, opts.block_size_bytes), opts)
+
+
+def _text(renderable: RenderableType, opts: RenderOptions) -> str:
+    buf = io.StringIO()
+    console = Console(file=buf, width=opts.width or 120, force_terminal=opts.color,
+                      color_system="auto" if opts.color else None, highlight=False)
+    console.print(renderable)
+    return buf.getvalue()
+
+
+def run_renderable(run: TraceRun, verdict: Verdict | None = None, block_size_bytes: int | None = None
+                   ) -> RenderableType:
+    """The run's report (the verdict first, when there is one), for rich."""
+    parts: list[RenderableType] = [header(run)]
+    if verdict is not None:
+        parts.append(verdict_section(verdict))
+    parts.append(device_table(run) if run.devices or run.app is None else Text(""))
+    parts += [layers_section(run), attribution_section(run), size_section(run), pattern_table(run, block_size_bytes),
+              timeline(run)]
+    if any(run.drops.values()):
+        lost = ", ".join(f"{k}: {v}" for k, v in run.drops.items() if v)
+        parts.append(Text(f"warning: events not recorded because a kernel map was full ({lost})",
+                          style="bold red"))
+    return Group(*parts)
 
 
 def header(run: TraceRun) -> Text:

@@ -70,6 +70,8 @@ def confirmation(page: Page, o: SweepOutcome) -> None:
         g = o.step_gain
         page.paragraph(f"{g.sentence()}; per-pair ratios (defaults / candidate optimizer step): "
                        + ", ".join(f"{x:.2f}" for x in g.ratios))
+        if g.rule_sentence():
+            page.paragraph(f"How: {g.rule_sentence()}.")
         if g.split is not None and g.recommended:
             page.paragraph(f"By cause: {g.split.sentence()}")
     chosen = o.recommended.key() if o.recommended else ""

@@ -4,6 +4,7 @@ by category. Every figure is a plotly spec; see render/page.py."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ..analysis.attribution import STEP_PHASES, StepBreakdown, steady, step_breakdowns, swap_by_category
@@ -35,7 +36,7 @@ def trace_page(report: TraceReport) -> Page:
         verdict_section(page, report.verdict)
     device_section(page, run)
     layers_section(page, run)
-    timeline_chart(page, run)
+    timeline_chart(page, run, ceilings=verdict_ceilings(report.verdict))
     size_chart(page, run)
     latency_chart(page, run)
     steps_chart(page, run)
@@ -153,12 +154,41 @@ def timeline_traces(run: TraceRun, series: list[IntervalSeries], max_points: int
     return traces
 
 
-def timeline_chart(page: Page, run: TraceRun, max_points: int = TIMELINE_POINTS) -> None:
+@dataclass(frozen=True)
+class Ceiling:
+    """A traced device's ceiling as the verdict judged it (its `distance` finding)."""
+
+    device: str
+    mb_per_s: float
+    source: str
+
+
+def verdict_ceilings(verdict: Verdict | None) -> list[Ceiling]:
+    """Each device whose ceiling the verdict knows, from its distance findings."""
+    out = []
+    for f in verdict.of_kind("distance") if verdict is not None else ():
+        cap, dev = f.figures.get("ceiling_bytes_per_s"), f.figures.get("device")
+        if isinstance(cap, (int, float)) and cap > 0 and isinstance(dev, str):
+            out.append(Ceiling(dev, cap / 1e6, str(f.figures.get("ceiling_source") or "")))
+    return out
+
+
+def ceiling_traces(ceilings: list[Ceiling], end_s: float) -> list[dict[str, Any]]:
+    """One dashed horizontal line per ceiling across the MB/s panel."""
+    return [{"type": "scatter", "mode": "lines", "x": [0, round(end_s, 6)], "y": [round(c.mb_per_s, 4)] * 2,
+             "yaxis": "y", "name": f"{c.device} ceiling {c.mb_per_s:.1f} MB/s", "hoverinfo": "name",
+             "line": {"color": "rgba(90,90,90,0.9)", "width": 1.5, "dash": "dash"}} for c in ceilings]
+
+
+def timeline_chart(page: Page, run: TraceRun, max_points: int = TIMELINE_POINTS,
+                   ceilings: list[Ceiling] | None = None) -> None:
     series = interval_series(run)
     if not series:
         return
     page.heading("Timeline")
+    interval = run.interval_s if run.interval_s > 0 else 1.0
     traces = timeline_traces(run, series, max_points)
+    traces += ceiling_traces(ceilings or [], len(series[0].requests) * interval)
     bucket = envelope(series[0].requests, max_points).bucket
     how = (f"each point covers {bucket * run.interval_s:g} s ({bucket} intervals): the line is the highest "
            "interval in it, the band spans lowest to highest, the dotted line is the mean"
@@ -175,13 +205,22 @@ def timeline_chart(page: Page, run: TraceRun, max_points: int = TIMELINE_POINTS)
                    "IOPS × the mean issue→complete latency of that device and direction over the whole run."
                    + (" Shaded: training phases of rank 0" + (f" (each {bands.slot_s:.3g} s slot shaded with its "
                                                                "dominant phase)" if bands.slot_s else "") + "."
-                      if bands.bands else ""), "note")
+                      if bands.bands else "") + _ceiling_note(ceilings or [], run.interval_s), "note")
     layout = {"title": {"text": "MB/s, IOPS and requests in flight"}, "hovermode": "x", "shapes": shapes,
               "xaxis": {"title": {"text": "seconds since the trace began"}, "anchor": "y3"},
               "yaxis": {"title": {"text": "MB/s"}, "domain": [0.7, 1.0], "rangemode": "tozero"},
               "yaxis2": {"title": {"text": "IOPS"}, "domain": [0.36, 0.64], "rangemode": "tozero"},
               "yaxis3": {"title": {"text": "in flight (est.)"}, "domain": [0.0, 0.3], "rangemode": "tozero"}}
     page.chart(traces, layout, height_px=720)
+
+
+def _ceiling_note(ceilings: list[Ceiling], interval_s: float) -> str:
+    if not ceilings:
+        return ""
+    said = "; ".join(f"{c.device} {c.mb_per_s:.1f} MB/s" + (f" ({c.source})" if c.source else "") for c in ceilings)
+    return (f" Dashed: the ceiling the verdict judged each device against ({said}), read and write together. "
+            f"One {interval_s:g} s interval can rise above it: a drive or a throttle completes requests in bursts, "
+            "and its ceiling is a rate over seconds; the verdict compares the bandwidth over the busy time.")
 
 
 def _series_label(run: TraceRun, device: str) -> str:

@@ -113,6 +113,14 @@ def render_endurance(f: Finding | None) -> str:
 
 def plan_json(r: PlanReport, opts: RenderOptions) -> str:
     doc: dict[str, Any] = asdict(r.plan)
+    host = r.plan.host
+    # derived, kept in "inp" as version 1 of the document has them
+    doc["inp"]["swappable_params"] = doc.pop("swappable_params")
+    doc["inp"]["pinned_buffer_bytes"] = host.locked_bytes if host is not None else 0
+    if host is not None:
+        doc["host"] = {"items": doc["host"]["items"], "locked_bytes": host.locked_bytes,
+                       "resident_bytes": host.resident_bytes, "peak_bytes": host.peak_bytes,
+                       "peak_phase": host.peak_phase()}
     doc["endurance"] = r.endurance.to_json() if r.endurance is not None else None
     doc["checkpoint"] = asdict(r.checkpoint) if r.checkpoint is not None else None
     if r.check is not None:

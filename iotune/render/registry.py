@@ -24,7 +24,7 @@ from .fleet import fleet_console, fleet_json
 from .fleet_sweep import fleet_sweep_console, fleet_sweep_json
 from .html import compare_html, layouts_html, sweep_html, trace_html
 from .html_fleet import fleet_html
-from .json import run_json, trace_json
+from .json_trace import run_json, trace_json
 from .lint import lint_console, lint_json
 from .offload import offload_console, offload_json
 from .plan import plan_console, plan_json

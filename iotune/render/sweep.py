@@ -158,6 +158,8 @@ def summary_text(o: SweepOutcome) -> Text:
         t.append("\n")
     if o.step_gain is not None:
         t.append(f"  training steps: {o.step_gain.sentence()}\n", style="bold")
+        if o.step_gain.rule_sentence():
+            t.append(f"  how: {o.step_gain.rule_sentence()}\n", style="dim")
         if o.step_gain.split is not None and o.step_gain.recommended:
             t.append(f"  by cause: {o.step_gain.split.sentence()}\n")
     elif o.confirmed:

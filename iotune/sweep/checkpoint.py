@@ -25,7 +25,7 @@ from ..model.checkpoint_sweep import (DEFAULTS, CandidateResult, CheckpointCandi
 from .checkpoint_journal import CheckpointJournal
 from .checkpoint_space import aio_stage, refusal, target_stage, writeback_stage, writer_stage
 from .checkpoint_trial import base_config, run_trial
-from .cmd_executor import PLACEHOLDER
+from .user_job import PLACEHOLDER
 
 Say = Callable[[str], None]
 

@@ -45,7 +45,7 @@ from ..model.checkpoint_sweep import CheckpointCandidate, CheckpointRequest, Che
 from ..model.hook_events import hook_env, read_events, read_losses
 from ..resources import inject_dir
 from ..workloads.strategies import WorkloadSpec, ds_config
-from .cmd_executor import PLACEHOLDER, JobRun, nvme_sections, run_job
+from .user_job import PLACEHOLDER, JobRun, nvme_sections, run_job
 from .executor import TrialFailed
 
 SWAP_PREFIX = "iotune-swap-"

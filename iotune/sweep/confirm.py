@@ -6,13 +6,17 @@ optimizer-step time decides.
 
 The finalists are the front of the executor's ranking (its tier of ties
 first, see rank.py), at most `confirm_top` of them, DeepSpeed's defaults
-left out (they are the reference). For `confirm_pairs` rounds, each
-finalist runs and then the defaults run right after it: candidate, default,
-candidate, default, ... Each pair's ratio (default / candidate
-optimizer-step time) compares two runs taken back to back, so slow drift of
-a shared machine cancels. Every trial is journaled as it ends: the
-candidate's repeat index is its round, the defaults' is round x finalists +
-the finalist's place, so a resumed sweep takes each pair from the journal.
+left out (they are the reference). Round by round, each finalist runs and
+then the defaults run right after it: candidate, default, candidate,
+default, ... Each pair's ratio (default / candidate optimizer-step time)
+compares two runs taken back to back, so slow drift of a shared machine
+cancels. After each pair the confirmation rule (sequential.py) decides that
+finalist or asks for another pair; a decided finalist runs no more pairs,
+and none runs more than `confirm_pairs` (the rule's maximum). Every trial
+is journaled as it ends: the candidate's repeat index is its round, the
+defaults' is round x finalists + the finalist's place, whichever finalists
+are still running, so a resumed sweep reaches the same decisions from the
+journal and takes each pair from it.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from .executor import Executor, Target
 from .journal import Journal
 from .measure import Measurer
 from .rank import summarize_trials
-from .recommend import best_gain, step_gain
+from .recommend import best_gain, pair_ratios, step_gain
+from .sequential import SequentialRule, decide
 from .space import RunSettings
 from .steps_executor import StepsExecutor
 
@@ -73,6 +78,33 @@ def pair_plan(candidates: list[SweepPoint], default: SweepPoint,
     return [(c, r, r * n + j) for r in range(rounds) for j, c in enumerate(candidates)]
 
 
+def confirm_rule(run: RunSettings) -> SequentialRule:
+    """The rule with the profile's floor and maximum (its other settings: the defaults)."""
+    return SequentialRule(noise_floor=run.noise_floor, max_pairs=max(1, run.confirm_pairs))
+
+
+def run_pairs(candidates: list[SweepPoint], default: SweepPoint, rule: SequentialRule,
+              measure: Callable[[SweepPoint, int], Trial],
+              say: Callable[[str], None] = lambda s: None) -> dict[str, list[tuple[Trial, Trial]]]:
+    """Each finalist's (candidate, default) trial pairs, run in the order of
+    pair_plan until the rule decides it (at rule.max_pairs at the latest)."""
+    pairs: dict[str, list[tuple[Trial, Trial]]] = {c.key(): [] for c in candidates}
+    decided: set[str] = set()
+    for cand, c_rep, d_rep in pair_plan(candidates, default, rule.max_pairs):
+        key = cand.key()
+        if key in decided:
+            continue
+        pairs[key].append((measure(cand, c_rep), measure(default, d_rep)))
+        d = decide(pair_ratios(pairs[key]), rule, final=c_rep == rule.max_pairs - 1)
+        if d.decided:
+            decided.add(key)
+            say(f"confirmed bs={cand.block_size} qd={cand.queue_depth} t={cand.intra_op_parallelism}: {d.verdict} "
+                f"after {c_rep + 1} pair(s) (median {d.median:.2f}x the defaults' speed, bound "
+                f"{d.lower:.2f}-{d.upper:.2f}x)" if d.pairs else
+                f"confirmed bs={cand.block_size} qd={cand.queue_depth}: no usable pair in {c_rep + 1}")
+    return pairs
+
+
 def confirm_on_steps(ranking: list[Ranked], default: SweepPoint, run: RunSettings, target: Target,
                      journal: Journal, on_trial: Callable[[Progress], None] | None = None,
                      say: Callable[[str], None] = lambda s: None,
@@ -84,16 +116,14 @@ def confirm_on_steps(ranking: list[Ranked], default: SweepPoint, run: RunSetting
     candidates = finalists(ranking, default, run.confirm_top)
     if run.confirm_top <= 0 or not candidates:
         return [], None
-    rounds = max(1, run.confirm_pairs)
+    rule = confirm_rule(run)
     steps = steps or StepsExecutor(steps=run.steps, timeout_s=run.steps_timeout_s)
     say(f"confirming {len(candidates)} candidate(s) against DeepSpeed's defaults with {run.steps} "
-        f"{getattr(steps, 'what', 'training steps each')}, in {rounds} alternating pair(s)")
-    plan = pair_plan(candidates, default, rounds)
-    measurer = Measurer(steps, target, journal, on_trial, planned=2 * len(plan))
-    pairs: dict[str, list[tuple[Trial, Trial]]] = {c.key(): [] for c in candidates}
-    for cand, c_rep, d_rep in plan:
-        pairs[cand.key()].append((measurer.measure(cand, c_rep), measurer.measure(default, d_rep)))
-    gain = best_gain([step_gain(c, pairs[c.key()], run.noise_floor) for c in candidates])
+        f"{getattr(steps, 'what', 'training steps each')}, in alternating pairs until the confirmation rule "
+        f"decides ({rule.first_look} to {rule.max_pairs} pair(s) each)")
+    measurer = Measurer(steps, target, journal, on_trial, planned=2 * len(candidates) * rule.first_look)
+    pairs = run_pairs(candidates, default, rule, measurer.measure, say)
+    gain = best_gain([step_gain(c, pairs[c.key()], rule) for c in candidates])
     if gain is not None and isinstance(steps, StepsExecutor):
         gain = replace(gain, split=steps.gain_split(default, gain.candidate, gain.median))
     keys = {default.key(), *pairs}

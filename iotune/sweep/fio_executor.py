@@ -45,12 +45,14 @@ def job_options(point: SweepPoint, target: Target) -> list[tuple[str, str]]:
          if target.runtime_s > 0 else [])
 
 
-def fio_argv(point: SweepPoint, target: Target, output: Path) -> list[str]:
+def fio_argv(point: SweepPoint, target: Target, output: Path, concurrent: bool = False) -> list[str]:
+    """fio's command line for one trial: the writes, then the reads (with
+    `concurrent`, both at once, as a pipelined swapper moves them)."""
     argv = ["fio", "--thread", "--output-format=json", f"--output={output}"]
     for name, rw in JOBS:
         argv += [f"--name={name}", f"--rw={rw}"] + [f"--{k}={v}" for k, v in job_options(point, target)]
         if name == "swap-in":
-            argv.append("--stonewall")
+            argv.append("--new_group" if concurrent else "--stonewall")    # reported apart either way
     return argv
 
 
@@ -105,17 +107,21 @@ def parse_fio_json(doc: dict[str, Any]) -> Measurement:
 
 
 class FioExecutor:
+    """fio at one point: the writes, then the reads; with `concurrent`,
+    reads and writes at once (the drive's rates under a pipelined swapper)."""
+
     name = "fio"
 
-    def __init__(self, timeout_s: float = 600.0) -> None:
+    def __init__(self, timeout_s: float = 600.0, concurrent: bool = False) -> None:
         self.timeout_s = timeout_s
+        self.concurrent = concurrent
 
     def run(self, point: SweepPoint, target: Target) -> tuple[Measurement, dict[str, Any]]:
         if shutil.which("fio") is None:
             raise TrialFailed(not_installed("fio"))
         output = target.files_dir / f".iotune-fio-{point.key()}.json"
         try:
-            proc = run_in_own_group(fio_argv(point, target, output), self.timeout_s,
+            proc = run_in_own_group(fio_argv(point, target, output, self.concurrent), self.timeout_s,
                                     join_cgroup_preexec(target.cgroup))
             text = output.read_text() if output.exists() else ""
         except subprocess.TimeoutExpired:

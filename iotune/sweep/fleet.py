@@ -31,7 +31,7 @@ from ..remote.process import RemoteProcess
 from ..remote.ssh import SshTransport, Transport
 from ..errors import IotuneError
 from ..model.fleet_sweep import NodeSweep, node_sweep_from_doc
-from .command import SweepArgs
+from .modes import SweepArgs
 
 Say = Callable[[str], None]
 CHECK_TIMEOUT_S = 60.0

@@ -1,6 +1,12 @@
 """The sweep journal, written: each trial appended (and fsync'ed) the moment
-it ends. Re-running a sweep replays it and skips completed (executor, point,
-repeat) triples. The file format and its reader are model.journal's."""
+it ends. Re-running a sweep replays it and skips completed trials: the aio
+sweep's (executor, point, repeat) triples, the offload search's (changes,
+role, round). The file format and its reader are model.journal's.
+
+A journal belongs to one identity (its header, model.journal.SweepEnv: the
+mode, the drive, the command, the config's hash, iotune's version): a sweep
+whose identity differs never reuses it. It starts a new journal instead and
+keeps the old one under a dated name, and says so; so does --fresh."""
 
 from __future__ import annotations
 
@@ -12,8 +18,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import NoSpaceError, UsageError
+from ..errors import NoSpaceError
+from collections.abc import Callable
+
 from ..model.journal import JOURNAL_VERSION, SweepEnv, read_journal
+from ..model.offload_result import OffloadTrial
 from ..model.sweep import Trial
 
 class Journal:
@@ -22,6 +31,7 @@ class Journal:
         contents = read_journal(path) if path.exists() else None
         self.env: SweepEnv | None = contents.env if contents else None
         self.trials: list[Trial] = list(contents.trials) if contents else []
+        self.offload_trials: list[OffloadTrial] = list(contents.offload_trials) if contents else []
 
     def start(self, env: SweepEnv) -> None:
         """Write the header of a new journal (no-op when resuming)."""
@@ -36,14 +46,6 @@ class Journal:
         self._append({"kind": "header", "version": JOURNAL_VERSION, "env": env.to_json()})
         self.env = env
 
-    def check_resumable(self, env: SweepEnv) -> None:
-        """UsageError if this journal was recorded with other settings than `env`."""
-        diff = self.env.differs_from(env) if self.env is not None else None
-        if diff is not None:
-            key, recorded, now = diff
-            raise UsageError(f"the journal in {self.path.parent} was recorded with {key} {recorded!r}, "
-                             f"not {now!r}: resume with the same settings, or use --fresh or another --out")
-
     def done(self, executor: str, key: str, repeat: int) -> Trial | None:
         for t in self.trials:
             if t.executor == executor and t.point.key() == key and t.repeat == repeat \
@@ -54,6 +56,15 @@ class Journal:
     def record(self, trial: Trial) -> None:
         self._append({"kind": "trial", **trial.to_json()})
         self.trials.append(trial)
+
+    def find_offload(self, key: str, role: str, nth: int) -> OffloadTrial | None:
+        """The `nth` offload trial journaled with these changes (`key`) and role, if any."""
+        same = [t for t in self.offload_trials if t.key == key and t.role == role]
+        return same[nth] if nth < len(same) else None
+
+    def record_offload(self, trial: OffloadTrial) -> None:
+        self._append({"kind": "offload-trial", **trial.to_json()})
+        self.offload_trials.append(trial)
 
     def _append(self, rec: dict[str, Any]) -> None:
         try:
@@ -98,14 +109,38 @@ def append_record(path: Path, rec: dict[str, Any]) -> None:
         os.close(fd)
 
 
-def open_journal(out_dir: Path, fresh: bool) -> Journal:
-    """The journal in out_dir; with `fresh`, an existing one is renamed
-    journal.<timestamp>.jsonl (kept, never deleted) and a new one started."""
+def open_journal(out_dir: Path, fresh: bool, env: SweepEnv | None = None,
+                 say: Callable[[str], None] = lambda s: None) -> Journal:
+    """The journal in out_dir, its header written for `env` (when given).
+    With `fresh`, or when the journal there was recorded under another
+    identity than `env`, the old one is renamed journal.<timestamp>.jsonl
+    (kept, never deleted) and a new one started; the latter is said."""
     path = out_dir / "journal.jsonl"
-    if fresh and path.exists():
-        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        kept, n = path.with_name(f"journal.{stamp}.jsonl"), 1
-        while kept.exists():         # two --fresh runs within a second
-            kept, n = path.with_name(f"journal.{stamp}-{n}.jsonl"), n + 1
-        path.rename(kept)
-    return Journal(path)
+    journal = Journal(path) if path.exists() else None
+    diff = journal.env.differs_from(env) if journal and journal.env and env else None
+    if path.exists() and (fresh or diff):
+        kept = _keep(path)
+        if diff and not fresh:
+            key, recorded, now = diff
+            say(f"sweep: the journal in {out_dir} was recorded with {key} {_short(recorded)}, not {_short(now)}: "
+                f"starting a new one (the old one is kept as {kept.name})")
+        journal = None
+    journal = journal or Journal(path)
+    if env is not None:
+        journal.start(env)
+    return journal
+
+
+def _keep(path: Path) -> Path:
+    """Rename `path` to journal.<timestamp>.jsonl beside it; the new name."""
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    kept, n = path.with_name(f"journal.{stamp}.jsonl"), 1
+    while kept.exists():         # two new journals within a second
+        kept, n = path.with_name(f"journal.{stamp}-{n}.jsonl"), n + 1
+    path.rename(kept)
+    return kept
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."

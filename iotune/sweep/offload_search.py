@@ -1,43 +1,74 @@
-"""The whole-offload search on real steps (`iotune sweep --offload`): the
-built-in workload runs each candidate of iotune.sweep.offload_space that
-fits, in the order a cost model puts them (fewer bytes per step on the
-drive first, then less locked memory), at most `max_trials` of them; the
-fastest by samples per second is then run in alternating pairs with the
-job's own config, and recommended only if it is faster beyond the noise.
+"""The whole-offload search on real steps (`iotune sweep --offload`).
 
-Every trial records the locked memory and RSS the job reported after each
-step beside the model's prediction, and is appended to a journal the moment
-it ends (a re-run with the same journal skips what is in it)."""
+    shape     the job's parameter tensors: the built-in model's are known; the
+              user's job is started once and stopped at deepspeed.initialize,
+              before DeepSpeed allocates anything (the startup hook reports them)
+    fit       every candidate of iotune.sweep.offload_space, checked against
+              DeepSpeed's bounds and the host's memory (iotune.model.host_memory):
+              one that cannot work is refused with the numbers, never run. When
+              the job's own config does not fit, the reference is the smallest
+              change that does, and the report says so
+    reference the job's own config (or that change), run once: its step time and
+              the time it waits on swaps calibrate the step-time model
+    predict   each fitting candidate's step time (iotune.model.offload_time) from
+              its bytes per step, the drive's rates measured with fio, and the
+              reference's compute
+    run       real steps only for the candidates predicted within `margin` of the
+              best prediction (at most `max_trials`); a trial ends as soon as its
+              steady steps agree (offload_runner.TrialPlan)
+    confirm   the fastest against the reference in alternating pairs, one pair at
+              a time, until the sequential rule decides (iotune.sweep.sequential)
+
+Every trial is journaled the moment it ends (the sweep journal, its identity
+in the header) and a re-run takes what the journal has."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
 import json
-import os
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any
 
-from ..host.ledger import temp_dir
-from ..host.proc import last_line
 from ..errors import IotuneError, UsageError
+from ..host.ledger import temp_dir
 from ..model import units
-from ..model.hook_events import (JobTensors, read_events, read_io_waits, read_memory, read_tensors,
-                                 step_timings)
-from ..model.offload import (JobShape, OffloadKnobs, host_memory, measured_gain_split, step_swap_bytes,
-                             sub_groups)
-from ..model.offload_result import OffloadOutcome, OffloadTrial, WhatIf, short_changes
+from ..model.host_memory import HostContext, host_memory
+from ..model.offload import JobShape, OffloadKnobs, measured_gain_split, step_swap_bytes, sub_groups
+from ..model.offload_result import OffloadOutcome, OffloadTrial, Prediction, WhatIf, short_changes
+from ..model.offload_time import DriveRates, Reference, median_abs_error, predict_step_s
 from ..workloads.presets import PRESETS, tensor_numels
-from .cmd_executor import PLACEHOLDER, UserJob, nvme_sections, run_with_config
+from .drive_rates import aio_point, measure_drive_rates
+from .executor import Target
+from .journal import Journal
+from .offload_runner import BuiltinRunner, RunResult, Runner, TrialPlan, samples_per_step
 from .offload_space import KEYS, Budget, candidates, dimensions, refusals
-from .recommend import pair_verdict
+from .sequential import PairDecision, SequentialRule, decide
+from .user_job import UserJob, nvme_sections, probe_shape
+from .what_if import ZENFLOW_TOPK, ZENFLOW_WHAT_IF, what_if_plan, what_if_refusal
 
-NOISE_FLOOR = 0.05
+ASSUMED_ERROR = 0.15       # the step-time model's error before any trial measured it (the wide grid: 0.17)
+
+
+@dataclass(frozen=True)
+class OffloadSearch:
+    """What one search runs: the job, its config, the candidates' bounds,
+    how long each trial runs and how many are allowed."""
+
+    base_cfg: dict[str, Any]
+    runner: Runner
+    fixes: dict[str, Any] = field(default_factory=dict)
+    budget: Budget = Budget()
+    context: HostContext = HostContext()
+    plan: TrialPlan = TrialPlan()
+    max_trials: int = 12
+    max_pairs: int = 6
+    noise_floor: float = 0.05
+    what_if: tuple[str, tuple[float, ...]] | None = None
 
 
 def knob_changes(base: OffloadKnobs, knobs: OffloadKnobs) -> dict[str, Any]:
@@ -72,270 +103,269 @@ def apply_changes(cfg: dict[str, Any], changes: dict[str, Any], nvme_path: str) 
     return out
 
 
-class RunResult(NamedTuple):
-    status: str                       # ok | failed
-    samples_per_s: float = 0.0
-    optimizer_step_s: float = 0.0
-    step_s: float = 0.0
-    locked_bytes: int = 0
-    rss_bytes: int = 0
-    error: str = ""
-    tensors: JobTensors | None = None     # the job's parameter tensors, as its hook saw them
-    swap_bytes: dict[str, int] = {}       # category -> bytes swapped (read + write) per steady step, all ranks
-    io_wait_s: float = 0.0                # median per steady step: the training thread blocked on swap I/O
+class Trials:
+    """Runs and journals the search's trials; a trial the journal has is taken from it."""
 
+    def __init__(self, search: OffloadSearch, base: OffloadKnobs, shape: JobShape, target: Target, journal: Journal,
+                 say: Callable[[str], None]) -> None:
+        self.search, self.base, self.shape, self.target, self.journal, self.say = search, base, shape, target, \
+            journal, say
+        self.ran = 0
 
-class Runner(Protocol):
-    """Runs one trial of the job under a config: the built-in workload, or the user's command."""
-
-    what: str
-    seq_len: int                      # tokens per sample, 0 where unknown
-
-    def run(self, cfg: dict[str, Any], work: Path, cgroup: str | None, timeout_s: float, steps: int) -> RunResult:
-        ...
-
-
-@dataclass(frozen=True)
-class CommandRunner:
-    """The job's command, its config replaced by the candidate's; steps,
-    locked memory, the model's tensors and every swapped byte come from the
-    startup hook (as `iotune trace` sees them)."""
-
-    job: UserJob
-    seq_len: int = 0
-    env: tuple[tuple[str, str], ...] = ()     # added to the command's environment
-
-    @property
-    def what(self) -> str:
-        return f"`{' '.join(self.job.argv)}`"
-
-    def run(self, cfg: dict[str, Any], work: Path, cgroup: str | None, timeout_s: float, steps: int) -> RunResult:
-        _, job = run_with_config(self.job, cfg, work, cgroup, timeout_s, steps, dict(self.env))
-        events = work / "events"
-        att = read_events(events)
-        timings, memory, tensors = step_timings(att), read_memory(events), read_tensors(events)
-        waits = read_io_waits(events)
-        if len(timings) < steps:
-            return RunResult("failed", error=f"{len(timings)} of {steps} steps (exit {job.returncode}, "
-                                             f"{job.ended_by or 'exited'}): {last_line(job.stderr, 'no message')}",
-                             tensors=tensors)
-        steady = timings[1:] or timings
-        step_s = statistics.median(t.step_s for t in steady)
-        world = tensors.world if tensors else 1
-        return RunResult("ok", samples_per_step(cfg) * world / step_s, statistics.median(t.optimizer_step_s
-                                                                                        for t in steady),
-                         step_s, max((m.locked_bytes for m in memory), default=0),
-                         max((m.rss_bytes for m in memory), default=0), tensors=tensors,
-                         swap_bytes=steady_swap_bytes(att, {t.step for t in steady}),
-                         io_wait_s=statistics.median(waits.get(t.step, 0.0) for t in steady))
-
-
-def steady_swap_bytes(att: Any, steps: set[int]) -> dict[str, int]:
-    """Bytes swapped per step in `steps` (reads + writes, every rank), by category."""
-    out: dict[str, int] = {}
-    for s in att.swaps if att else ():
-        if s.step in steps:
-            out[s.category] = out.get(s.category, 0) + s.bytes
-    return {k: v // max(len(steps), 1) for k, v in sorted(out.items())}
-
-
-@dataclass(frozen=True)
-class BuiltinRunner:
-    """The built-in workload (`python -m iotune.workloads.train`), run as a
-    command so that the same hook sees its steps, memory and swaps."""
-
-    size: str
-
-    @property
-    def what(self) -> str:
-        return f"the built-in {self.size} model"
-
-    @property
-    def seq_len(self) -> int:
-        return PRESETS[self.size].seq_len if self.size in PRESETS else 0
-
-    def run(self, cfg: dict[str, Any], work: Path, cgroup: str | None, timeout_s: float, steps: int) -> RunResult:
-        argv = (sys.executable, "-W", "ignore", "-m", "iotune.workloads.train", "--ds-config", PLACEHOLDER,
-                "--size", self.size, "--steps", str(steps))
-        env = (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"), ("MASTER_ADDR", "127.0.0.1"),
-               ("MASTER_PORT", str(29500 + os.getpid() % 5000)))
-        job = UserJob(argv, Path("ds_config.json"), cfg, steps, timeout_s)
-        return CommandRunner(job, self.seq_len, env).run(cfg, work, cgroup, timeout_s, steps)
-
-
-def samples_per_step(cfg: dict[str, Any]) -> int:
-    return int(cfg.get("train_micro_batch_size_per_gpu", 1)) * int(cfg.get("gradient_accumulation_steps", 1))
-
-
-@dataclass
-class Journal:
-    path: Path
-    trials: list[OffloadTrial] = field(default_factory=list)      # in file order
-
-    @classmethod
-    def open(cls, path: Path) -> Journal:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise UsageError(f"cannot create the journal directory {path.parent} ({e.strerror}): "
-                             f"choose another with -o") from None
-        j = cls(path)
-        if path.exists():
-            for line in path.read_text().splitlines():
-                try:
-                    j.trials.append(OffloadTrial(**json.loads(line)))
-                except (ValueError, TypeError):
-                    continue                          # a torn last line: that trial runs again
-        return j
-
-    def find(self, key: str, role: str, nth: int) -> OffloadTrial | None:
-        """The `nth` trial journaled with this key and role, if any."""
-        same = [t for t in self.trials if t.key == key and t.role == role]
-        return same[nth] if nth < len(same) else None
-
-    def append(self, trial: OffloadTrial) -> None:
-        with self.path.open("a") as fh:
-            fh.write(json.dumps(trial.to_json()) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-
-
-def cost_order(fit: list[OffloadKnobs], shape: JobShape) -> list[OffloadKnobs]:
-    """Fewest bytes per step on the drive first (the optimizer in RAM moves
-    none), then more pipelining (it overlaps what is moved: reads and writes
-    before one of them), then less locked memory."""
-    return sorted(fit, key=lambda k: (sum(step_swap_bytes(k, shape).values()),
-                                      -(int(k.pipeline_read) + int(k.pipeline_write)),
-                                      host_memory(k, shape).locked_bytes, repr(k)))
-
-
-def search_offload(base_cfg: dict[str, Any], runner: Runner, target: Path, cgroup: str | None, journal: Journal,
-                   fixes: dict[str, Any], budget: Budget, max_trials: int = 12, steps: int = 4, pairs: int = 2,
-                   timeout_s: float = 900.0, say: Callable[[str], None] = lambda s: None,
-                   what_if: tuple[str, tuple[int, ...]] | None = None) -> OffloadOutcome:
-    shape = job_shape(runner, base_cfg, target, cgroup, timeout_s, steps, say)
-    base = OffloadKnobs.from_ds_config(base_cfg)
-    searched, skipped = dimensions(base, shape, fixes)
-    fit, refused = candidates(base, shape, searched, fixes, budget)
-    order = cost_order(fit, shape)[:max_trials] if searched else []
-    by_changes = {json.dumps(knob_changes(base, k), sort_keys=True): k for k in order}
-    if not searched:
-        say("offload: nothing to search: every dimension is left out (the reasons are in the report)")
-    over = refusals(base, shape, budget)
-    if over:
-        say(f"offload: the job's own config does not fit either: {'; '.join(over)}. It is still the reference "
-            f"the candidates are measured against")
-    say(f"offload: {len(fit)} candidate(s) fit, {len(refused)} refused; running {len(order)} on real steps "
-        f"({steps} steps each, {runner.what})")
-
-    def trial(knobs: OffloadKnobs, role: str, nth: int, extra: dict[str, Any] | None = None) -> OffloadTrial:
-        changes = {**knob_changes(base, knobs), **(extra or {})}
+    def run(self, knobs: OffloadKnobs, role: str, nth: int = 0, extra: dict[str, Any] | None = None,
+            predicted_s: float = 0.0, rates: DriveRates | None = None) -> OffloadTrial:
+        changes = {**knob_changes(self.base, knobs), **(extra or {})}
         key = json.dumps(changes, sort_keys=True)
-        seen = journal.find(key, role, nth)
+        seen = self.journal.find_offload(key, role, nth)
         if seen is not None:
             return seen
+        self.say(f"offload: {role} {short_changes(changes)}" + (f", predicted {predicted_s:.2f} s/step" if
+                                                                  predicted_s else "") + " ...")
         t0 = time.monotonic()
         with contextlib.ExitStack() as stack:          # the trial's directory, recorded: a hard kill leaves nothing
-            work = temp_dir(stack, ".iotune-offload-", target)
+            work = temp_dir(stack, ".iotune-offload-", self.target.files_dir)
             (work / "swap").mkdir()
-            r = runner.run(apply_changes(base_cfg, changes, str(work / "swap")), work, cgroup, timeout_s, steps)
-        t = OffloadTrial(key, changes, r.status, r.error, r.samples_per_s, r.optimizer_step_s, r.step_s,
-                         r.locked_bytes, host_memory(knobs, shape).locked_bytes, r.rss_bytes,
-                         round(time.monotonic() - t0, 3), role, r.samples_per_s * runner.seq_len,
-                         dict(r.swap_bytes), 2 * sum(step_swap_bytes(knobs, shape).values()), r.io_wait_s)
-        journal.append(t)
-        say(f"offload: {short_changes(changes)}: " + (
-            f"{r.samples_per_s:.2f} samples/s, optimizer step {r.optimizer_step_s:.3f} s (waiting on I/O "
-            f"{r.io_wait_s:.3f} s), locked "
-            f"{units.mb(r.locked_bytes)} MB (predicted {units.mb(t.predicted_locked_bytes)})"
+            cfg = apply_changes(self.search.base_cfg, changes, str(work / "swap"))
+            r = self.search.runner.run(cfg, work, self.target.cgroup, self.search.plan)
+        t = self._record(knobs, key, changes, role, r, round(time.monotonic() - t0, 3), predicted_s)
+        if rates is not None:
+            t = replace(t, drive_rates=asdict(rates))
+        self.journal.record_offload(t)
+        self.ran += 1
+        self.say(f"offload: {short_changes(changes)}: " + (
+            f"{t.step_s:.2f} s/step ({len(t.step_times_s)} steady), waiting on I/O {t.io_wait_s:.2f} s, locked "
+            f"{units.mb(t.locked_bytes)} MB (predicted {units.mb(t.predicted_locked_bytes)}), peak RSS "
+            f"{units.mb(t.peak_rss_bytes)} MB (predicted {units.mb(t.predicted_host_bytes)}); {t.seconds:.0f} s"
             if r.status == "ok" else f"failed: {r.error}"))
         return t
 
-    trials = [trial(k, "search", 0) for k in order]
-    ok = [t for t in trials if t.status == "ok"]
-    best = max(ok, key=lambda t: (t.samples_per_s, t.key), default=None)
+    def _record(self, knobs: OffloadKnobs, key: str, changes: dict[str, Any], role: str, r: RunResult,
+                seconds: float, predicted_s: float) -> OffloadTrial:
+        mem = host_memory(knobs, self.shape, self.search.context)
+        return OffloadTrial(key, changes, r.status, r.error, r.samples_per_s, r.optimizer_step_s, r.step_s,
+                            r.locked_bytes, mem.locked_bytes, r.rss_bytes, seconds, role,
+                            r.samples_per_s * self.search.runner.seq_len, dict(r.swap_bytes),
+                            2 * sum(step_swap_bytes(knobs, self.shape).values()), r.io_wait_s,
+                            self.search.runner.what, round(predicted_s, 4), list(r.step_times_s), r.peak_rss_bytes,
+                            mem.peak_bytes)
+
+
+def search_offload(search: OffloadSearch, target: Target, journal: Journal,
+                   say: Callable[[str], None] = lambda s: None) -> OffloadOutcome:
+    refusal = what_if_refusal(search.what_if, search.base_cfg)
+    if refusal:
+        raise UsageError(refusal)
+    shape, dtype = job_shape(search, target, say)
+    base = partitioned_in(OffloadKnobs.from_ds_config(search.base_cfg), dtype)
+    searched, skipped = dimensions(base, shape, search.fixes)
+    fit, refused = candidates(base, shape, searched, search.fixes, search.budget, search.context)
+    over = refusals(base, shape, search.budget, search.context)
+    reference = base if not over else smallest_fitting_change(base, fit, shape)
+    if over:
+        say(f"offload: the job's own config does not fit: {'; '.join(over)}. "
+            + (f"The reference is the smallest change that fits: {short_changes(knob_changes(base, reference))}"
+               if reference is not None else "No candidate fits either"))
+    say(f"offload: {len(fit)} candidate(s) fit, {len(refused)} refused ({search.runner.what})")
+    trials = Trials(search, base, shape, target, journal, say)
+    if reference is None or not searched:
+        if not searched:
+            say("offload: nothing to search: every dimension is left out (the reasons are in the report)")
+        return _outcome(search, base, shape, searched, skipped, refused, trials, over, reference, [], None)
+    known = journal.find_offload(json.dumps(knob_changes(base, reference), sort_keys=True), "reference", 0)
+    rates = DriveRates(**known.drive_rates) if known and known.drive_rates else drive_rates(search, target, say)
+    ref_trial = trials.run(reference, "reference", rates=rates)
+    if ref_trial.status != "ok":
+        raise IotuneError(f"the reference config ({short_changes(knob_changes(base, reference))}) failed on real "
+                          f"steps: {ref_trial.error}; nothing can be predicted without one measured run")
+    predictions = predict_all(fit, shape, Reference(reference, ref_trial.step_s, ref_trial.io_wait_s), rates,
+                              reference, search)
+    chosen = [p for p in predictions if p.run]
+    say(f"offload: predicted {len(predictions)} candidate(s); running {len(chosen)} on real steps (those within "
+        f"{100 * max(search.noise_floor, ASSUMED_ERROR):.0f} % of the best prediction, at most {search.max_trials})")
+    by_key = {json.dumps(knob_changes(base, k), sort_keys=True): k for k in fit}
+    ran = [trials.run(by_key[p.key], "search", predicted_s=p.step_s) for p in chosen]
+    return _outcome(search, base, shape, searched, skipped, refused, trials, over, reference, predictions,
+                    (ref_trial, ran, by_key))
+
+
+def _outcome(search: OffloadSearch, base: OffloadKnobs, shape: JobShape, searched: list[Any], skipped: list[Any],
+             refused: list[Any], trials: Trials, over: tuple[str, ...], reference: OffloadKnobs | None,
+             predictions: list[Prediction], measured: tuple[OffloadTrial, list[OffloadTrial], dict[str, OffloadKnobs]]
+             | None) -> OffloadOutcome:
+    confirm = Confirmation((), "none", None, None)
+    best = None
+    if measured is not None and reference is not None:
+        ref_trial, ran, by_key = measured
+        ok = [t for t in ran if t.status == "ok"]
+        best = max(ok, key=lambda t: (t.samples_per_s, t.key), default=None)
+        if best is not None and best.samples_per_s > ref_trial.samples_per_s:
+            confirm = confirm_pairs(by_key[best.key], reference, base, shape, trials, search)
+    chosen_knobs = confirm.candidate if confirm.verdict == "faster" else reference if over else None
+    chosen = knob_changes(base, chosen_knobs) if chosen_knobs is not None else {}
+    rows = run_what_if(search, trials, chosen_knobs or reference or base, shape) if search.what_if else ()
+    done = [t for t in trials.journal.offload_trials if t.predicted_step_s > 0 and t.status == "ok"]
+    cfg = search.base_cfg
+    return OffloadOutcome(
+        search.runner.what, knob_changes(OffloadKnobs(), base), tuple(searched), tuple(skipped), tuple(refused),
+        tuple(trials.journal.offload_trials), best, confirm.ratios, confirm.verdict, str(trials.journal.path),
+        apply_changes(cfg, chosen, next((p for p in nvme_sections(cfg).values() if p), str(trials.target.directory))),
+        {k: _reason(k, v, base, shape) for k, v in chosen.items()}, rows, confirm.gain,
+        reference_changes=knob_changes(base, reference) if reference is not None else {},
+        base_over=over, predictions=tuple(predictions), recommended_changes=chosen,
+        step_error=median_abs_error([(t.predicted_step_s, t.step_s) for t in done]),
+        trials_run_now=trials.ran, decision=confirm.decision)
+
+
+def smallest_fitting_change(base: OffloadKnobs, fit: list[OffloadKnobs], shape: JobShape) -> OffloadKnobs | None:
+    """The fitting candidate closest to `base`: the fewest changed keys, the
+    same placement first, then the most host memory (the least cut)."""
+    def distance(k: OffloadKnobs) -> tuple[int, int, int]:
+        moved = (k.optimizer_device != base.optimizer_device) + (k.param_device != base.param_device)
+        return moved, len(knob_changes(base, k)), -host_memory(k, shape).peak_bytes
+    return min(fit, key=lambda k: (distance(k), repr(k)), default=None)
+
+
+def drive_rates(search: OffloadSearch, target: Target, say: Callable[[str], None]) -> DriveRates:
+    """The drive's rates at the config's aio settings (fio, seconds)."""
+    point = aio_point(search.base_cfg)
+    rates = measure_drive_rates(point, target)
+    say(f"offload: the drive at {units.size(point.block_size)} x {point.queue_depth}: read "
+        f"{units.rate(rates.read_bytes_per_s)} MB/s, write {units.rate(rates.write_bytes_per_s)} MB/s alone; "
+        f"{units.rate(rates.mixed_read_bytes_per_s)} and {units.rate(rates.mixed_write_bytes_per_s)} MB/s at once")
+    return rates
+
+
+def predict_all(fit: list[OffloadKnobs], shape: JobShape, reference: Reference, rates: DriveRates,
+                ref_knobs: OffloadKnobs, search: OffloadSearch) -> list[Prediction]:
+    """Every fitting candidate's predicted step, fastest first; `run` marks
+    those within the margin of the best (the reference itself is not re-run)."""
+    base = OffloadKnobs.from_ds_config(search.base_cfg)
+    rows = sorted(((predict_step_s(k, shape, reference, rates), k) for k in fit if k != ref_knobs),
+                  key=lambda p: (p[0], repr(p[1])))
+    margin = max(search.noise_floor, ASSUMED_ERROR)
+    best = rows[0][0] if rows else 0.0
+    out = []
+    for i, (s, k) in enumerate(rows):
+        near = s <= best * (1 + margin) or i < 2
+        run = near and i < search.max_trials
+        why = ("" if run else f"predicted {s:.2f} s/step, more than {100 * margin:.0f} % over the best prediction "
+                              f"({best:.2f} s)" if not near else f"--max-trials {search.max_trials} reached")
+        out.append(Prediction(json.dumps(knob_changes(base, k), sort_keys=True), knob_changes(base, k), round(s, 4),
+                              run, why))
+    return out
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    ratios: tuple[float, ...]
+    verdict: str                     # faster | within noise | slower | none
+    candidate: OffloadKnobs | None
+    gain: Any
+    decision: str = ""               # the rule's account, in words
+
+
+def confirm_pairs(candidate: OffloadKnobs, reference: OffloadKnobs, base: OffloadKnobs, shape: JobShape,
+                  trials: Trials, search: OffloadSearch) -> Confirmation:
+    """Alternating (candidate, reference) pairs, one at a time, until the
+    sequential rule (iotune.sweep.sequential) decides; each ratio is the
+    candidate's samples per second over the reference's."""
+    rule = SequentialRule(noise_floor=search.noise_floor, max_pairs=search.max_pairs)
     ratios: list[float] = []
-    verdict = "none"
-    if best is not None and best.changes:
-        knobs = by_changes[best.key]
-        for n in range(pairs):
-            c, b = trial(knobs, "pair-candidate", n), trial(base, "pair-base", n)
-            trials += [c, b]
-            if c.status == b.status == "ok":
-                ratios.append(c.samples_per_s / b.samples_per_s)
-        verdict = pair_verdict(ratios, NOISE_FLOOR)[1] if ratios else "none"
-    chosen = best.changes if best is not None and verdict == "faster" else {}
+    seen: dict[str, list[OffloadTrial]] = {"pair-candidate": [], "pair-base": []}
+    decision = decide([], rule)
+    for n in range(rule.max_pairs):
+        c, b = trials.run(candidate, "pair-candidate", n), trials.run(reference, "pair-base", n)
+        if c.status == b.status == "ok" and b.samples_per_s > 0:
+            ratios.append(c.samples_per_s / b.samples_per_s)
+            seen["pair-candidate"].append(c)
+            seen["pair-base"].append(b)
+        decision = decide(ratios, rule, final=n == rule.max_pairs - 1)
+        if decision.decided:
+            break
     gain = None
-    if chosen and best is not None:
-        seen = {role: [t.swapped_bytes for t in trials if t.role == role and t.status == "ok"]
-                for role in ("pair-base", "pair-candidate")}
-        if all(seen.values()):
-            gain = measured_gain_split(base, by_changes[best.key], shape, statistics.median(ratios),
-                                       int(statistics.median(seen["pair-base"])),
-                                       int(statistics.median(seen["pair-candidate"])))
-    rows: list[WhatIf] = []
-    if what_if is not None:
-        key, values = what_if
-        knobs = by_changes[best.key] if chosen and best is not None else base
-        say(f"offload: what-if {key} = {', '.join(map(str, values))} on {short_changes(chosen)} "
-            f"(changes the training itself: reported, never applied)")
-        for value in values:
-            t = trial(knobs, "what-if", 0, {key: value})
-            trials.append(t)
-            rows.append(_what_if_row(key, value, t, knobs, shape, {**base_cfg, key: value}))
-    return OffloadOutcome(runner.what, knob_changes(OffloadKnobs(), base), tuple(searched), tuple(skipped), tuple(refused),
-                          tuple(trials), best, tuple(ratios), verdict, str(journal.path),
-                          apply_changes(base_cfg, chosen, next((p for p in nvme_sections(base_cfg).values() if p), str(target))),
-                          {k: _reason(k, v, base, shape) for k, v in chosen.items()}, tuple(rows), gain)
+    if decision.verdict == "faster":
+        gain = measured_gain_split(reference, candidate, shape, decision.median,
+                                   int(statistics.median(t.swapped_bytes for t in seen["pair-base"])),
+                                   int(statistics.median(t.swapped_bytes for t in seen["pair-candidate"])),
+                                   max(host_memory(candidate, shape, search.context).peak_bytes
+                                       - host_memory(reference, shape, search.context).peak_bytes, 0))
+    return Confirmation(tuple(ratios), decision.verdict if ratios else "none", candidate, gain,
+                        describe_decision(decision) if ratios else "")
 
 
-WHAT_IF_KEYS = {"gradient_accumulation_steps": "gradient_accumulation_steps", "grad_accum": "gradient_accumulation_steps",
-                "train_micro_batch_size_per_gpu": "train_micro_batch_size_per_gpu",
-                "micro_batch": "train_micro_batch_size_per_gpu"}
+def describe_decision(d: PairDecision) -> str:
+    """The rule's verdict with its numbers, in the words the report prints."""
+    bound = f"its bound {d.lower:.2f}-{d.upper:.2f}x"
+    noise = (f"{100 * d.spread:.1f} % of noise per pair ("
+             + ("as the pairs measured it" if d.measured >= d.assumed else "the least the rule assumes") + ")")
+    floor = f"the {100 * d.floor:.0f} % worth reporting"
+    return (f"median of {d.pairs} pair{'s' if d.pairs != 1 else ''} {d.median:.2f}x, {bound} allowing for {noise}: "
+            f"{d.verdict} ({'above' if d.verdict == 'faster' else 'not above'} {floor}; at most {d.max_pairs} pairs)"
+            + ("; the pairs spread more than the rule's stated error rate assumes" if d.noisy else ""))
 
 
-def parse_what_if(text: str) -> tuple[str, tuple[int, ...]]:
-    """`grad_accum=1,4,8` -> ("gradient_accumulation_steps", (1, 4, 8))."""
-    key, sep, values = text.partition("=")
-    if not sep or key.strip() not in WHAT_IF_KEYS:
-        raise UsageError(f"--what-if {text!r}: give KEY=V1,V2,... with KEY one of gradient_accumulation_steps "
-                         f"(grad_accum) or train_micro_batch_size_per_gpu (micro_batch), e.g. grad_accum=1,4,8")
-    try:
-        parsed = tuple(int(v) for v in values.split(",") if v.strip())
-    except ValueError:
-        parsed = ()
-    if not parsed or min(parsed) < 1:
-        raise UsageError(f"--what-if {text!r}: the values must be whole numbers >= 1, e.g. grad_accum=1,4,8")
-    return WHAT_IF_KEYS[key.strip()], parsed
+def run_what_if(search: OffloadSearch, trials: Trials, knobs: OffloadKnobs, shape: JobShape) -> tuple[WhatIf, ...]:
+    key, values = search.what_if or ("", ())
+    trials.say(f"offload: what-if {key} = {', '.join(f'{v:g}' for v in values)} on "
+               f"{short_changes(knob_changes(trials.base, knobs))} (changes the training itself: reported, never "
+               f"applied)")
+    rows = []
+    for value in values:
+        plan = what_if_plan(search.plan, key, value, search.base_cfg)
+        runs = trials if plan == search.plan else Trials(replace(search, plan=plan), trials.base, trials.shape,
+                                                           trials.target, trials.journal, trials.say)
+        t = runs.run(knobs, "what-if", 0, {key: int(value) if key != ZENFLOW_TOPK else value})
+        trials.ran += runs.ran if runs is not trials else 0
+        rows.append(_what_if_row(key, value, t, knobs, shape, {**search.base_cfg, key: value}))
+    return tuple(rows)
 
 
-def _what_if_row(key: str, value: int, t: OffloadTrial, knobs: OffloadKnobs, shape: JobShape,
+def _what_if_row(key: str, value: float, t: OffloadTrial, knobs: OffloadKnobs, shape: JobShape,
                  cfg: dict[str, Any]) -> WhatIf:
+    shown: Any = value if key == ZENFLOW_TOPK else int(value)
     if t.status != "ok":
-        return WhatIf(key, value, t.status, t.error)
+        return WhatIf(key, shown, t.status, t.error)
     moved = 2 * sum(step_swap_bytes(knobs, shape).values())
-    return WhatIf(key, value, "ok", "", t.samples_per_s, t.optimizer_step_s / t.step_s if t.step_s else 0.0,
+    per_s = t.samples_per_s
+    if key in ZENFLOW_WHAT_IF and t.step_times_s:
+        # ZenFlow's steps are not alike: the mean over whole update intervals, not the median step
+        per_s = t.samples_per_s * t.step_s / statistics.fmean(t.step_times_s)
+    return WhatIf(key, shown, "ok", "", per_s, t.optimizer_step_s / t.step_s if t.step_s else 0.0,
                   moved / samples_per_step(cfg))
 
 
-def job_shape(runner: Runner, base_cfg: dict[str, Any], target: Path, cgroup: str | None, timeout_s: float,
-              steps: int, say: Callable[[str], None]) -> JobShape:
-    """The job's parameter tensors: the built-in model's are known; the
-    user's job is run once with its own config and its hook reports them."""
+def partitioned_in(knobs: OffloadKnobs, dtype: str) -> OffloadKnobs:
+    """`knobs` with the dtype ZeRO-3 partitions the parameters in (reported
+    by the job's hook; DeepSpeed may convert an fp32 model to bf16), the
+    gradient-accumulation dtype staying the config's."""
+    if not dtype or dtype == knobs.dtype:
+        return knobs
+    return replace(knobs, dtype=dtype, grad_accum_dtype=knobs.grad_accum_dtype or knobs.dtype)
+
+
+def job_shape(search: OffloadSearch, target: Target, say: Callable[[str], None]) -> tuple[JobShape, str]:
+    """The job's parameter tensors and the dtype they are partitioned in
+    ("": the config's): the built-in model's are known (built under
+    deepspeed.zero.Init, in the config's dtype); the user's job is started
+    once and stopped at deepspeed.initialize, where its hook reports them,
+    before DeepSpeed allocates anything."""
+    runner = search.runner
     if isinstance(runner, BuiltinRunner):
         if runner.size not in PRESETS:
             raise UsageError(f"unknown --model '{runner.size}': choose one of {', '.join(PRESETS)}")
-        return JobShape(tuple(tensor_numels(PRESETS[runner.size])))
-    say(f"offload: running {runner.what} once with its own config, to see its tensors")
+        return JobShape(tuple(tensor_numels(PRESETS[runner.size]))), ""
+    job: UserJob = runner.job       # type: ignore[attr-defined]
+    say(f"offload: starting {runner.what} up to deepspeed.initialize, to see its tensors")
     with contextlib.ExitStack() as stack:
-        work = temp_dir(stack, ".iotune-offload-", target)
+        work = temp_dir(stack, ".iotune-offload-", target.files_dir)
         (work / "swap").mkdir()
-        r = runner.run(apply_changes(base_cfg, {}, str(work / "swap")), work, cgroup, timeout_s, min(steps, 2))
-    if r.tensors is None:
-        raise IotuneError(f"your command reported no DeepSpeed engine ({r.error or 'no step seen'}): iotune sees the "
-                          f"model's tensors through its startup hook on PYTHONPATH, so the command must train with "
-                          f"DeepSpeed in Python")
-    return JobShape(r.tensors.numels, max(1, r.tensors.world))
+        tensors, error = probe_shape(job, apply_changes(search.base_cfg, {}, str(work / "swap")), work,
+                                     target.cgroup, search.plan.timeout_s, dict(getattr(runner, "env", ())))
+    if tensors is None:
+        raise IotuneError(f"your command reported no DeepSpeed model ({error}): iotune sees the model's tensors "
+                          f"through its startup hook on PYTHONPATH, at deepspeed.initialize, so the command must "
+                          f"train with DeepSpeed in Python")
+    return JobShape(tensors.numels, max(1, tensors.world)), tensors.partition_dtype
 
 
 def _reason(key: str, value: Any, base: OffloadKnobs, shape: JobShape) -> str:
@@ -343,14 +373,11 @@ def _reason(key: str, value: Any, base: OffloadKnobs, shape: JobShape) -> str:
     if attr == "optimizer_device" and value == "cpu":
         return "the optimizer state fits in RAM: nothing of it crosses the drive"
     if attr == "sub_group_size":
-        groups = len(sub_groups(OffloadKnobs(sub_group_size=int(value)), shape))
+        groups = len(sub_groups(replace(base, sub_group_size=int(value)), shape))
         return f"{groups} sub-group(s) per rank: the swap unit, and what pipelining can overlap"
     if attr in ("pipeline_read", "pipeline_write"):
         return "overlaps one sub-group's swap with the next one's Adam step"
     if attr == "optimizer_buffer_count":
         return "what the pipelining mode needs (DeepSpeed fails with fewer)"
     return f"faster on this job's steps than {getattr(base, attr)!r}"
-
-
-
 

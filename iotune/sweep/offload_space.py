@@ -20,7 +20,8 @@ from typing import Any
 
 from ..errors import UsageError
 from ..model import units
-from ..model.offload import JobShape, OffloadKnobs, host_memory, sub_groups, violations
+from ..model.host_memory import HostContext, host_memory
+from ..model.offload import JobShape, OffloadKnobs, sub_groups, violations
 from ..model.offload_result import Dimension, Refused
 
 # DeepSpeed's dotted key -> the knob it sets, its type and the values searched
@@ -128,14 +129,17 @@ def _why_not(key: str, base: OffloadKnobs, shape: JobShape, fixes: dict[str, Any
 
 @dataclass(frozen=True)
 class Budget:
-    """What the host allows one rank: RAM for offload, and ulimit -l (None: no limit)."""
+    """What the host allows one rank: its memory at the peak
+    (iotune.model.host_memory), and ulimit -l (None: no limit)."""
 
     host_bytes: int | None = None
     memlock_bytes: int | None = None
+    source: str = ""            # where host_bytes comes from, for messages ("MemAvailable", "--max-host-memory")
 
 
 def candidates(base: OffloadKnobs, shape: JobShape, dims: list[Dimension], fixes: dict[str, Any] | None = None,
-               budget: Budget = Budget()) -> tuple[list[OffloadKnobs], list[Refused]]:
+               budget: Budget = Budget(), context: HostContext = HostContext()) -> tuple[list[OffloadKnobs],
+                                                                                          list[Refused]]:
     """Every combination of `dims` over `base` with `fixes` applied (the
     optimizer's buffer_count raised to what its pipelining needs), split
     into those that can run and those refused with the numbers."""
@@ -145,11 +149,11 @@ def candidates(base: OffloadKnobs, shape: JobShape, dims: list[Dimension], fixes
     seen: set[OffloadKnobs] = set()
     for combo in itertools.product(*(d.values for d in dims)):
         knobs = replace(fixed, **{KEYS[d.key][0]: v for d, v in zip(dims, combo)})
-        knobs = _meaningful(knobs, shape, fixes or {})
+        knobs = _meaningful(knobs, shape, fixes or {}, fixed)
         if knobs in seen:
             continue
         seen.add(knobs)
-        reasons = refusals(knobs, shape, budget)
+        reasons = refusals(knobs, shape, budget, context)
         if reasons:
             refused.append(Refused(knobs, reasons))
         else:
@@ -157,30 +161,34 @@ def candidates(base: OffloadKnobs, shape: JobShape, dims: list[Dimension], fixes
     return fit, refused
 
 
-def _meaningful(knobs: OffloadKnobs, shape: JobShape, fixes: dict[str, Any]) -> OffloadKnobs:
+def _meaningful(knobs: OffloadKnobs, shape: JobShape, fixes: dict[str, Any], base: OffloadKnobs) -> OffloadKnobs:
     """One candidate per distinct behaviour: no pipelining without NVMe or
-    with one sub-group, and the buffers a pipelining mode needs (unless the
-    user fixed them)."""
+    with one sub-group, the buffers a pipelining mode needs (unless the user
+    fixed them), and a knob that does nothing for the candidate left at the
+    job's own value (so it is not a change)."""
     if knobs.optimizer_device != "nvme" and "zero_optimization.sub_group_size" not in fixes:
-        knobs = replace(knobs, sub_group_size=OffloadKnobs().sub_group_size)   # the swap unit: nothing swapped
+        knobs = replace(knobs, sub_group_size=base.sub_group_size)        # the swap unit: nothing swapped
     if knobs.optimizer_device != "nvme" or len(sub_groups(knobs, shape)) < 2:
         knobs = replace(knobs, pipeline_read=False, pipeline_write=False)
     if knobs.param_device != "nvme":
-        knobs = replace(knobs, param_buffer_count=OffloadKnobs().param_buffer_count)
+        knobs = replace(knobs, param_buffer_count=base.param_buffer_count)
     if "zero_optimization.offload_optimizer.buffer_count" not in fixes and knobs.optimizer_device == "nvme":
         live = 1 + int(knobs.pipeline_read) + int(knobs.pipeline_write)
         knobs = replace(knobs, optimizer_buffer_count=max(4 * live, OffloadKnobs().optimizer_buffer_count))
     return knobs
 
 
-def refusals(knobs: OffloadKnobs, shape: JobShape, budget: Budget) -> tuple[str, ...]:
+def refusals(knobs: OffloadKnobs, shape: JobShape, budget: Budget,
+             context: HostContext = HostContext()) -> tuple[str, ...]:
+    """Why `knobs` cannot run here: DeepSpeed's bounds, then the host's memory."""
     out = [v.describe() for v in violations(knobs, shape)]
-    mem = host_memory(knobs, shape)
+    mem = host_memory(knobs, shape, context)
     if budget.memlock_bytes is not None and mem.locked_bytes > budget.memlock_bytes:
         out.append(f"locks {units.mib(mem.locked_bytes)} of swap buffers, over ulimit -l "
                    f"{units.mib(budget.memlock_bytes)}")
-    if budget.host_bytes is not None and mem.total_bytes > budget.host_bytes:
-        items = "; ".join(f"{i.label} {units.mib(i.nbytes)}" for i in mem.items)
-        out.append(f"needs {units.mib(mem.total_bytes)} of host memory ({items}), over the budget of "
-                   f"{units.mib(budget.host_bytes)}")
+    if budget.host_bytes is not None and mem.peak_bytes > budget.host_bytes:
+        items = "; ".join(f"{i.label} {units.mib(i.nbytes)}" for i in mem.items if i.phase in ("resident",
+                                                                                            mem.peak_phase()))
+        out.append(f"needs {units.mib(mem.peak_bytes)} of host memory at its peak ({mem.peak_phase()}: {items}), "
+                   f"over {units.mib(budget.host_bytes)}" + (f" ({budget.source})" if budget.source else ""))
     return tuple(out)

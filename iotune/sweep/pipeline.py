@@ -2,8 +2,9 @@
 
     propose points -> measure (executor + journal) -> rank
         -> confirm on training steps (finalists vs DeepSpeed's defaults,
-           alternating pairs) -> recommend (never slower than the defaults
-           beyond the measured noise) -> CPU-optimizer threads
+           alternating pairs until the confirmation rule decides) ->
+           recommend (never slower than the defaults beyond the measured
+           noise) -> CPU-optimizer threads
 
 Each stage is a module of its own (propose, measure, rank, confirm,
 recommend); what passes between them are model records (Proposal, Trial,
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import __version__
 from ..fs.directio import direct_io_problem
 from ..opbuild.oplocks import stale_lock_problem
 from ..errors import UsageError
@@ -27,7 +29,7 @@ from ..model.journal import SweepEnv
 from ..model.sweep import Trial
 from ..model.sweep_result import Progress, Ranked, SweepOutcome
 from ..workloads.fastops import ops_to_build
-from .cmd_executor import CommandExecutor, UserJob, swap_note
+from .user_job import CommandExecutor, UserJob, swap_note
 from .confirm import confirm_on_steps
 from .executor import Executor, Target
 from .fio_executor import FioExecutor
@@ -95,7 +97,7 @@ def environment(target: Target, executor: str, drive: dict[str, object] | None,
                     fio=version(["fio", "--version"]) if shutil.which("fio") else "",
                     file_bytes=target.file_bytes, files=target.files, runtime_s=target.runtime_s,
                     started_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                    steps_cmd=user_job.identity() if user_job else {})
+                    steps_cmd=user_job.identity() if user_job else {}, iotune_version=__version__)
 
 
 def search(measurer: Measurer, space: SearchSpace, settings: RunSettings) -> list[Ranked]:
@@ -116,10 +118,8 @@ def run_sweep(req: SweepRequest, target: Target, on_trial: Callable[[Progress], 
               say: Callable[[str], None] = lambda s: None) -> SweepOutcome:
     check_target(target.directory)
     check_deepspeed_ops(req)
-    journal = open_journal(req.out_dir, req.fresh)
     env = environment(target, req.executor, req.drive, req.user_job)
-    journal.check_resumable(env)
-    journal.start(env)
+    journal = open_journal(req.out_dir, req.fresh, env, say)
     before = len(journal.trials)
     space, run = req.profile.space, req.profile.run
     measurer = Measurer(EXECUTORS[req.executor](), target, journal, on_trial, planned_trials(space, run))

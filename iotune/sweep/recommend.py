@@ -4,10 +4,10 @@ and applied to a user's config (keeping only the `aio` keys DeepSpeed reads).
 
 When training steps were run, the recommendation is never slower than
 DeepSpeed's defaults beyond the measured noise: a candidate is recommended
-only if the median of its paired ratios (default / candidate optimizer-step
-time, one per alternating pair) exceeds 1 + noise, where noise is the
-larger of the profile's noise_floor and the pairs' own spread (max - min of
-the ratios). Otherwise the recommendation is DeepSpeed's defaults."""
+only when the confirmation rule (sequential.py) finds its paired ratios
+(default / candidate optimizer-step time, one per alternating pair) faster:
+the lower end of the bound on their median clears 1 + the profile's
+noise_floor. Otherwise the recommendation is DeepSpeed's defaults."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ from ..dsconfig import read_ds_config
 from ..model.aio import AioSettings
 from ..model.sweep import SweepPoint, Trial
 from ..model.sweep_result import Ranked, StepGain
-from ..workloads.zygote import WarmStarter, WarmStartUnavailable
+from ..workloads.warmstart import WarmStarter, WarmStartUnavailable
+from .sequential import SequentialRule, decide
 
 DS_AIO_KEYS = tuple(f.name for f in fields(AioSettings))   # what DeepSpeed 0.19's get_aio_config reads
 
@@ -44,30 +45,33 @@ def pick(ranking: list[Ranked], confirmed: list[Ranked], gain: StepGain | None,
     return ranking[0].point
 
 
-def step_gain(candidate: SweepPoint, pairs: Sequence[tuple[Trial, Trial]], noise_floor: float) -> StepGain | None:
-    """The verdict on `candidate` from its (candidate, default) steps trial
-    pairs; pairs where either failed are left out. None without a usable pair."""
-    usable = [(c.measurement.optimizer_step_s, d.measurement.optimizer_step_s) for c, d in pairs
-              if c.measurement and d.measurement and c.measurement.optimizer_step_s
-              and d.measurement.optimizer_step_s]
-    if not usable:
+def pair_times(pairs: Sequence[tuple[Trial, Trial]]) -> list[tuple[float, float]]:
+    """(candidate, default) optimizer-step time of each usable pair; pairs
+    where either trial failed are left out."""
+    return [(c.measurement.optimizer_step_s, d.measurement.optimizer_step_s) for c, d in pairs
+            if c.measurement and d.measurement and c.measurement.optimizer_step_s
+            and d.measurement.optimizer_step_s]
+
+
+def pair_ratios(pairs: Sequence[tuple[Trial, Trial]]) -> list[float]:
+    """Each usable pair's default / candidate optimizer-step time (above 1: the candidate is faster)."""
+    return [d / c for c, d in pair_times(pairs)]
+
+
+def step_gain(candidate: SweepPoint, pairs: Sequence[tuple[Trial, Trial]], rule: SequentialRule) -> StepGain | None:
+    """The rule's final verdict on `candidate` from its (candidate, default)
+    steps trial pairs; failed pairs are left out. None without a usable pair."""
+    times = pair_times(pairs)
+    if not times:
         return None
-    ratios = tuple(d / c for c, d in usable)
-    med, lo, hi = statistics.median(ratios), min(ratios), max(ratios)
-    noise, verdict = pair_verdict(ratios, noise_floor)
-    return StepGain(candidate=candidate, ratios=ratios, median=med, min=lo, max=hi, pairs=len(ratios),
-                    noise=noise, verdict=verdict,
-                    candidate_optimizer_step_s=statistics.median(c for c, _ in usable),
-                    default_optimizer_step_s=statistics.median(d for _, d in usable))
-
-
-def pair_verdict(ratios: Sequence[float], noise_floor: float) -> tuple[float, str]:
-    """(noise, verdict) of alternating pairs' ratios (above 1: the candidate
-    is faster): "faster" or "slower" when the median clears the noise, the
-    larger of `noise_floor` and the ratios' spread; else "within noise"."""
-    med = statistics.median(ratios)
-    noise = max(noise_floor, max(ratios) - min(ratios))
-    return noise, "faster" if med > 1 + noise else "slower" if med < 1 - noise else "within noise"
+    ratios = tuple(d / c for c, d in times)
+    d = decide(ratios, rule, final=True)
+    return StepGain(candidate=candidate, ratios=ratios, median=d.median, min=min(ratios), max=max(ratios),
+                    pairs=d.pairs, noise=d.upper / d.median - 1, verdict=d.verdict,
+                    candidate_optimizer_step_s=statistics.median(c for c, _ in times),
+                    default_optimizer_step_s=statistics.median(t for _, t in times),
+                    lower=d.lower, upper=d.upper, spread_measured=d.measured, spread_assumed=d.assumed,
+                    floor=d.floor, max_pairs=d.max_pairs)
 
 
 def best_gain(gains: Sequence[StepGain | None]) -> StepGain | None:

@@ -35,8 +35,9 @@ class RunSettings:
     finalists: int = 3                # adaptive: points that get the full repeats
     confirm_top: int = 2              # candidates confirmed with real training steps (0: none)
     steps: int = 6                    # training steps per confirmation trial
-    confirm_pairs: int = 3            # alternating (candidate, defaults) rounds per candidate on steps
-    noise_floor: float = 0.05         # steps: a gain must clear this fraction (and the pairs' spread)
+    confirm_pairs: int = 6            # at most this many alternating (candidate, defaults) pairs per candidate on
+                                      # steps; the confirmation rule (sequential.py) stops a candidate once it decides
+    noise_floor: float = 0.05         # steps: the smallest gain worth reporting (the rule's bound must clear it)
     runtime_s: float = 0.0            # fio: time-based trials of this length per direction (0: size-based)
     ramp_s: float = 0.0               # fio: excluded from the start of each direction
     steps_timeout_s: float = 1800.0   # wall-clock limit of one training-step trial

@@ -4,7 +4,7 @@ point's aio settings; the metric is step and optimizer-step time, the median
 over the steps after the first. omp_threads sets OMP_NUM_THREADS for the CPU
 optimizer (DeepSpeedCPUAdam), as in the thread table of Xinnor's published offload benchmark.
 
-Runs start warm (iotune.workloads.zygote): forks of a process that has
+Runs start warm (iotune.workloads.warmstart): forks of a process that has
 imported torch, transformers and DeepSpeed and loaded DeepSpeed's ops, ~5 s a
 run instead of ~20 s here; each fork is still a process of its own, in the
 target's cgroup. If the warm-start server cannot start, runs are exec'd as
@@ -26,6 +26,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
+from ..errors import WarmStartUnavailable
 from ..host.cgroup import join_cgroup_preexec
 from ..host.ledger import private_tmp, temp_dir
 from ..opbuild.oplocks import BuildLockHang, hang_guard, release_locks_left_since
@@ -34,7 +35,7 @@ from ..model.offload import GainSplit, JobShape, OffloadKnobs, gain_split
 from ..model.steps import parse_steps
 from ..model.sweep import Measurement, SweepPoint
 from ..workloads.presets import PRESETS, tensor_numels
-from ..workloads.zygote import WarmStarter, WarmStartUnavailable
+from ..workloads.warmstart import WarmStarter
 from .executor import Target, TrialFailed
 
 

@@ -20,7 +20,7 @@ from ..blockdev.targets import kernel_dev
 from ..errors import ProbeError
 from ..model.appio import IFACES, AppFileStats, AppFsStats, AppLayer
 from ..resources import probes_dir
-from .btf import offsets
+from .btf import kernel_offsets
 from .kernel import VMLINUX_BTF, BpfProgram, import_bcc, require_headers, require_privileges
 
 # APP_DROP_* in appio.h, in index order.
@@ -55,16 +55,9 @@ APP_LAYOUT_ENUMS = {
 def app_layout(path: Path = VMLINUX_BTF) -> dict[str, int]:
     """The -D values appio.c needs, from the kernel's BTF. io_rw sits at the
     start of struct io_kiocb (the union with `file` and `cmd`)."""
-    try:
-        data = path.read_bytes()
-    except OSError:
-        raise ProbeError(f"cannot read the kernel's BTF ({path}): the application probe takes the layout of "
-                         f"task_struct, file and io_kiocb from it; use a kernel built with "
-                         f"CONFIG_DEBUG_INFO_BTF=y") from None
-    values, missing = offsets(data, APP_LAYOUT_FIELDS, APP_LAYOUT_ENUMS)
-    if missing:
-        raise ProbeError(f"this kernel's BTF lacks {', '.join(missing)}, which the application probe reads; "
-                         f"it needs Linux 6.1 or later (or trace without --app)")
+    values = kernel_offsets(APP_LAYOUT_FIELDS, APP_LAYOUT_ENUMS, "the application probe",
+                            "the layout of task_struct, file and io_kiocb",
+                            "it needs Linux 6.1 or later (or trace without --app)", path)
     values["REQ_FD_OFF"] = values.pop("REQ_CQE_OFF") + values.pop("CQE_FD_OFF")
     return values
 

@@ -1,16 +1,20 @@
-"""Member offsets from the kernel's BTF, anonymous unions and structs
-included (probe.read_btf sees only a struct's direct, named members).
+"""The one reader of the kernel's BTF: member offsets of structs and unions
+(members of anonymous unions and structs included) and enumerator values,
+which the probes take as -D constants (probe.KernelLayout for blockio.c,
+appprobe.app_layout for appio.c).
 
-probes/appio.c reads kernel structures whose fields sit inside anonymous
-unions (struct io_kiocb's request data, struct io_cqe's fd), so it needs
-their offsets flattened: `io_kiocb.cmd` is not a name in BTF, but io_rw
-lives at the start of the anonymous union at offset 0."""
+Offsets are flattened through anonymous members because appio.c reads
+fields that sit inside anonymous unions (struct io_kiocb's request data,
+struct io_cqe's fd): `io_kiocb.cmd` is not a name in BTF, but io_rw lives at
+the start of the anonymous union at offset 0."""
 
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 
 from ..errors import ProbeError
+from .kernel import VMLINUX_BTF
 
 BTF_STRUCT, BTF_UNION, BTF_ENUM = 4, 5, 6
 # bytes after the 12-byte type header: fixed, and per vlen item (BTF_KIND_* numbers)
@@ -86,3 +90,21 @@ def offsets(data: bytes, wanted: dict[str, tuple[str, str]], enumerators: dict[s
             missing.append(enumerator)
         values[key] = enums.get(enumerator, -1)
     return values, missing
+
+
+BTF_FIX = "use a kernel built with CONFIG_DEBUG_INFO_BTF=y (the default in major distributions)"
+
+
+def kernel_offsets(wanted: dict[str, tuple[str, str]], enumerators: dict[str, str], reader: str, takes: str,
+                   needs: str, path: Path = VMLINUX_BTF) -> dict[str, int]:
+    """`offsets` of the running kernel's BTF at `path`. A ProbeError when
+    it cannot be read (naming what `reader` takes from it) or lacks any of
+    them (naming what `reader` needs)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        raise ProbeError(f"cannot read the kernel's BTF ({path}): {reader} takes {takes} from it; {BTF_FIX}") from None
+    values, missing = offsets(data, wanted, enumerators)
+    if missing:
+        raise ProbeError(f"this kernel's BTF lacks {', '.join(missing)}, which {reader} reads; {needs}")
+    return values

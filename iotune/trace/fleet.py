@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..remote.ssh import SshTransport, Transport
-from ..errors import IotuneError, UsageError
+from ..errors import IotuneError
 from ..model.fleet import FleetRun, NodeRun, node_status
 from ..model.hook_events import EVENTS_ENV
 from ..model.runfile import load_run
@@ -63,29 +63,6 @@ class FleetOptions:
     stdout_to_stderr: bool = False
     start_timeout_s: float = 180.0       # the agents compile their probe first
     stop_timeout_s: float = 60.0
-
-
-def read_hostfile(path: Path) -> tuple[str, ...]:
-    """The hosts of a DeepSpeed hostfile (`host slots=N` lines, # comments)."""
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as e:
-        raise UsageError(f"cannot read the hostfile {path}: {e.strerror}") from None
-    hosts: list[str] = []
-    for n, raw in enumerate(lines, 1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        host, *rest = line.split()
-        if any(not r.startswith("slots=") or not r[6:].isdigit() for r in rest):
-            raise UsageError(f"{path} line {n}: expected `HOST slots=N` (DeepSpeed's hostfile format), "
-                              f"got `{raw.strip()}`")
-        if host in hosts:
-            raise UsageError(f"{path} line {n}: host {host} is listed twice: list each host once")
-        hosts.append(host)
-    if not hosts:
-        raise UsageError(f"the hostfile {path} names no hosts: one `HOST slots=N` line per node")
-    return tuple(hosts)
 
 
 @dataclass(frozen=True)

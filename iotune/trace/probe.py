@@ -21,6 +21,7 @@ from ..errors import ProbeError
 from ..model.histogram import log2_from_sizes
 from ..model.run import OPS, DirectionStats
 from ..resources import probes_dir
+from .btf import kernel_offsets
 from .kernel import (VMLINUX_BTF, BpfProgram, import_bcc, require_headers, require_kernel_features,
                      require_privileges, tracefs_events)
 
@@ -133,10 +134,6 @@ LAYOUT_ENUMS = {
     "KOP_DRV_IN": "REQ_OP_DRV_IN", "KOP_DRV_OUT": "REQ_OP_DRV_OUT",
     "REQ_OP_BITS": "__REQ_FAILFAST_DEV", "REQ_META_BIT": "__REQ_META",
 }
-BTF_STRUCT, BTF_UNION, BTF_ENUM = 4, 5, 6
-# bytes after the 12-byte type header: fixed, and per vlen item (BTF_KIND_* numbers)
-BTF_EXTRA = {1: 4, 3: 12, 14: 4, 17: 4}
-BTF_PER_ITEM = {4: 12, 5: 12, 6: 8, 13: 8, 15: 12, 19: 12}
 
 
 @dataclass(frozen=True)
@@ -150,57 +147,8 @@ class KernelLayout:
 
     @classmethod
     def from_btf(cls, path: Path = VMLINUX_BTF) -> KernelLayout:
-        try:
-            data = path.read_bytes()
-        except OSError:
-            raise ProbeError(
-                f"cannot read the kernel's BTF ({path}): iotune takes struct request's layout from it; "
-                f"use a kernel built with CONFIG_DEBUG_INFO_BTF=y (the default in major distributions)"
-            ) from None
-        members, enums = read_btf(data, {s for s, _ in LAYOUT_FIELDS.values()}, set(LAYOUT_ENUMS.values()))
-        values, missing = {}, []
-        for name, (st, member) in LAYOUT_FIELDS.items():
-            off = members.get(st, {}).get(member)
-            values[name] = off if off is not None else -1
-            missing += [f"struct {st}.{member}"] if off is None else []
-        for name, enumerator in LAYOUT_ENUMS.items():
-            values[name] = enums.get(enumerator, -1)
-            missing += [enumerator] if enumerator not in enums else []
-        if missing:
-            raise ProbeError(f"this kernel's BTF lacks {', '.join(missing)}, which the block probe reads; "
-                             f"iotune's block probe needs Linux 5.15 or later")
-        return cls(values)
-
-
-def read_btf(data: bytes, structs: set[str], enumerators: set[str]
-             ) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
-    """Byte offsets of the members of `structs` and values of `enumerators`
-    in raw BTF (the first struct of each name wins)."""
-    magic, _, _, hdr_len, type_off, type_len, str_off, _ = struct.unpack_from("<HBBIIIII", data, 0)
-    if magic != 0xEB9F:
-        raise ProbeError("the kernel's BTF has an unknown format; iotune cannot read struct request's layout")
-    strings = hdr_len + str_off
-
-    def name(off: int) -> str:
-        return data[strings + off:data.index(b"\0", strings + off)].decode()
-
-    members: dict[str, dict[str, int]] = {}
-    enums: dict[str, int] = {}
-    pos, end = hdr_len + type_off, hdr_len + type_off + type_len
-    while pos < end:
-        name_off, info, _ = struct.unpack_from("<III", data, pos)
-        pos += 12
-        kind, vlen, bitfields = (info >> 24) & 0x1F, info & 0xFFFF, info >> 31
-        if kind in (BTF_STRUCT, BTF_UNION) and name_off and name(name_off) in structs:
-            items = struct.iter_unpack("<III", data[pos:pos + 12 * vlen])
-            members.setdefault(name(name_off), {
-                name(m): ((off & 0xFFFFFF) if bitfields else off) // 8 for m, _, off in items})
-        elif kind == BTF_ENUM:
-            for e, val in struct.iter_unpack("<Ii", data[pos:pos + 8 * vlen]):
-                if name(e) in enumerators:
-                    enums[name(e)] = val
-        pos += BTF_EXTRA.get(kind, 0) + BTF_PER_ITEM.get(kind, 0) * vlen
-    return members, enums
+        return cls(kernel_offsets(LAYOUT_FIELDS, LAYOUT_ENUMS, "the block probe", "struct request's layout",
+                                  "iotune's block probe needs Linux 5.15 or later", path))
 
 
 def per_cpu_sum(values: Sequence[Any], fields: Sequence[str]) -> list[int]:

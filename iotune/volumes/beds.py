@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..host.cgroup import Throttle, blkio_cgroup
+from ..host.cgroup import blkio_cgroup
 from ..blockdev.devices import BlockDevice
 from ..host.ledger import note
 from ..host.proc import running
@@ -29,7 +29,7 @@ from ..model.bed import DEEPSPEED_DEFAULT_POINT as DEFAULT
 from ..model.bed import AioPoint, BedSpec
 from ..model.drive import DriveLimits
 from ..model.layout import LayoutSpec
-from .emulated import EmulatedDrive, emulated_drive
+from .emulated import EmulatedDrive, emulated_drive, throttle
 from .layout import build_layout
 
 KiB, MiB, MB = 1 << 10, 1 << 20, 1_000_000
@@ -113,11 +113,14 @@ class Bed:
 
 
 @contextlib.contextmanager
-def running_bed(name: str, directory: Path | None = None) -> Iterator[Bed]:
+def running_bed(name: str, directory: Path | None = None, size_bytes: int | None = None) -> Iterator[Bed]:
     """Bring up the bed `name` (drives, caps, filesystem, mount) in
-    `directory` (default: the temporary directory); all of it is removed on
-    exit, error or Ctrl-C."""
+    `directory` (default: the temporary directory), each drive of
+    `size_bytes` (default: the bed's; a sparse file, so only what is written
+    takes disk space); all of it is removed on exit, error or Ctrl-C."""
     spec = bed_spec(name)
+    if size_bytes is not None:
+        spec = replace(spec, size_bytes=size_bytes)
     if spec.drives == 1:
         with emulated_drive(directory, spec.size_bytes, spec.member, fstype=spec.fstype) as d:
             yield Bed(spec.with_overhead(d.limits.overhead_us), d.path, (d.device,), d.cgroup, (d,))
@@ -126,7 +129,7 @@ def running_bed(name: str, directory: Path | None = None) -> Iterator[Bed]:
         uncapped = replace(spec.member, bw_bytes_per_s=0, iops=0)     # one cgroup caps all members
         drives = tuple(stack.enter_context(emulated_drive(directory, spec.size_bytes, uncapped))
                        for _ in range(spec.drives))
-        cgroup = stack.enter_context(blkio_cgroup(f"bed-{name}", [_throttle(d, spec.member) for d in drives]))
+        cgroup = stack.enter_context(blkio_cgroup(f"bed-{name}", [throttle(d.device, spec.member) for d in drives]))
         mnt = Path(tempfile.mkdtemp(prefix=f"iotune-bed-{name}-", dir=directory))
         note(stack, "dir", path=mnt.resolve())
         stack.callback(_rmdir, mnt)
@@ -146,11 +149,6 @@ def bed_trouble(bed: Bed) -> str | None:
             return (f"the emulated drive {d.device.path} of test bed {bed.spec.name} is gone: its FUSE daemon "
                     f"(pid {d.daemon_pid}) has exited, so every request to the drive fails")
     return None
-
-
-def _throttle(drive: EmulatedDrive, limits: DriveLimits) -> Throttle:
-    bw, iops = limits.bw_bytes_per_s, limits.iops
-    return Throttle(drive.device.number, read_bps=bw, write_bps=bw, read_iops=iops, write_iops=iops)
 
 
 def _rmdir(path: Path) -> None:

@@ -94,10 +94,14 @@ class EmulatedDrive:
     mount_point: Path | None   # set when a filesystem was made
 
     def stats(self) -> DaemonStats:
-        text = (self.fuse_file.parent / "stats").read_text()
-        values = dict(line.split() for line in text.splitlines() if line.strip())
-        names = {f.name for f in dataclasses.fields(DaemonStats)}
-        return DaemonStats(**{k: int(v) for k, v in values.items() if k in names})
+        return read_stats(self.fuse_file.parent / "stats")
+
+
+def read_stats(path: Path) -> DaemonStats:
+    """The daemon's counters from its stats file (`name value` lines)."""
+    values = dict(line.split() for line in path.read_text().splitlines() if line.strip())
+    names = {f.name for f in dataclasses.fields(DaemonStats)}
+    return DaemonStats(**{k: int(v) for k, v in values.items() if k in names})
 
 
 @contextlib.contextmanager
@@ -107,32 +111,33 @@ def emulated_drive(directory: Path | None, size_bytes: int, limits: DriveLimits,
     """A loop device with `limits` over a file in `directory` (default: the
     temporary directory); with `fstype`, also formatted and mounted."""
     require_root("emulated drives")
-    _check_request(size_bytes, limits, fstype, sector_size)
+    check_request(size_bytes, limits, fstype, sector_size)
     binary = build_daemon(cache_dir)
     with contextlib.ExitStack() as stack:
-        drive_dir = _drive_dir(stack, directory)
+        drive_dir = new_drive_dir(stack, directory)
         backing = drive_dir / "backing.img"
         create_file(stack, backing, size_bytes)
-        fuse_dir = _make_dir(stack, drive_dir / "fuse")
-        proc = _start_daemon(stack, binary, backing, fuse_dir, limits, drive_dir / "daemon.log")
+        fuse_dir = make_dir(stack, drive_dir / "fuse")
+        proc = start_daemon(stack, binary, backing, fuse_dir, limits, drive_dir / "daemon.log")
         fuse_file = fuse_dir / "disk"
         device = attach_loop(stack, fuse_file, sector_size)
         _check_direct_io(device)
         overhead_us = limits.overhead_us or _startup_overhead_us(device, size_bytes, limits.latency_us)
         capped = limits.bw_bytes_per_s > 0 or limits.iops > 0
-        cgroup = stack.enter_context(blkio_cgroup(device.name, [_throttle(device, limits)])) if capped else None
+        cgroup = stack.enter_context(blkio_cgroup(device.name, [throttle(device, limits)])) if capped else None
         mount_point = format_and_mount(stack, device, drive_dir, fstype) if fstype else None
         model = dataclasses.replace(limits, overhead_us=overhead_us)
         yield EmulatedDrive(device, mount_point or Path(device.path), str(cgroup) if cgroup else None,
                             model, backing, fuse_file, proc.pid, mount_point)
 
 
-def _throttle(device: BlockDevice, limits: DriveLimits) -> Throttle:
+def throttle(device: BlockDevice, limits: DriveLimits) -> Throttle:
+    """The blkio caps of `limits` on `device`, the same in each direction."""
     bw, iops = limits.bw_bytes_per_s, limits.iops
     return Throttle(device.number, read_bps=bw, write_bps=bw, read_iops=iops, write_iops=iops)
 
 
-def _check_request(size_bytes: int, limits: DriveLimits, fstype: str | None, sector_size: int) -> None:
+def check_request(size_bytes: int, limits: DriveLimits, fstype: str | None, sector_size: int) -> None:
     if fstype is not None and fstype not in MKFS:
         raise UsageError(f"unknown filesystem '{fstype}': choose one of {', '.join(MKFS)}")
     if sector_size not in (512, 1024, 2048, 4096):
@@ -184,7 +189,7 @@ def _fuse_flags() -> list[str]:
     return out.stdout.split()
 
 
-def _drive_dir(stack: contextlib.ExitStack, directory: Path | None) -> Path:
+def new_drive_dir(stack: contextlib.ExitStack, directory: Path | None) -> Path:
     """A fresh directory for this drive's files inside `directory`. Removed
     with rmdir only, so nothing is deleted through a mount left behind."""
     parent = directory or Path(tempfile.gettempdir())
@@ -196,7 +201,7 @@ def _drive_dir(stack: contextlib.ExitStack, directory: Path | None) -> Path:
     return drive_dir
 
 
-def _make_dir(stack: contextlib.ExitStack, path: Path) -> Path:
+def make_dir(stack: contextlib.ExitStack, path: Path) -> Path:
     path.mkdir()
     note(stack, "dir", path=path)
     stack.callback(_remove_dir, path)
@@ -210,7 +215,7 @@ def _remove_dir(path: Path) -> None:
         log.warning("could not remove %s: %s", path, e)
 
 
-def _start_daemon(stack: contextlib.ExitStack, binary: Path, backing: Path, mount_dir: Path,
+def start_daemon(stack: contextlib.ExitStack, binary: Path, backing: Path, mount_dir: Path,
                   limits: DriveLimits, log_path: Path, tree: bool = False) -> subprocess.Popen[bytes]:
     """The daemon, in the foreground as our child in a session of its own
     (so a terminal's Ctrl-C reaches us, and we stop it in order), mounted.
@@ -234,7 +239,7 @@ def _start_daemon(stack: contextlib.ExitStack, binary: Path, backing: Path, moun
 
 def _wait_mounted(proc: subprocess.Popen[bytes], mount_dir: Path, log_path: Path) -> None:
     deadline = time.monotonic() + MOUNT_TIMEOUT_S
-    while not _is_mounted(mount_dir):
+    while not mountinfo.is_mount_point(mount_dir):
         if proc.poll() is not None or time.monotonic() > deadline:
             why = log_path.read_text(errors="replace").strip()[-500:] or "no output"
             raise IotuneError(f"the emulated drive's FUSE daemon did not mount {mount_dir} "
@@ -242,18 +247,12 @@ def _wait_mounted(proc: subprocess.Popen[bytes], mount_dir: Path, log_path: Path
         time.sleep(0.01)
 
 
-def _is_mounted(path: Path) -> bool:
-    """Whether `path` (resolved) is a mount point, from mountinfo alone: a
-    stat could hang on a stuck FUSE mount."""
-    return any(m.mount_point == str(path) for m in mountinfo.read())
-
-
 def _stop_daemon(proc: subprocess.Popen[bytes], mount_dir: Path) -> None:
     """SIGTERM (the daemon unmounts and exits), SIGKILL if it hangs, and a
     lazy unmount if its mount outlives it."""
     if terminate(proc, STOP_TIMEOUT_S):
         log.warning("FUSE daemon %d ignored SIGTERM; killed it", proc.pid)
-    if _is_mounted(mount_dir):
+    if mountinfo.is_mount_point(mount_dir):
         subprocess.run(["umount", "-l", str(mount_dir)], capture_output=True, check=False)
 
 

@@ -25,10 +25,10 @@ from pathlib import Path
 
 from ..blockdev.devices import SYS_BLOCK, BlockDevice, resolve_device
 from ..host.ledger import note
+from ..host.undo import unmount
 from ..host.proc import run
 from ..errors import IotuneError, UsageError
 from ..model.layout import BuildPlan, LayoutSpec
-from .parts import unmount
 from .safety import require_safe
 
 BTRFS_STRIPE_BYTES = 64 << 10
@@ -128,7 +128,7 @@ def build_layout(spec: LayoutSpec, mount_point: Path, destroy_data: tuple[str, .
                 stack.callback(_stop_md, argv[2])
             if argv[0] == "mount":
                 note(stack, "mount", target=mount_point.resolve(), rmdir=1)    # as unmount() leaves it
-                stack.callback(unmount, mount_point)
+                stack.callback(unmount, mount_point.resolve(), remove_dir=True)
             run(list(argv))
         yield Volume(mount_point, plan, members)
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from ..blockdev.devices import BlockDevice, resolve_device
-from ..host.kinds import loop_identity
+from ..host.undo import loop_identity, unmount
 from ..host.ledger import note, temp_dir
 from ..host.proc import run
 from ..errors import PrivilegeError, UsageError
@@ -101,22 +101,7 @@ def format_and_mount(stack: contextlib.ExitStack, device: BlockDevice, directory
     mnt = directory / f"iotune-mnt-{device.name}"
     mnt.mkdir(exist_ok=True)
     note(stack, "mount", target=mnt.resolve(), rmdir=1)   # before: the directory is ours
-    stack.callback(unmount, mnt)
+    stack.callback(unmount, mnt.resolve(), remove_dir=True)
     run(["mount", "-o", "noatime", device.path, str(mnt)])
     return mnt
 
-
-def unmount(mnt: Path, attempts: int = 20) -> None:
-    """Unmount and remove the mount point, waiting out processes that are
-    still closing files there (killed children finishing in-flight I/O);
-    a last resort detaches it lazily so nothing stays mounted."""
-    for _ in range(attempts):
-        if not os.path.ismount(mnt):
-            break
-        if subprocess.run(["umount", str(mnt)], capture_output=True).returncode == 0:
-            break
-        time.sleep(0.25)
-    else:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
-    with contextlib.suppress(OSError):
-        mnt.rmdir()

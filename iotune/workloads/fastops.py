@@ -5,7 +5,7 @@ the ops compiled into the package), DeepSpeed's own OpBuilder.load() just
 imports each op's library from the package: nothing is compiled, no ninja
 runs, nothing is written to torch's extension cache. Those ops are loaded
 here through DeepSpeed's loader, so a process that forks runs (the
-warm-start server, zygote.py) hands them over already imported.
+warm-start server, warmstart.py) hands them over already imported.
 
 A DeepSpeed without prebuilt ops JIT-loads each op (cpu_adam, async_io,
 deepspeed_shm_comm) on every start: it compiles a test program to check

@@ -55,6 +55,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--precision", default=None, help="fp32 or bf16 (default: bf16 for nvme-all, else fp32)")
     p.add_argument("--steps", type=int, default=5, help="optimizer steps")
     p.add_argument("--micro-batch", type=int, default=4)
+    p.add_argument("--seq-len", type=int, default=None, metavar="TOKENS",
+                   help="tokens per sample (default: the preset's; e.g. 128 keeps a 1B step to seconds of compute "
+                        "on a CPU)")
     p.add_argument("--grad-accum", type=int, default=1, help="micro-steps per optimizer step (1, 4, 8)")
     p.add_argument("--activation-checkpointing", action="store_true")
     p.add_argument("--zenflow-topk", type=float, default=0.1)
@@ -99,7 +102,7 @@ def spec_from_args(a: argparse.Namespace) -> WorkloadSpec:
     precision = a.precision or ("bf16" if strategy == "nvme-all" else "fp32")
     aio = AioSettings(**{key: getattr(a, opt) for opt, key in AIO_OPTIONS.items() if getattr(a, opt) is not None})
     spec = WorkloadSpec(strategy=strategy, size=a.size, nvme_path=a.nvme_path, precision=precision,
-                        micro_batch=a.micro_batch, grad_accum=a.grad_accum,
+                        micro_batch=a.micro_batch, grad_accum=a.grad_accum, seq_len=a.seq_len,
                         activation_checkpointing=a.activation_checkpointing, zenflow_topk=a.zenflow_topk,
                         aio=aio,
                         buffers=OffloadBuffers(param_buffer_count=a.param_buffer_count,
@@ -127,8 +130,10 @@ def spec_from_ds_config(a: argparse.Namespace, config: dict[str, Any]) -> Worklo
     spec = WorkloadSpec(strategy=strategy, size=a.size, nvme_path=next((str(p) for p in nvme if p), None),
                         precision="bf16" if (config.get("bf16") or {}).get("enabled") else "fp32",
                         micro_batch=int(config.get("train_micro_batch_size_per_gpu", a.micro_batch)),
-                        grad_accum=int(config.get("gradient_accumulation_steps", 1)),
+                        grad_accum=int(config.get("gradient_accumulation_steps", 1)), seq_len=a.seq_len,
                         activation_checkpointing=a.activation_checkpointing)
+    if a.seq_len is not None and a.seq_len < 2:
+        raise UsageError("--seq-len must be at least 2 (tokens per sample; the loss predicts each next token)")
     if spec.strategy in NVME_STRATEGIES:
         for path in nvme:
             assert_swappable(str(path or ""))
@@ -158,23 +163,32 @@ def single_process_env() -> None:
     os.environ.setdefault("CROSS_SIZE", "1")
 
 
-def llama_config(shape: ModelShape) -> Any:
-    """transformers' LlamaConfig for a preset: untied embeddings, no KV cache."""
+def llama_config(shape: ModelShape, seq_len: int | None = None) -> Any:
+    """transformers' LlamaConfig for a preset (embeddings tied as the preset says), no KV cache."""
     from transformers import LlamaConfig
 
     return LlamaConfig(vocab_size=shape.vocab, hidden_size=shape.hidden, num_hidden_layers=shape.layers,
                        num_attention_heads=shape.heads, num_key_value_heads=shape.kv_heads,
-                       intermediate_size=shape.intermediate, max_position_embeddings=shape.seq_len,
-                       tie_word_embeddings=False, use_cache=False)
+                       intermediate_size=shape.intermediate, max_position_embeddings=seq_len or shape.seq_len,
+                       tie_word_embeddings=shape.tied, use_cache=False)
 
 
-def build_model(spec: WorkloadSpec, seed: int) -> Any:
+def build_model(spec: WorkloadSpec, seed: int, config: dict[str, Any]) -> Any:
+    """The preset, randomly initialised. Under ZeRO stage 3 it is built inside
+    deepspeed.zero.Init, as Hugging Face's integration does: each parameter is
+    partitioned (and cast to the config's dtype) as its module is built, so a
+    1B model never exists whole in fp32 in this process."""
+    import contextlib
+
+    import deepspeed
     import torch
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(llama_config(PRESETS[spec.size]))
-    if spec.precision == "bf16":
+    stage3 = (config.get("zero_optimization") or {}).get("stage") == 3
+    with deepspeed.zero.Init(config_dict_or_path=config) if stage3 else contextlib.nullcontext():
+        model = LlamaForCausalLM(llama_config(PRESETS[spec.size], spec.seq_len))
+    if spec.precision == "bf16" and not stage3:
         model = model.to(torch.bfloat16)
     if spec.activation_checkpointing:
         model.gradient_checkpointing_enable()
@@ -197,15 +211,16 @@ def train(spec: WorkloadSpec, steps: int, seed: int, checkpoint_dir: str | None,
     from iotune.workloads.openmp import max_threads
 
     preload_built_ops()             # seconds less per start; DeepSpeed's own load otherwise
-    model = build_model(spec, seed)
+    config = config if config is not None else ds_config(spec)
+    model = build_model(spec, seed, config)
     before = WeightSnapshot.take(model)
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
-                                           config=config if config is not None else ds_config(spec))
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
     if spec.strategy == "zenflow" and zenflow_workaround and repair_zenflow_layout(engine, before):
         sys.stderr.write("iotune-train: applied the ZenFlow weight-layout workaround "
                          "(DeepSpeed 0.19.8 bug, see iotune/workloads/integrity.py)\n")
     before.verify(engine.module, spec.strategy)
     shape = PRESETS[spec.size]
+    seq_len = spec.seq_len or shape.seq_len
     rank0 = int(os.environ.get("RANK", "0")) == 0
     plan = plan or CheckpointPlan()
     first, micro = restore(engine, plan.load_dir, spec.grad_accum)
@@ -215,7 +230,7 @@ def train(spec: WorkloadSpec, steps: int, seed: int, checkpoint_dir: str | None,
         losses = []
         opt_s = 0.0
         for _ in range(spec.grad_accum):
-            x = token_blocks(spec.micro_batch, shape.seq_len, shape.vocab, seed, micro)
+            x = token_blocks(spec.micro_batch, seq_len, shape.vocab, seed, micro)
             micro += 1
             loss = engine(input_ids=x, labels=x).loss
             engine.backward(loss)
@@ -227,7 +242,8 @@ def train(spec: WorkloadSpec, steps: int, seed: int, checkpoint_dir: str | None,
         if rank0:
             emit({"step": step, "loss": sum(losses) / len(losses), "step_s": round(step_s, 6),
                   "optimizer_step_s": round(opt_s, 6), "strategy": spec.strategy, "size": spec.size,
-                  "params": shape.param_count(), "grad_accum": spec.grad_accum, "omp_threads": omp_threads,
+                  "params": shape.param_count(), "seq_len": seq_len, "grad_accum": spec.grad_accum,
+                  "omp_threads": omp_threads,
                   **process_memory()})
         if checkpoint_dir and step == plan.save_at:
             engine.save_checkpoint(checkpoint_dir, client_state={"iotune_micro": micro})

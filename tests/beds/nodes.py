@@ -43,7 +43,7 @@ from pathlib import Path
 
 from iotune.fs import mountinfo
 from iotune.host.cgroup import join_cgroup_preexec
-from iotune.host.kinds import empty_namespace
+from iotune.host.undo import empty_namespace
 from iotune.host.ledger import note, note_process
 from iotune.host.proc import not_installed, run
 from iotune.errors import IotuneError

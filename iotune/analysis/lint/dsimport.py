@@ -10,7 +10,6 @@ to stderr, and its log records are captured (and dropped) while lint uses it.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import logging
 import sys
 from collections.abc import Iterator
@@ -39,11 +38,6 @@ def deepspeed_quiet(captured: list[str] | None = None) -> Iterator[None]:
             yield
     finally:
         logger.removeFilter(capture)
-
-
-def deepspeed_available() -> bool:
-    """Is DeepSpeed installed (without importing it)?"""
-    return importlib.util.find_spec("deepspeed") is not None
 
 
 def import_deepspeed() -> ModuleType:

@@ -1,15 +1,17 @@
 """Rules on what offload does at run time in DeepSpeed 0.19.8, each scoped to
 its evidence:
 
-- parameter offload to NVMe failed here in fp32 ("Not enough buffers 0 for
-  swapping 1") and with prefetching ("param N already assigned swap buffer
-  id M"); both were reproduced only with the CPU accelerator, so they are
-  errors for that accelerator and warnings naming the evidence otherwise;
+- parameter offload to NVMe failed here with prefetching ("param N already
+  assigned swap buffer id M"), reproduced only with the CPU accelerator, so
+  it is an error for that accelerator and a warning naming the evidence
+  otherwise; in fp32 it runs, and on the CPU accelerator a model built
+  outside deepspeed.zero.Init is partitioned in bf16 (a warning);
 - NVMe optimizer offload under ZeRO stage 1 or 2 is quietly CPU offload
   (stage_1_and_2.py sets cpu_offload for any device other than none);
 - offload_param is read only at stage 3;
-- ZenFlow is a CPU-offload method (stage 1/2, offload_optimizer.device cpu;
-  stage 3 hard-codes CUDA);
+- ZenFlow is a CPU-offload method at stage 1/2 (an optimizer offloaded to
+  cpu, or to nvme, which runs as cpu); at stage 3 it hard-codes CUDA: an
+  error on other accelerators, and on CUDA a warning that it is unverified;
 - fp16 and bf16 cannot both be enabled (DeepSpeedConfig asserts);
 - partial optimizer offload (offload_optimizer.ratio < 1) keeps part of the
   optimizer on the accelerator and the rest in CPU memory: with device nvme it
@@ -62,13 +64,16 @@ def _param_offload_rules(cfg: dict[str, Any], env: LintEnv) -> list[LintFinding]
     st = stage(cfg)
     at3 = "" if st.known else f"{st.why}; assumed stage 3"
     dtype = model_dtype(cfg)
-    fix = "train in bf16: \"bf16\": {\"enabled\": true}"
-    failure = "parameter offload to NVMe in fp32 fails ('Not enough buffers 0 for swapping 1')"
-    if dtype.value == "fp32":
-        out.append(_scoped("param-offload-fp32", "zero_optimization.offload_param", failure, fix, env, at3))
-    elif not dtype.known and env.accelerator == "cpu":
-        out.append(_scoped("param-offload-fp32", "zero_optimization.offload_param", failure, fix, env,
-                           _both(at3, f"{dtype.why}; assumed a 16-bit dtype")))
+    if dtype.value == "fp32" and env.accelerator == "cpu":
+        out.append(finding("zero3-bf16-partitions", "warning", "zero_optimization",
+                           "on DeepSpeed's CPU accelerator, ZeRO-3 partitions a model built outside "
+                           "deepspeed.zero.Init in bf16, not the config's fp32 (DeepSpeed 0.19.8's "
+                           "partition_parameters.Init._set_dtype keeps the model's dtype only where the "
+                           "accelerator supports fp16): its parameters, parameter swap files and swap buffers "
+                           "are bf16 (seen here with parameter offload to NVMe, which runs in fp32 under "
+                           "deepspeed.zero.Init and in bf16 outside it)",
+                           "build the model under deepspeed.zero.Init(config_dict_or_path=config) to keep it in "
+                           "fp32, or enable bf16 to say what runs"))
     prefetch = _prefetch(cfg)
     if prefetch.value != 0:
         failure = ("parameter offload to NVMe with prefetching fails ('param N already assigned swap buffer "
@@ -102,7 +107,7 @@ def _stage_rules(cfg: dict[str, Any], env: LintEnv) -> list[LintFinding]:
         return []
     out = []
     if device(cfg, "offload_optimizer") == "nvme" and st in (1, 2):
-        out.append(_nvme_as_cpu(st, env))
+        out.append(_nvme_as_cpu(st, env, isinstance(zero(cfg).get("zenflow"), dict)))
     if device(cfg, "offload_param") in ("cpu", "nvme"):
         out.append(finding("param-offload-ignored", "warning", "zero_optimization.offload_param",
                            f"offload_param is read only at ZeRO stage 3; at stage {st} DeepSpeed ignores it",
@@ -110,11 +115,12 @@ def _stage_rules(cfg: dict[str, Any], env: LintEnv) -> list[LintFinding]:
     return out
 
 
-def _nvme_as_cpu(st: int, env: LintEnv) -> LintFinding:
+def _nvme_as_cpu(st: int, env: LintEnv, zenflow: bool = False) -> LintFinding:
     where = "zero_optimization.offload_optimizer.device"
     msg = (f"NVMe optimizer offload at ZeRO stage {st}: DeepSpeed treats it as CPU offload, so the optimizer "
            "state (12 B per parameter) stays in CPU memory and nvme_path is not used")
-    fix = "use \"stage\": 3 to swap the optimizer state to NVMe, or write \"device\": \"cpu\""
+    fix = ("write \"device\": \"cpu\" (ZenFlow keeps the optimizer state in CPU memory at stage 1/2)" if zenflow
+           else "use \"stage\": 3 to swap the optimizer state to NVMe, or write \"device\": \"cpu\"")
     if env.params and env.ram_bytes and 12 * env.params / max(env.gpus, 1) > env.ram_bytes:
         need = 12 * env.params / max(env.gpus, 1)
         return finding("nvme-offload-stage12", "error", where,
@@ -124,20 +130,37 @@ def _nvme_as_cpu(st: int, env: LintEnv) -> LintFinding:
 
 
 def _zenflow_rules(cfg: dict[str, Any], env: LintEnv) -> list[LintFinding]:
-    z = zero(cfg)
-    if not isinstance(z.get("zenflow"), dict):
+    """ZenFlow as DeepSpeed 0.19.8 runs it (tests/test_lint.py runs each case):
+    at stage 1/2 it needs an offloaded optimizer (ZenFlowZeroOptimizer raises
+    "Zenflow must be used with cpu offload" at deepspeed.initialize; device
+    nvme counts, as CPU offload); at stage 3 it allocates with device='cuda'
+    (runtime/zenflow/engine_stage3.py), so it fails on other accelerators and
+    is unverified on CUDA, where it has NVMe swap paths."""
+    if not isinstance(zero(cfg).get("zenflow"), dict):
         return []
-    out = []
-    dev = device(cfg, "offload_optimizer")
-    if dev != "cpu":
-        out.append(finding("zenflow-device", "error", "zero_optimization.offload_optimizer.device",
-                           f"ZenFlow needs the optimizer offloaded to the CPU, not {dev!r}",
-                           "set zero_optimization.offload_optimizer.device to \"cpu\""))
-    if stage(cfg).value == 3:
-        out.append(finding("zenflow-stage3", "error", "zero_optimization.stage",
-                           "ZenFlow with ZeRO stage 3 hard-codes CUDA devices in DeepSpeed 0.19.x",
-                           "use stage 1 or 2 with ZenFlow"))
-    return out
+    st, dev = stage(cfg).value, device(cfg, "offload_optimizer")
+    if st in (1, 2) and dev not in ("cpu", "nvme"):
+        return [finding("zenflow-device", "error", "zero_optimization.offload_optimizer.device",
+                        f"ZenFlow at ZeRO stage {st} needs the optimizer offloaded, and offload_optimizer.device is "
+                        f"{dev!r}: DeepSpeed refuses it at deepspeed.initialize (ValueError 'Zenflow must be used "
+                        f"with cpu offload')", "set zero_optimization.offload_optimizer.device to \"cpu\"")]
+    if st != 3:
+        return []
+    where, fix = "zero_optimization.stage", "use stage 1 or 2 with offload_optimizer.device \"cpu\" for ZenFlow"
+    if env.accelerator == "cuda":
+        return [finding("zenflow-stage3", "warning", where,
+                        "ZenFlow at ZeRO stage 3 runs on CUDA only (engine_stage3.py allocates with device='cuda') "
+                        "and swaps optimizer state and gradients to NVMe per sub-group there; iotune has not run it "
+                        "(its tests run on the CPU accelerator): unverified",
+                        "run a few steps before a long job; stage 1/2 with CPU offload is the verified path")]
+    failure = ("ZenFlow at ZeRO stage 3 allocates its buffers with device='cuda' (engine_stage3.py "
+               "update_selected_channels): the first backward fails ('Torch not compiled with CUDA enabled')")
+    if env.accelerator:
+        return [finding("zenflow-stage3", "error", where,
+                        f"{failure}; the accelerator is {env.accelerator} (reproduced with DeepSpeed 0.19.8 on the "
+                        f"CPU accelerator)", fix)]
+    return [finding("zenflow-stage3", "warning", where, f"{failure} on any accelerator but CUDA, and the accelerator "
+                    f"is unknown", fix)]
 
 
 def _nvme_path_given(cfg: dict[str, Any], env: LintEnv) -> list[LintFinding]:

@@ -32,6 +32,15 @@ namespace>", by which a multi-node trace's agent on each node claims its
 node's files when nodes share the events directory, as on the one-machine
 bed: iotune.trace.agent.node_identity computes the same).
 
+Shape (`iotune sweep --offload`): deepspeed.initialize is wrapped so that
+its first call appends {"k": "shape", "numels", "world", "micro": 0, "at":
+"initialize", "dtype"} before DeepSpeed allocates anything (each
+parameter's full element count, ds_numel under deepspeed.zero.Init; dtype:
+the one ZeRO-3 will partition the parameters in). With
+IOTUNE_SHAPE_ONLY=1 the process then leaves (SystemExit(0)): the sweep
+learns the model's tensors without building the optimizer, whose buffers
+alone may not fit the host.
+
 Stopping (`iotune sweep --steps-cmd`): with IOTUNE_MAX_STEPS=N, the process
 raises SystemExit(0) from DeepSpeedEngine.step() right after its N-th
 completed optimizer step, once that step's event is on disk. Every rank
@@ -148,7 +157,7 @@ def _emit_shape(engine):
     model order (ZeRO-3 keeps it in ds_numel), and the data-parallel size and
     micro-batch, so iotune can model what this job's offload swaps and locks."""
     try:
-        numels = [int(getattr(p, "ds_numel", 0) or p.numel()) for p in engine.module.parameters()]
+        numels = _model_numels(engine.module)
         world = int(engine.dp_world_size) if hasattr(engine, "dp_world_size") else 1
         micro = int(engine.train_micro_batch_size_per_gpu())
     except Exception:  # noqa: BLE001 - attribution must never break the job
@@ -158,18 +167,18 @@ def _emit_shape(engine):
 
 def _emit_memory(step):
     """After a completed optimizer step: this process's locked memory (VmLck:
-    DeepSpeed's swap buffers) and RSS, in bytes."""
+    DeepSpeed's swap buffers), RSS and peak RSS (VmHWM), in bytes."""
     mem = {}
     try:
         with open("/proc/self/status") as fh:
             for line in fh:
                 key, _, rest = line.partition(":")
-                if key in ("VmLck", "VmRSS"):
+                if key in ("VmLck", "VmRSS", "VmHWM"):
                     mem[key] = int(rest.split()[0]) * 1024
     except (OSError, ValueError, IndexError):
         return
     _emit({"k": "mem", "s": step, "lck": mem.get("VmLck", 0), "rss": mem.get("VmRSS", 0),
-           "t": time.monotonic_ns()})
+           "hwm": mem.get("VmHWM", 0), "t": time.monotonic_ns()})
 
 
 def _max_steps():
@@ -229,6 +238,56 @@ def _wrap_swap(module, func, direction):
     setattr(module, func, wrapper)
 
 
+def _model_numels(model):
+    return [int(getattr(p, "ds_numel", 0) or p.numel()) for p in model.parameters()]
+
+
+DTYPES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}
+
+
+def _partition_dtype(model):
+    """The dtype ZeRO-3 partitions the parameters in: theirs when the model
+    was built under deepspeed.zero.Init; else the one DeepSpeed 0.19.8's
+    engine converts them to (partition_parameters.Init._set_dtype with the
+    module's dtype: kept where the accelerator supports fp16, else bf16;
+    on the CPU accelerator an fp32 model is partitioned in bf16)."""
+    first = next(iter(model.parameters()), None)
+    if first is None:
+        return None
+    if hasattr(first, "ds_tensor"):
+        return DTYPES.get(str(first.ds_tensor.dtype))
+    from deepspeed.accelerator import get_accelerator
+
+    accelerator = get_accelerator()
+    return DTYPES.get(str(first.dtype)) if accelerator.is_fp16_supported() else "bf16"
+
+
+def _patch_initialize(module):
+    orig = module.initialize
+
+    def initialize(*args, **kwargs):
+        if not _state.get("shape_at_init"):
+            _state["shape_at_init"] = True
+            model = kwargs.get("model", args[1] if len(args) > 1 else None)
+            try:
+                numels = _model_numels(model) if model is not None else None
+                dtype = _partition_dtype(model) if model is not None else None
+            except Exception:  # noqa: BLE001 - attribution must never break the job
+                numels, dtype = None, None
+            if numels is not None:
+                world = os.environ.get("WORLD_SIZE", "1")
+                _emit({"k": "shape", "numels": numels, "world": int(world) if world.isdigit() else 1,
+                       "micro": 0, "at": "initialize", "dtype": dtype, "t": time.monotonic_ns()})
+            if os.environ.get("IOTUNE_SHAPE_ONLY") == "1":
+                _emit({"k": "stop", "steps": 0, "t": time.monotonic_ns()})
+                _flush()
+                raise SystemExit(0)
+        return orig(*args, **kwargs)
+
+    initialize.__wrapped__ = orig
+    module.initialize = initialize
+
+
 def _patch_swap_utils(module):
     _wrap_swap(module, "swap_in_tensors", "r")
     _wrap_swap(module, "swap_out_tensors", "w")
@@ -280,8 +339,8 @@ SWAPPERS = ("deepspeed.runtime.swap_tensor.partitioned_optimizer_swapper",
 CKPT_ENGINES = ("deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine",
                 "deepspeed.runtime.checkpoint_engine.fast_checkpoint_engine",
                 "deepspeed.runtime.checkpoint_engine.decoupled_checkpoint_engine")
-PATCHES = {ENGINE: _patch_engine, SWAP_UTILS: _patch_swap_utils, **{m: _patch_swapper for m in SWAPPERS},
-           **{m: _iotune_ckpt.patch_engine_module for m in CKPT_ENGINES}}
+PATCHES = {"deepspeed": _patch_initialize, ENGINE: _patch_engine, SWAP_UTILS: _patch_swap_utils,
+           **{m: _patch_swapper for m in SWAPPERS}, **{m: _iotune_ckpt.patch_engine_module for m in CKPT_ENGINES}}
 if _iotune_ckpt.cpu_fast_writer():
     PATCHES.update({"deepspeed.runtime.model_checkpointing.writer_factory": _iotune_ckpt.patch_writer_factory,
                     "deepspeed.io.fast_file_writer": _iotune_ckpt.patch_fast_file_writer})

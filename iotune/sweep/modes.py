@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..model.sweep_result import LayoutSweep, Progress, SweepOutcome
 from ..blockdev.identity import drive_identity
@@ -18,11 +18,11 @@ from ..errors import UsageError
 from ..host.ledger import temp_dir
 from ..model.drive import DriveLimits
 from ..volumes.beds import DEFAULT_BED, bed_spec
-from .cmd_executor import UserJob, parse_user_job
+from .user_job import UserJob, parse_user_job
 from .executor import Target
 from .pipeline import SweepRequest, run_sweep
 from .bounds import BOUNDS
-from .space import Profile, load_profile
+from .space import Profile, RunSettings, load_profile
 
 # The built-in drive: 200 MB/s and 800 IOPS caps, 4 ms per request with at most
 # 8 served at once. Block size matters (IOPS cap), and so does queue depth for
@@ -124,8 +124,19 @@ def check_dimensions(prof: Profile, args: SweepArgs) -> None:
                          f"drop {step_settings[0]}")
 
 
+class OnDrive(Protocol):
+    """What names the drive a sweep runs on: --path, or a test bed (--bed)."""
+
+    @property
+    def target_dir(self) -> Path | None: ...
+
+    @property
+    def bed(self) -> str | None: ...
+
+
 @contextlib.contextmanager
-def sweep_target(args: SweepArgs, prof: Profile, say: Callable[[str], None]) -> Iterator[tuple[Target, float | None]]:
+def sweep_target(args: OnDrive, run: RunSettings,
+                 say: Callable[[str], None]) -> Iterator[tuple[Target, float | None]]:
     """(target, known ceiling in bytes/s or None)."""
     if args.target_dir is not None:
         with contextlib.ExitStack() as stack:
@@ -136,8 +147,8 @@ def sweep_target(args: SweepArgs, prof: Profile, say: Callable[[str], None]) -> 
             if args.target_dir.is_dir():
                 with contextlib.suppress(OSError):
                     scratch = temp_dir(stack, ".iotune-sweep-", args.target_dir)
-            yield Target(args.target_dir, prof.run.file_bytes, prof.run.files, None, prof.run.runtime_s,
-                         prof.run.ramp_s, scratch=scratch), None
+            yield Target(args.target_dir, run.file_bytes, run.files, None, run.runtime_s, run.ramp_s,
+                         scratch=scratch), None
         return
     from ..volumes.beds import bed_trouble, running_bed
 
@@ -147,12 +158,12 @@ def sweep_target(args: SweepArgs, prof: Profile, say: Callable[[str], None]) -> 
         say(f"sweep: {what} {devices}: {bed.spec.describe()}, at {bed.path}")
         # time-based trials: blkio throttling lets a burst through at the start of each
         # direction, which ramp time leaves out, so trials measure the steady rate
-        runtime, ramp = prof.run.runtime_s or BUILTIN_RUNTIME_S, prof.run.ramp_s or BUILTIN_RAMP_S
-        yield (Target(bed.path, prof.run.file_bytes, prof.run.files, bed.cgroup, runtime, ramp,
+        runtime, ramp = run.runtime_s or BUILTIN_RUNTIME_S, run.ramp_s or BUILTIN_RAMP_S
+        yield (Target(bed.path, run.file_bytes, run.files, bed.cgroup, runtime, ramp,
                       trouble=lambda: bed_trouble(bed)), bed.ceiling_bytes_per_s)
 
 
-def drive_of(args: SweepArgs) -> dict[str, object]:
+def drive_of(args: OnDrive) -> dict[str, object]:
     """The identity of the drive the sweep runs on: the filesystem and
     device(s) holding --path (not the path: the same drive mounted elsewhere
     is the same drive), or the test bed's limits."""
@@ -181,7 +192,7 @@ def run_sweep_command(args: SweepArgs, say: Callable[[str], None],
     job = user_job(args, prof)
     drive = drive_of(args)
     out = args.out or default_out(prof.name, args.executor + ("-cmd" if job else ""), drive)
-    with sweep_target(args, prof, say) as (target, ceiling):
+    with sweep_target(args, prof.run, say) as (target, ceiling):
         req = SweepRequest(profile=prof, executor=args.executor, out_dir=out, fresh=args.fresh,
                            ceiling_bytes_per_s=ceiling, drive=drive, user_job=job)
         return run_sweep(req, target, on_trial, say), target

@@ -18,48 +18,39 @@ from ..model.verdict import TraceReport
 from .base import RenderOptions
 
 
-class JsonRenderer:
-    def __init__(self, block_size_bytes: int | None = None) -> None:
-        self.block_size_bytes = block_size_bytes
+def run_json(run: TraceRun, opts: RenderOptions) -> str:
+    return _dumps(run_document(run, opts.block_size_bytes, include_timeline=False), run)
 
-    def render(self, run: TraceRun) -> str:
-        return _dumps(self.document(run, include_timeline=False), run)
 
-    def render_report(self, report: TraceReport) -> str:
-        """The run's document plus "verdict" (null when none was made)."""
-        doc = self.document(report.run, include_timeline=False)
-        doc["verdict"] = report.verdict.to_json() if report.verdict is not None else None
-        return _dumps(doc, report.run)
+def trace_json(report: TraceReport, opts: RenderOptions) -> str:
+    """The run's JSON document plus "verdict" (null when none was made)."""
+    doc = run_document(report.run, opts.block_size_bytes, include_timeline=False)
+    doc["verdict"] = report.verdict.to_json() if report.verdict is not None else None
+    return _dumps(doc, report.run)
 
-    def document(self, run: TraceRun, include_timeline: bool = True) -> dict[str, object]:
-        return {
-            "run": run.to_json(include_timeline),
-            "summary": [asdict(s) for s in summarize(run)],
-            "totals": asdict(totals(run)),
-            "patterns": [asdict(p) for p in patterns(run, self.block_size_bytes)],
-            "layers": None if run.app is None else {
-                "app": [asdict(r) for r in app_rows(run.app)],
-                "both": [asdict(r) for r in layer_rows(run)],
-                "categories": [asdict(r) for r in category_bytes(run.app)],
-                "statements": no_block_statements(run.app),
-            },
-            "checkpoints": [_checkpoint_json(r) for r in checkpoint_rows(run, rank=None)],
-        }
+
+def run_document(run: TraceRun, block_size_bytes: int | None = None, include_timeline: bool = True
+                 ) -> dict[str, object]:
+    """The run record plus its summaries, as plain JSON data."""
+    return {
+        "run": run.to_json(include_timeline),
+        "summary": [asdict(s) for s in summarize(run)],
+        "totals": asdict(totals(run)),
+        "patterns": [asdict(p) for p in patterns(run, block_size_bytes)],
+        "layers": None if run.app is None else {
+            "app": [asdict(r) for r in app_rows(run.app)],
+            "both": [asdict(r) for r in layer_rows(run)],
+            "categories": [asdict(r) for r in category_bytes(run.app)],
+            "statements": no_block_statements(run.app),
+        },
+        "checkpoints": [_checkpoint_json(r) for r in checkpoint_rows(run, rank=None)],
+    }
 
 
 def _checkpoint_json(r: CheckpointRow) -> dict[str, object]:
     doc = asdict(r)
     doc["bytes_per_s"], doc["durable_bytes_per_s"] = r.bytes_per_s, r.durable_bytes_per_s
     return doc
-
-
-def run_json(run: TraceRun, opts: RenderOptions) -> str:
-    return JsonRenderer(opts.block_size_bytes).render(run)
-
-
-def trace_json(report: TraceReport, opts: RenderOptions) -> str:
-    """The run's JSON document plus "verdict"."""
-    return JsonRenderer(opts.block_size_bytes).render_report(report)
 
 
 # Where the timeline goes in the indented document: a string no other value can

@@ -4,7 +4,7 @@ A run of the built-in workload spends ~15 of its ~20 s starting: importing
 torch, transformers and DeepSpeed (whose ZeRO optimizer check imports modules
 that call torch.compile), and loading DeepSpeed's C++ ops. A sweep's
 confirmation starts a dozen such runs. The warm starter pays that once: a
-server process (`python -m iotune.workloads.zygote`) imports all of it, then
+server process (`python -m iotune.workloads.warmstart`) imports all of it, then
 forks one child per run. Each child is a fresh process (own session, own
 cgroup, own environment, the run's stdout/stderr) that runs
 `iotune.workloads.train` (or DeepSpeed's check of the recommended config,
@@ -33,9 +33,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, NoReturn
 
+from ..errors import WarmStartUnavailable
 from ..host.cgroup import join_cgroup_preexec
 from ..host.proc import WATCH_EVERY_S, kill_session, prefer_interpreter_tools
 
@@ -62,10 +62,6 @@ TRAIN_MODULE = "iotune.workloads.train"
 # what a child may run: the workload, and the check that DeepSpeed accepts a recommended aio config
 # (its op is already loaded here, so the check takes a fraction of a second instead of a cold start)
 RUNNABLE = (TRAIN_MODULE, "iotune.sweep.ds_check")
-
-
-class WarmStartUnavailable(Exception):
-    """The server could not start, or died: run the workload the ordinary way."""
 
 
 # ---- the server -------------------------------------------------------------
@@ -199,7 +195,7 @@ class WarmStarter:
         env.setdefault("PYTHONWARNINGS", "ignore")
         try:
             self.server = subprocess.Popen(
-                [sys.executable, "-W", "ignore", "-m", "iotune.workloads.zygote", str(theirs.fileno())],
+                [sys.executable, "-W", "ignore", "-m", "iotune.workloads.warmstart", str(theirs.fileno())],
                 pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log,
                 start_new_session=True, env=env)
         finally:

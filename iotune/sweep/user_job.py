@@ -43,6 +43,7 @@ import shutil
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,7 @@ from ..dsconfig import read_ds_config
 from ..errors import UsageError
 from ..model.hook_events import (
     HookProcess,
+    JobTensors,
     MemorySample,
     StepTiming,
     completed_steps,
@@ -62,6 +64,7 @@ from ..model.hook_events import (
     read_events,
     read_memory,
     read_processes,
+    read_tensors,
     step_timings,
 )
 from ..model.sweep import Measurement, SweepPoint
@@ -159,7 +162,7 @@ def trial_config(config: dict[str, Any], point: SweepPoint, swap_dir: Path) -> d
 class JobRun:
     returncode: int
     seconds: float
-    ended_by: str          # "" (exited by itself) | "time limit" | "grace" | "build lock"
+    ended_by: str          # "" (exited by itself) | "time limit" | "grace" | "build lock" | "enough"
     stdout: str            # the last TAIL_CHARS characters
     stderr: str
     build_lock: str = ""   # ended_by "build lock": what it waited on, and the fix
@@ -260,25 +263,43 @@ def _swap_bytes(att: Any) -> dict[str, int]:
 
 
 def run_with_config(job: UserJob, config: dict[str, Any], work: Path, cgroup: str | None, timeout_s: float,
-                    steps: int, extra_env: dict[str, str] | None = None) -> tuple[list[str], JobRun]:
+                    steps: int, extra_env: dict[str, str] | None = None,
+                    enough: Callable[[Path], bool] | None = None, shape_only: bool = False) -> tuple[list[str], JobRun]:
     """The user's command with `config` written into `work` (under the name
     of their config file) in place of {config}, the startup hook writing its
-    events to work/events; stopped after `steps` optimizer steps. (argv, run)."""
+    events to work/events; stopped after `steps` optimizer steps, or sooner
+    when `enough(events)` says so (with `shape_only`: at deepspeed.initialize,
+    once the hook reported the model's tensors). (argv, run)."""
     path = work / (job.config_path.name if job.config_path.suffix == ".json" else "ds_config.json")
     path.write_text(json.dumps(config, indent=2) + "\n")
     events = work / "events"
     events.mkdir()
     argv = [a.replace(PLACEHOLDER, str(path)) for a in job.argv]
-    env = private_tmp({**hook_env(dict(os.environ), inject_dir(), events, steps), **(extra_env or {})}, work / "tmp")
-    return argv, run_job(argv, env, cgroup, timeout_s, work, events, steps)
+    env = private_tmp({**hook_env(dict(os.environ), inject_dir(), events, steps, shape_only), **(extra_env or {})},
+                      work / "tmp")
+    return argv, run_job(argv, env, cgroup, timeout_s, work, events, steps, enough)
+
+
+def probe_shape(job: UserJob, config: dict[str, Any], work: Path, cgroup: str | None, timeout_s: float,
+                extra_env: dict[str, str] | None = None) -> tuple[JobTensors | None, str]:
+    """The job's parameter tensors, from a run stopped at deepspeed.initialize
+    (nothing of DeepSpeed's buffers is allocated); (None, why) without them."""
+    _, run = run_with_config(job, config, work, cgroup, timeout_s, 1, extra_env, shape_only=True)
+    tensors = read_tensors(work / "events")
+    if tensors is not None:
+        return tensors, ""
+    why = run.build_lock or f"exit {run.returncode}, {run.ended_by or 'exited'}: {last_line(run.stderr, 'no message')}"
+    return None, why
 
 
 def run_job(argv: list[str], env: dict[str, str], cgroup: str | None, timeout_s: float, logs: Path,
-            events: Path, steps: int) -> JobRun:
+            events: Path, steps: int, enough: Callable[[Path], bool] | None = None) -> JobRun:
     """Run the job as its own process group, output to files in `logs`.
     Killed (the whole group) at the time limit, or STOP_GRACE_S after every
-    rank completed `steps` steps, or as soon as it waits, before its first
-    step, on a build lock nobody holds; any interruption kills it too."""
+    rank completed `steps` steps, or as soon as `enough(events)` holds after
+    a step (ended_by "enough": its steps agree, more would tell nothing), or
+    as soon as it waits, before its first step, on a build lock nobody
+    holds; any interruption kills it too."""
     out_path, err_path = logs / "stdout.log", logs / "stderr.log"
     t0 = time.monotonic()
     with out_path.open("wb") as out, err_path.open("wb") as err:
@@ -287,7 +308,7 @@ def run_job(argv: list[str], env: dict[str, str], cgroup: str | None, timeout_s:
                                     preexec_fn=join_cgroup_preexec(cgroup))
         except OSError as e:
             raise TrialFailed(f"cannot run {argv[0]}: {e.strerror}") from None
-    ended_by, done_at = "", None
+    ended_by, done_at, seen = "", None, 0
     locks, hang = LockWatch(env), None
     try:
         while True:
@@ -298,6 +319,12 @@ def run_job(argv: list[str], env: dict[str, str], cgroup: str | None, timeout_s:
                 pass
             now = time.monotonic()
             done = completed_steps(events)
+            if done > seen and done < steps and enough is not None and enough(events):
+                ended_by = "enough"
+                kill_group(proc)
+                proc.wait()
+                break
+            seen = done
             if done_at is None and done >= steps:
                 done_at = now
             hang = next(iter(locks.poll()), None) if done == 0 else None

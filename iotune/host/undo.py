@@ -1,6 +1,6 @@
-"""The kinds of things iotune makes, for its ledger (ledger.py): how to
-tell that a recorded one is still there, how to undo it from its recorded
-facts alone (in another process, after its maker was killed), and how to
+"""The ledger's undo recipes (ledger.py), one per kind of thing iotune
+makes: how to tell that a recorded one is still there, how to undo it from
+its recorded facts alone (in another process, after its maker was killed), and how to
 name it to the user. Every undo acts only on what the facts identify: a
 loop device over our image (by path, or device and inode), a mount on our
 directory, a cgroup we named, a process by pid *and* start time."""
@@ -78,22 +78,21 @@ def _detach(facts: dict[str, str]) -> None:
         time.sleep(0.1)                                  # each look runs losetup
 
 
-def mount_points() -> set[str]:
-    """Mount points in this mount namespace (mountinfo's octal escapes undone)."""
-    return {m.mount_point for m in mountinfo.read()}
-
-
-def _unmount(facts: dict[str, str]) -> None:
-    target = facts["target"]
-    for _ in range(20):
-        if target not in mount_points():
+def unmount(target: str | os.PathLike[str], remove_dir: bool, attempts: int = 20) -> None:
+    """Unmount `target` (absolute, symlinks resolved: as mountinfo lists it),
+    waiting out processes that are still closing files there (killed
+    children finishing in-flight I/O); a last resort detaches it lazily so
+    nothing stays mounted. Then, with `remove_dir`, remove the empty mount
+    point."""
+    for _ in range(attempts):
+        if not mountinfo.is_mount_point(target):
             break
-        if subprocess.run(["umount", target], capture_output=True).returncode == 0:
+        if subprocess.run(["umount", os.fspath(target)], capture_output=True).returncode == 0:
             break
         time.sleep(0.25)
     else:
-        subprocess.run(["umount", "-l", target], capture_output=True)
-    if facts.get("rmdir"):
+        subprocess.run(["umount", "-l", os.fspath(target)], capture_output=True)
+    if remove_dir:
         with contextlib.suppress(OSError):
             os.rmdir(target)
 
@@ -223,7 +222,8 @@ KINDS: dict[str, Kind] = {
                 lambda f: f"directory {f['path']}"),
     "loop": Kind(lambda f: bool(_loops_over(f)), _detach,
                  lambda f: f"loop device {', '.join(_loops_over(f)) or '-'} over {f['backing']}"),
-    "mount": Kind(lambda f: f["target"] in mount_points(), _unmount, lambda f: f"mount {f['target']}"),
+    "mount": Kind(lambda f: mountinfo.is_mount_point(f["target"]),
+                  lambda f: unmount(f["target"], remove_dir=bool(f.get("rmdir"))), lambda f: f"mount {f['target']}"),
     "cgroup": Kind(lambda f: os.path.isdir(f["path"]), lambda f: remove_cgroup(Path(f["path"])), lambda f: f"blkio cgroup {f['path']}"),
     "process": Kind(_process_alive, _stop_process, lambda f: f"process {f['pid']} ({f.get('what', '?')})"),
     "namespace": Kind(lambda f: _foreign_namespace(f["ns"]) and bool(namespace_pids(f["ns"])),

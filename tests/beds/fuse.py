@@ -1,6 +1,6 @@
-"""The FUSE bed: the emulated drive's daemon (fusedrive/latency_drive.c)
-in tree mode, mounted directly at a path with no loop device on top. It
-stands in for a network filesystem (Lustre, NFS, a FUSE client) as a
+"""The FUSE bed, which only tests bring up: the emulated drive's daemon
+(iotune/volumes/fusedrive/latency_drive.c) in tree mode, mounted directly
+at a path with no loop device on top. It stands in for a network filesystem (Lustre, NFS, a FUSE client) as a
 DeepSpeed swap path: there is no block device under it, O_DIRECT works
 (every file is opened with direct_io), and every read and write takes a
 known service time with at most `parallelism` in service at once.
@@ -15,15 +15,15 @@ making, removed with everything in it: nothing outside it is touched)."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..model.drive import DriveLimits
-from .emulated import DaemonStats, _check_request, _drive_dir, _make_dir, _start_daemon, build_daemon
-from .parts import require_root
+from iotune.model.drive import DriveLimits
+from iotune.volumes.emulated import (DaemonStats, build_daemon, check_request, make_dir, new_drive_dir, read_stats,
+                                     start_daemon)
+from iotune.volumes.parts import require_root
 
 STATS_FILE = ".iotune-drive-stats"   # TREE_STATS in latency_drive.c
 
@@ -36,10 +36,7 @@ class FuseBed:
     daemon_pid: int
 
     def stats(self) -> DaemonStats:
-        text = (self.path / STATS_FILE).read_text()
-        values = dict(line.split() for line in text.splitlines() if line.strip())
-        names = {f.name for f in dataclasses.fields(DaemonStats)}
-        return DaemonStats(**{k: int(v) for k, v in values.items() if k in names})
+        return read_stats(self.path / STATS_FILE)
 
 
 @contextlib.contextmanager
@@ -47,14 +44,14 @@ def fuse_bed(directory: Path | None, limits: DriveLimits, cache_dir: Path | None
     """A FUSE filesystem with `limits`, mounted in a fresh directory inside
     `directory` (default: the temporary directory)."""
     require_root("the FUSE bed")
-    _check_request(4096, limits, None, 512)
+    check_request(4096, limits, None, 512)
     binary = build_daemon(cache_dir)
     with contextlib.ExitStack() as stack:
-        bed_dir = _drive_dir(stack, directory)
-        backing = _make_dir(stack, bed_dir / "backing")
+        bed_dir = new_drive_dir(stack, directory)
+        backing = make_dir(stack, bed_dir / "backing")
         stack.callback(_empty_dir, backing)          # runs before the rmdir above
-        mount = _make_dir(stack, bed_dir / "mnt")
-        proc = _start_daemon(stack, binary, backing, mount, limits, bed_dir / "daemon.log", tree=True)
+        mount = make_dir(stack, bed_dir / "mnt")
+        proc = start_daemon(stack, binary, backing, mount, limits, bed_dir / "daemon.log", tree=True)
         yield FuseBed(mount, backing, limits, proc.pid)
 
 

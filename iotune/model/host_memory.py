@@ -1,0 +1,237 @@
+"""The host memory of a ZeRO-3 offload job, one rank, predicted before it
+runs from its config (iotune.model.offload.OffloadKnobs) and its parameter
+tensors (JobShape): what `plan`, `lint`, `doctor --ds-config` and
+`sweep --offload` all check against MemAvailable and ulimit -l.
+
+Each item is something DeepSpeed 0.19.8 allocates (paths under
+deepspeed/runtime/), resident for the whole run or transient in one phase;
+the peak is what is resident plus the largest phase's transients:
+
+resident
+  torch + DeepSpeed        a process with them imported and the accelerator
+                           set up, measured once on the machine
+  parameters               each rank's partition in the partition dtype
+                           (zero/stage3.py fp16_partitioned_groups_flat; with
+                           offload_param, param_groups_fp16_flat_cpu_memory:
+                           max_in_cpu of them on the host, the rest on NVMe)
+  gradient partitions      grad_partitions_flat_buffer: the rank's partition in
+                           the gradient-accumulation dtype (the model's unless
+                           data_types.grad_accum_dtype says otherwise), on the
+                           host whenever the optimizer is offloaded
+  optimizer state          on the CPU: fp32 master and two Adam moments, and
+                           the fp32 gradients (16 B an element); on NVMe: the
+                           locked swap buffers (SwapBufferManager: buffer_count
+                           x the largest sub-group, aligned, 4 B) and what is too
+                           small to swap (kept in RAM with its Adam state)
+  parameter swap buffers   partitioned_param_swapper: buffer_count x
+                           buffer_size elements of the partition dtype, locked
+  reduce bucket            the IPG bucket, reduce_bucket_size elements of the
+                           model dtype (accelerator memory), touched up to the
+                           largest bucket the backward fills
+transient
+  initialize               the fp32 master of one sub-group, built before it
+                           is first swapped out (nvme optimizer)
+  forward/backward         the largest parameter gathered whole while its
+                           module runs, and its gradient before the reduce;
+                           activations where the model is known; the fp32
+                           copies of one bucket's gradients on their way to
+                           the swap files (nvme optimizer)
+  step 1                   Adam's moments, created lazily by the first step for
+                           one sub-group at a time (cpu_adam.py: zeros_like, not
+                           locked) before they are swapped out
+
+Accelerator memory (the parameters without offload_param, the reduce
+bucket, gathered parameters and activations) is host memory on DeepSpeed's
+CPU accelerator and GPU memory on CUDA; `HostContext.accelerator` says which.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .offload import (DTYPE_BYTES, JobShape, OffloadKnobs, aligned, pages, sub_groups, swap_split)
+
+PHASES = ("resident", "initialize", "forward/backward", "step 1")
+
+
+@dataclass(frozen=True)
+class HostContext:
+    """What the host-memory model needs beyond the config and the tensors."""
+
+    accelerator: str = "cuda"        # cpu: DeepSpeed's CPU accelerator, whose device memory is the host's
+    baseline_bytes: int = 0          # one process with torch and DeepSpeed loaded (0: unknown, left out)
+    activation_bytes: int = 0        # one micro-batch's activations, where the model is known (0: unknown)
+
+    @property
+    def device_is_host(self) -> bool:
+        return self.accelerator == "cpu"
+
+
+@dataclass(frozen=True)
+class MemoryItem:
+    label: str
+    nbytes: int
+    locked: bool                # mlock'd (counts against ulimit -l)
+    formula: str
+    phase: str = "resident"     # resident | initialize | forward/backward | step 1
+    on_device: bool = False     # accelerator memory (host memory only on the CPU accelerator)
+
+
+@dataclass(frozen=True)
+class HostMemory:
+    """What one rank holds, by item; peak = resident + the largest phase's transients."""
+
+    items: tuple[MemoryItem, ...]
+
+    @property
+    def locked_bytes(self) -> int:
+        return sum(i.nbytes for i in self.items if i.locked)
+
+    def phase_bytes(self, phase: str) -> int:
+        return sum(i.nbytes for i in self.items if i.phase == phase)
+
+    @property
+    def resident_bytes(self) -> int:
+        return self.phase_bytes("resident")
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.resident_bytes + max((self.phase_bytes(p) for p in PHASES[1:]), default=0)
+
+    @property
+    def total_bytes(self) -> int:
+        """The peak (kept for the callers that summed every item)."""
+        return self.peak_bytes
+
+    def peak_phase(self) -> str:
+        return max(PHASES[1:], key=self.phase_bytes)
+
+
+def host_memory(knobs: OffloadKnobs, shape: JobShape, context: HostContext = HostContext()) -> HostMemory:
+    """One rank's host memory under `knobs` (accelerator memory counted only
+    where it is the host's)."""
+    items = [*_process(context), *_parameters(knobs, shape), *_optimizer(knobs, shape),
+             *_parameter_swap(knobs, shape), *_transients(knobs, shape, context)]
+    return HostMemory(tuple(i for i in items if i.nbytes > 0 and (context.device_is_host or not i.on_device)))
+
+
+def _process(context: HostContext) -> list[MemoryItem]:
+    if not context.baseline_bytes:
+        return []
+    return [MemoryItem("torch + DeepSpeed", context.baseline_bytes, False,
+                       "a process with both imported and the accelerator set up, measured on this machine")]
+
+
+def _parameters(knobs: OffloadKnobs, shape: JobShape) -> list[MemoryItem]:
+    d = DTYPE_BYTES.get(knobs.dtype, 4)
+    if knobs.stage != 3:          # ZeRO 1/2 keep every parameter on each rank; no flat gradient buffer
+        return [MemoryItem("parameters", shape.params_total * d, False,
+                           f"{shape.params_total:,} parameters x {d} B (ZeRO stage {knobs.stage}: not partitioned)",
+                           on_device=True)]
+    p = shape.params_per_rank
+    out = []
+    if knobs.param_device in ("cpu", "nvme"):
+        held = p if knobs.param_device == "cpu" else min(knobs.max_in_cpu, p)
+        out.append(MemoryItem("parameters held in RAM", held * d, False,
+                              f"{held:,} parameters x {d} B" + (" (max_in_cpu of them)" if knobs.nvme_params else "")))
+    else:
+        out.append(MemoryItem("parameters", p * d, False, f"{p:,} parameters x {d} B, the rank's partition",
+                              on_device=True))
+    if knobs.optimizer_device in ("cpu", "nvme"):
+        g = DTYPE_BYTES.get(knobs.grad_accum_dtype or knobs.dtype, 4)
+        out.append(MemoryItem("gradient partitions", p * g, False,
+                              f"{p:,} elements x {g} B ({knobs.grad_accum_dtype or knobs.dtype}, the gradient "
+                              f"accumulation dtype)"))
+    bucket = min(knobs.reduce_bucket_size, shape.params_total)
+    out.append(MemoryItem("gradient reduce bucket", bucket * d, False,
+                          f"{bucket:,} elements x {d} B: reduce_bucket_size, or the whole model where smaller "
+                          f"(the backward fills it)", on_device=True))
+    return out
+
+
+def _optimizer(knobs: OffloadKnobs, shape: JobShape) -> list[MemoryItem]:
+    p = shape.params_per_rank
+    if knobs.optimizer_device == "cpu" or knobs.stage != 3 and knobs.optimizer_device == "nvme":
+        # ZeRO 1/2 turn `device: nvme` into CPU offload (stage_1_and_2.py)
+        return [MemoryItem("optimizer state in RAM", 16 * p, False,
+                           f"{p:,} parameters x (12 B fp32 master and Adam moments + 4 B fp32 gradient)")]
+    if not knobs.nvme_optimizer:
+        return []
+    m = knobs.master_bytes
+    s_max = aligned(max(sub_groups(knobs, shape)), m, knobs)
+    out = [MemoryItem("optimizer swap buffers", knobs.optimizer_buffer_count * pages(s_max * m), True,
+                      f"{knobs.optimizer_buffer_count} x {s_max:,} elements (largest sub-group, aligned) x {m} B, "
+                      f"each in whole pages")]
+    split = swap_split(knobs, shape)
+    if split.ram_bytes():
+        out.append(MemoryItem("optimizer state kept in RAM", split.ram_bytes(), False,
+                              f"{split.ram_group_elements:,} elements of sub-groups under {knobs.min_swap_bytes:,} B x "
+                              f"12 B + {split.ram_gradients} gradients under it ({split.ram_gradient_elements:,} "
+                              f"elements x 4 B)"))
+    return out
+
+
+def _parameter_swap(knobs: OffloadKnobs, shape: JobShape) -> list[MemoryItem]:
+    if not knobs.nvme_params:
+        return []
+    d = DTYPE_BYTES.get(knobs.dtype, 4)
+    per = aligned(knobs.param_buffer_size, d, knobs)
+    out = [MemoryItem("parameter swap buffers", pages(knobs.param_buffer_count * per * d), True,
+                      f"{knobs.param_buffer_count} x {per:,} elements (buffer_size, aligned) x {d} B, one allocation")]
+    if shape.params_per_rank > knobs.max_in_cpu:
+        # stage3.py reserve_partitioned_swap_space: the largest sub-group's parameters, unpartitioned (ds_numel)
+        whole = aligned(min(max(sub_groups(knobs, shape)) * shape.ranks, shape.params_total), d, knobs)
+        out.append(MemoryItem("parameter swap-out buffer", pages(whole * d), True,
+                              f"{whole:,} elements (the largest sub-group's parameters, whole) x {d} B, for "
+                              f"the parameters beyond max_in_cpu ({knobs.max_in_cpu:,})"))
+    return out
+
+
+def _transients(knobs: OffloadKnobs, shape: JobShape, context: HostContext) -> list[MemoryItem]:
+    if knobs.stage != 3:
+        return []
+    d = DTYPE_BYTES.get(knobs.dtype, 4)
+    largest = max(shape.numels, default=0)
+    out = [MemoryItem("gathered parameters", largest * d, False,
+                      f"the largest parameter whole, {largest:,} elements x {d} B, while its module runs",
+                      "forward/backward", on_device=True),
+           MemoryItem("its gradient", largest * d, False,
+                      f"the largest parameter's gradient, {largest:,} elements x {d} B, before it is reduced",
+                      "forward/backward", on_device=True)]
+    if context.activation_bytes:
+        out.append(MemoryItem("activations", context.activation_bytes, False, "one micro-batch through the model",
+                              "forward/backward", on_device=True))
+    if knobs.nvme_optimizer:
+        bucket = min(knobs.reduce_bucket_size, shape.params_per_rank)
+        out.append(MemoryItem("fp32 gradients on their way to NVMe", bucket * 4, False,
+                              f"{bucket:,} elements (a reduce bucket's worth) x 4 B (stage3.py partition_grads: "
+                              f"converted before the swap-out)", "forward/backward"))
+        s_max = max(sub_groups(knobs, shape), default=0)
+        out.append(MemoryItem("fp32 master of a sub-group at start-up", s_max * 4, False,
+                              f"{s_max:,} elements (the largest sub-group) x 4 B, before its first swap-out",
+                              "initialize"))
+        s_max = max(swap_split_groups(knobs, shape), default=0)
+        out.append(MemoryItem("Adam moments created at step 1", 2 * s_max * 4, False,
+                              f"2 x {s_max:,} elements (the largest swapped sub-group) x 4 B, before their first "
+                              f"swap-out", "step 1"))
+    return out
+
+
+def swap_split_groups(knobs: OffloadKnobs, shape: JobShape) -> list[int]:
+    """Elements of each sub-group the optimizer swaps (the others stay in RAM)."""
+    return [g for g in sub_groups(knobs, shape) if 4 * g >= knobs.min_swap_bytes]
+
+
+def fits(memory: HostMemory, host_bytes: int | None, memlock_bytes: int | None) -> list[str]:
+    """Why `memory` does not fit the host (empty: it fits)."""
+    out = []
+    if memlock_bytes is not None and memory.locked_bytes > memlock_bytes:
+        out.append(f"locks {memory.locked_bytes:,} B, over ulimit -l {memlock_bytes:,} B")
+    if host_bytes is not None and memory.peak_bytes > host_bytes:
+        out.append(f"peaks at {memory.peak_bytes:,} B, over {host_bytes:,} B")
+    return out
+
+
+def ceil_div(a: int, b: int) -> int:
+    return math.ceil(a / b)
