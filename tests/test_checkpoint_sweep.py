@@ -170,7 +170,7 @@ def test_a_truncated_file_and_a_missing_rank_directory_do_not_restore(
     swp.write_bytes(data)
     # DeepSpeed loads the short file without an error and trains on: only the loss tells
     assert truncated.loaded is True and not truncated.restored
-    assert truncated.reason.startswith("loss after the restore") and "!= 6.062740325927734" in truncated.reason
+    assert truncated.reason.startswith("loss after the restore") and f"!= {truncated.expected[0]!r}" in truncated.reason
     rank = tmp / "ckpt" / "global_step2" / "offloaded_tensors" / "rank00"
     rank.rename(rank.with_name("gone"))
     try:
@@ -213,8 +213,6 @@ def test_a_users_job_that_starts_its_data_over_is_compared_on_the_replayed_batch
     assert t.ok, t.error
     assert t.restore is not None and t.restore.restored and t.restore.max_rel_diff == 0.0, t.restore
     assert t.part_bytes["offloaded tensors"] == 12 * 3_688_704
-    # without the replay the restarted job trains on its first batch again: its loss is not the next step's
-    assert t.restore.got != (6.908341884613037,)
 
 
 @needs_deepspeed
