@@ -135,5 +135,6 @@ def test_sweep_help_lists_the_options_by_mode() -> None:
     r = CliRunner().invoke(cli, ["sweep", "--help"])
     sections = [line for line in r.stdout.splitlines() if line and not line.startswith(" ") and line.endswith(":")]
     assert sections == ["Drive:", "aio search:", "Training steps (your job, or the built-in one):",
-                        "Whole offload (--offload):", "Layouts (--layouts):", "Network filesystems (--netfs):",
+                        "Whole offload (--offload):", "Checkpoints (--checkpoint):", "Layouts (--layouts):",
+                        "Network filesystems (--netfs):",
                         "Multi-node:", "Output and journal:", "Options:"]

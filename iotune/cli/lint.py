@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -34,9 +35,7 @@ from .options import chosen_format, emit, format_option, library_errors, model_s
 @click.option("--strict", is_flag=True, help="Exit non-zero on warnings too.")
 @format_option
 @library_errors
-def lint(config: Path, model_preset: str | None, params: int | None, gpus: int, accelerator: str, against: str,
-         expected_device: str | None, strict: bool, fmt: str, as_json: bool, checkpoint_dir: str | None = None,
-         keep: int = 1) -> None:
+def lint(**opts: Any) -> None:
     """Check a DeepSpeed config the way DeepSpeed 0.19.8 reads it, each
     finding with its fix: keys and values DeepSpeed's config models refuse
     (typos, removed keys, fractions for integers, an aio block inside
@@ -56,30 +55,47 @@ def lint(config: Path, model_preset: str | None, params: int | None, gpus: int, 
     --strict), 2 bad input. With --json, stdout always holds one JSON
     document, errors included.
     """
-    from ..analysis.lint import choose_schema, swap_paths
-    from ..analysis.lint import lint as run_lint
-    from ..doctor.facts import detect_accelerator, gather
+    from ..analysis.lint import lint as run_lint, swap_paths
+    from ..doctor.facts import gather
+    from ..model.reports import LintReport
+
+    o = opts
+    config, out_fmt = o["config"], chosen_format(o["fmt"], o["as_json"])
+    cfg, duplicates, params, largest, acc, how, schema = lint_inputs(o, out_fmt)
+    if o["keep"] != 1 and not o["checkpoint_dir"]:
+        raise click.UsageError("--keep goes with --checkpoint-dir DIR (where the checkpoints are kept)")
+    env = gather(list(swap_paths(cfg)), params, largest, acc, o["gpus"], o["expected_device"], o["checkpoint_dir"],
+                 o["keep"])
+    say(f"lint: checked against {schema.source}; accelerator {acc or 'unknown'} ({how})")
+    report = LintReport(str(config), tuple(run_lint(cfg, env, schema, duplicates)), None, schema.source,
+                        f"{acc or 'unknown'} ({how})")
+    emit(report, out_fmt)
+    if report.errors or (o["strict"] and report.findings):
+        sys.exit(1)
+
+
+def lint_inputs(o: dict[str, Any], out_fmt: str) -> tuple[Any, ...]:
+    """The config, its duplicate keys, the model's size and largest tensor,
+    the accelerator and the schema; a failure to read them still leaves one
+    JSON document on stdout with --json (the message also on stderr)."""
+    from ..analysis.lint import choose_schema
+    from ..doctor.facts import detect_accelerator
     from ..dsconfig import read_ds_config
     from ..errors import IotuneError
     from ..model.lint import LintFailure
     from ..model.reports import LintReport
 
-    out_fmt = chosen_format(fmt, as_json)
-
-    def show(report: LintReport) -> None:
-        emit(report, out_fmt)
-
     def show_failure(kind: str, message: str, exit_code: int) -> None:
-        if out_fmt == "json":          # a JSON document on stdout whatever happens; the message also on stderr
-            show(LintReport(str(config), (), LintFailure(kind, message, exit_code)))
+        if out_fmt == "json":
+            emit(LintReport(str(o["config"]), (), LintFailure(kind, message, exit_code)), out_fmt)
 
     try:
         duplicates: list[str] = []
-        cfg = read_ds_config(config, duplicates)
-        shape, params = model_size(model_preset, params, required=False)
+        cfg = read_ds_config(o["config"], duplicates)
+        shape, params = model_size(o["model_preset"], o["params"], required=False)
         largest = max(shape.vocab * shape.hidden, shape.hidden * shape.intermediate) if shape else None
-        acc, how = (accelerator, "given") if accelerator != "auto" else detect_accelerator()
-        schema = choose_schema(against)
+        acc, how = (o["accelerator"], "given") if o["accelerator"] != "auto" else detect_accelerator()
+        schema = choose_schema(o["against"])
     except IotuneError as e:
         show_failure(getattr(e, "kind", "bad-input"), str(e), e.exit_code)
         raise
@@ -87,12 +103,4 @@ def lint(config: Path, model_preset: str | None, params: int | None, gpus: int, 
         message = f"DeepSpeed cannot be imported ({e}): use --deepspeed table or install DeepSpeed"
         show_failure("no-deepspeed", message, 2)
         raise UsageError(message) from None
-    if keep != 1 and not checkpoint_dir:
-        raise click.UsageError("--keep goes with --checkpoint-dir DIR (where the checkpoints are kept)")
-    env = gather(list(swap_paths(cfg)), params, largest, acc, gpus, expected_device, checkpoint_dir, keep)
-    say(f"lint: checked against {schema.source}; accelerator {acc or 'unknown'} ({how})")
-    report = LintReport(str(config), tuple(run_lint(cfg, env, schema, duplicates)), None, schema.source,
-                        f"{acc or 'unknown'} ({how})")
-    show(report)
-    if report.errors or (strict and report.findings):
-        sys.exit(1)
+    return cfg, duplicates, params, largest, acc, how, schema

@@ -47,11 +47,7 @@ STRATEGIES = ["baseline", "cpu", "nvme-opt", "nvme-all", "zenflow"]
               help="Compare the prediction with a traced run of the same model and strategy.")
 @format_option
 @library_errors
-def plan(model_preset: str | None, params: int | None, strategy: str, precision: str, grad_accum: int, gpus: int,
-         drive_bandwidth: float | None, drives: int, target_step: float | None, aio_block_size: int,
-         check_run: Path | None, fmt: str, as_json: bool, step_time: float | None = None,
-         drive_tbw: int | None = None, drive_capacity: int | None = None, keep: int = 1,
-         checkpoint_every: int | None = None, ds_config: Path | None = None) -> None:
+def plan(**opts: Any) -> None:
     """NVMe capacity, GB moved per step, storage time and drives needed for
     an offloaded training job, from the 18-bytes-per-parameter accounting.
 
@@ -69,7 +65,20 @@ def plan(model_preset: str | None, params: int | None, strategy: str, precision:
     from ..model.reports import PlanReport
     from ..model.runfile import load_run
 
-    shape, params = model_size(model_preset, params, required=True)
+    o = opts
+    shape, params = model_size(o["model_preset"], o["params"], required=True)
+    refuse_plan_mixes(shape, o["ds_config"])
+    inp = plan_input(shape, params or 0, o)
+    result = make_plan(inp)
+    ckpt = checkpoint_plan(result, shape_of(inp), o["keep"], o["checkpoint_every"], inp.aio_block_size)
+    check_space(ckpt, o["drive_capacity"], o["drives"])
+    rows = tuple(check(result, load_run(o["check_run"]))) if o["check_run"] else None
+    wear = plan_endurance(result, o["step_time"], o["drive_tbw"], o["drive_capacity"], ckpt)
+    emit(PlanReport(result, rows, wear, ckpt), chosen_format(o["fmt"], o["as_json"]))
+
+
+def refuse_plan_mixes(shape: Any, ds_config: Path | None) -> None:
+    """Options that say the same thing twice, or nothing, are refused with the fix."""
     if shape is None and given("aio_block_size"):
         raise UsageError("--aio-block-size decides which tensors of a --model shape are swapped; a --params "
                          "count has no tensors: give --model PRESET, or drop --aio-block-size")
@@ -78,28 +87,19 @@ def plan(model_preset: str | None, params: int | None, strategy: str, precision:
             if given(flag):
                 raise UsageError(f"--{flag.replace('_', '-')} comes from --ds-config {ds_config}: drop it (or drop "
                                  f"--ds-config)")
-    inp = plan_input(shape, params or 0, strategy, precision, grad_accum, gpus, drive_bandwidth, drives, target_step,
-                     aio_block_size, ds_config)
-    result = make_plan(inp)
-    ckpt = checkpoint_plan(result, shape_of(inp), keep, checkpoint_every, inp.aio_block_size)
-    check_space(ckpt, drive_capacity, drives)
-    rows = tuple(check(result, load_run(check_run))) if check_run else None
-    wear = plan_endurance(result, step_time, drive_tbw, drive_capacity, ckpt)
-    emit(PlanReport(result, rows, wear, ckpt), chosen_format(fmt, as_json))
 
 
-def plan_input(shape: Any, params: int, strategy: str, precision: str, grad_accum: int, gpus: int,
-               drive_bandwidth: float | None, drives: int, target_step: float | None, aio_block_size: int,
-               ds_config: Path | None) -> Any:
-    """The PlanInput of the options: a config's knobs when given, the model's tensors when known."""
+def plan_input(shape: Any, params: int, o: dict[str, Any]) -> Any:
+    """The PlanInput of the options `o`: a config's knobs when given, the model's tensors when known."""
     from ..dsconfig import read_ds_config
     from ..model.offload import DTYPE_BYTES, OffloadKnobs
     from ..model.plan import PlanInput
     from ..workloads.presets import tensor_numels
 
+    strategy, precision, grad_accum = o["strategy"], o["precision"], o["grad_accum"]
     knobs, micro = None, 1
-    if ds_config is not None:
-        cfg = read_ds_config(ds_config)
+    if o["ds_config"] is not None:
+        cfg = read_ds_config(o["ds_config"])
         knobs = OffloadKnobs.from_ds_config(cfg)
         strategy = ("nvme-all" if knobs.nvme_params else "nvme-opt" if knobs.nvme_optimizer else
                     "cpu" if knobs.optimizer_device == "cpu" else "baseline")
@@ -107,6 +107,7 @@ def plan_input(shape: Any, params: int, strategy: str, precision: str, grad_accu
         grad_accum = int(cfg.get("gradient_accumulation_steps", 1))
     numels = tuple(tensor_numels(shape)) if shape is not None else ()
     activations = shape.activation_bytes(micro, shape.seq_len, DTYPE_BYTES[precision]) if shape is not None else 0
-    return PlanInput(params=params, strategy=strategy, precision=precision, grad_accum=grad_accum, gpus=gpus,
-                     drive_bytes_per_s=drive_bandwidth, drives=drives, target_step_s=target_step, numels=numels,
-                     knobs=knobs, aio_block_size=max(1 << 20, aio_block_size), activation_bytes=activations)
+    return PlanInput(params=params, strategy=strategy, precision=precision, grad_accum=grad_accum, gpus=o["gpus"],
+                     drive_bytes_per_s=o["drive_bandwidth"], drives=o["drives"], target_step_s=o["target_step"],
+                     numels=numels, knobs=knobs, aio_block_size=max(1 << 20, o["aio_block_size"]),
+                     activation_bytes=activations)

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from ..errors import UsageError
+from ..model.units import parse_size
 from ..volumes.beds import BEDS, DEFAULT_BED
 from .fleet import fleet_nodes, refuse_with_hosts, sweep_hosts
 from .options import (SIZE, GroupedCommand, SettingType, chosen_format, csv_list, drive_cap_option, emit,
@@ -18,6 +19,7 @@ from .options import (SIZE, GroupedCommand, SettingType, chosen_format, csv_list
 # Every option's --help section (parameter name -> group): what each mode takes.
 DRIVE, AIO, STEPS, OFFLOAD = "Drive", "aio search", "Training steps (your job, or the built-in one)", \
     "Whole offload (--offload)"
+CHECKPOINT = "Checkpoints (--checkpoint)"
 LAYOUTS, NETFS, FLEET, OUTPUT = "Layouts (--layouts)", "Network filesystems (--netfs)", "Multi-node", \
     "Output and journal"
 GROUPS = {
@@ -28,6 +30,8 @@ GROUPS = {
     **dict.fromkeys(("confirm_top", "steps", "steps_timeout_s", "steps_cmd", "ds_config", "omp_threads"), STEPS),
     **dict.fromkeys(("offload", "offload_model", "seq_len", "fixes", "max_host_memory", "what_if", "max_trials"),
                     OFFLOAD),
+    **dict.fromkeys(("checkpoint", "checkpoint_dirs", "save_at", "restore_steps", "checkpoint_every",
+                     "dirty_limits"), CHECKPOINT),
     **dict.fromkeys(("layout_drives", "filesystems", "drive_cap"), LAYOUTS),
     **dict.fromkeys(("netfs", "dry_run"), NETFS),
     **dict.fromkeys(("hosts", "hostfile", "slurm", "remote_iotune"), FLEET),
@@ -36,6 +40,10 @@ GROUPS = {
 OFFLOAD_ONLY = {"offload_model", "seq_len", "fixes", "max_host_memory", "what_if", "max_trials"}
 OFFLOAD_TAKES = {"target_dir", "bed", *OFFLOAD_ONLY, "steps", "steps_timeout_s", "steps_cmd", "ds_config", "out",
                  "fresh", "apply_to", "in_place", "fmt", "as_json"}
+CHECKPOINT_ONLY = {"checkpoint_dirs", "save_at", "restore_steps", "checkpoint_every", "dirty_limits"}
+CHECKPOINT_TAKES = {"target_dir", "bed", *CHECKPOINT_ONLY, "offload_model", "block_sizes", "repeats", "steps",
+                    "steps_timeout_s", "steps_cmd", "ds_config", "out", "fresh", "apply_to", "in_place", "fmt",
+                    "as_json"}
 
 
 @click.command(cls=GroupedCommand, groups=GROUPS)
@@ -133,9 +141,9 @@ OFFLOAD_TAKES = {"target_dir", "bed", *OFFLOAD_ONLY, "steps", "steps_timeout_s",
                    "one of DeepSpeed's bounds or not fit the host are refused with the numbers, never run; the "
                    "rest are ranked by a step-time prediction and only the front runs.")
 @click.option("--model", "offload_model", default=None, metavar="PRESET",
-              help="With --offload, instead of --steps-cmd: tune a built-in model on purpose (tiny, small, medium; "
+              help="With --offload or --checkpoint, instead of --steps-cmd: tune a built-in model on purpose (tiny, small, medium; "
                    "wide: every weight larger than an 8 MiB aio block; 1b: Llama 3.2 1B). Default without "
-                   "--steps-cmd and --ds-config: small.")
+                   "--steps-cmd and --ds-config: small (--offload), tiny (--checkpoint).")
 @click.option("--seq-len", type=click.IntRange(min=2), default=None, metavar="TOKENS",
               help="With --offload --model: tokens per sample (default: the preset's; 128 keeps a 1b step to "
                    "seconds of compute on a CPU).")
@@ -153,13 +161,39 @@ OFFLOAD_TAKES = {"target_dir", "bed", *OFFLOAD_ONLY, "steps", "steps_timeout_s",
 @click.option("--max-trials", type=click.IntRange(1, 100), default=None, metavar="N",
               help="With --offload: at most this many candidates run on real steps, those predicted fastest "
                    "first  [default: 12]")
+@click.option("--checkpoint", is_flag=True,
+              help="Tune save_checkpoint and load_checkpoint instead: DeepSpeed's defaults, then the checkpoint "
+                   "writer (torch.save, the fast writer's buffers, the decoupled writer), each --checkpoint-dir, a "
+                   "writeback limit on the target drive (--dirty-limits) and, when the fast writer wins, the aio "
+                   "blocks of --block-sizes (it shares the aio block with swapping); each trial saves in a real run "
+                   "and loads in a fresh process whose next step's loss must equal the uninterrupted run's. A "
+                   "checkpoint that does not restore is never recommended. Ranked by what the checkpoint adds to "
+                   "its interval (--checkpoint-every).")
+@click.option("--checkpoint-dir", "checkpoint_dirs", multiple=True, metavar="DIR",
+              type=click.Path(file_okay=False, path_type=Path),
+              help="With --checkpoint: a directory save_checkpoint may write to, tried besides --path (repeat "
+                   "per directory, e.g. another drive).")
+@click.option("--save-at", type=click.IntRange(min=1), default=2, show_default=True, metavar="STEP",
+              help="With --checkpoint: save after this optimizer step (the ones before set the pace).")
+@click.option("--restore-steps", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
+              help="With --checkpoint: steps after the restore whose losses must equal the uninterrupted run's "
+                   "(DeepSpeed 0.19.8 restarts Adam after an NVMe restore, so from the second step on no "
+                   "candidate matches; 1 checks the weights exactly).")
+@click.option("--checkpoint-every", type=click.IntRange(min=1), default=10, show_default=True, metavar="STEPS",
+              help="With --checkpoint: your job's checkpoint interval in optimizer steps, over which a "
+                   "checkpoint's cost is counted.")
+@click.option("--dirty-limits", callback=csv_list(parse_size), default=None, metavar="LIST",
+              help="With --checkpoint: page-cache writeback limits to try on the checkpoint's drive (its "
+                   "/sys/class/bdi max_bytes, strict; put back after each trial), e.g. 32MiB,256MiB. Default: "
+                   "not varied.")
 @format_option
 @html_option
 @library_errors
 def sweep(**opts: Any) -> None:
     """Tune DeepSpeed's aio settings (block size, queue depth, threads, submit
     modes) for a drive, and hand over a config DeepSpeed accepts as pasted;
-    or, with --offload, the whole offload block of your job.
+    or, with --offload, the whole offload block of your job; or, with
+    --checkpoint, how your job saves and loads its checkpoints.
 
     Each point writes and reads back tensor-sized files with O_DIRECT, the
     way ZeRO-Infinity's swapper does. The default adaptive search measures
@@ -183,6 +217,8 @@ def sweep(**opts: Any) -> None:
           --steps-cmd "deepspeed train.py --deepspeed_config {config}" --omp-threads 1,2
       sudo iotune sweep --offload --path /mnt/nvme/swap --ds-config ds_config.json \\
           --steps-cmd "deepspeed train.py --deepspeed_config {config}" --apply ds_config.json
+      sudo iotune sweep --checkpoint --path /mnt/nvme/swap --ds-config ds_config.json \\
+          --steps-cmd "deepspeed train.py --deepspeed_config {config}" --checkpoint-every 100
       sudo iotune sweep --hostfile hosts --path /mnt/nvme/swap --profile quick
       iotune sweep --slurm --path /mnt/nvme/swap --profile quick       (in an sbatch script)
       sudo iotune sweep --path /lustre/swap --netfs --dry-run
@@ -196,10 +232,16 @@ def sweep(**opts: Any) -> None:
     different settings.
     """
     opts["fmt"] = chosen_format(opts["fmt"], opts.pop("as_json"))
+    if opts["offload"] and opts["checkpoint"]:
+        raise UsageError("--offload and --checkpoint are two sweeps: run one, then the other")
     if opts["offload"]:
         run_offload_mode(opts)
         return
+    if opts["checkpoint"]:
+        run_checkpoint_mode(opts)
+        return
     refuse_given(OFFLOAD_ONLY, "go{es} with --offload (the whole-offload search): add --offload")
+    refuse_given(CHECKPOINT_ONLY, "go{es} with --checkpoint (the checkpoint sweep): add --checkpoint")
     run_aio_mode(opts)
 
 
@@ -207,7 +249,9 @@ def run_offload_mode(opts: dict[str, Any]) -> None:
     """`sweep --offload`: the options it takes, the search, --apply, the report."""
     from ..sweep.offload_mode import OffloadArgs, run_offload_command
 
-    refuse_given(set(GROUPS) - OFFLOAD_TAKES - {"offload"},
+    refuse_given(CHECKPOINT_ONLY, "go{es} with --checkpoint (the checkpoint sweep): drop {them}, or run it as "
+                                  "its own sweep")
+    refuse_given(set(GROUPS) - OFFLOAD_TAKES - CHECKPOINT_ONLY - {"offload", "checkpoint"},
                  "belong{s} to the aio sweep: drop {them}, or drop --offload")
     if opts["bed"] is not None and opts["target_dir"] is not None:
         raise UsageError("--bed excludes --path: give one of them")
@@ -235,6 +279,41 @@ def run_offload_mode(opts: dict[str, Any]) -> None:
     emit(outcome, opts["fmt"])
     what_if_ran = bool(outcome.what_if) and all(w.status == "ok" for w in outcome.what_if)
     if outcome.best is None and not outcome.recommended and not what_if_ran:
+        sys.exit(1)
+
+
+def run_checkpoint_mode(opts: dict[str, Any]) -> None:
+    """`sweep --checkpoint`: the options it takes, the sweep, --apply, the report."""
+    from ..sweep.checkpoint_mode import CheckpointArgs, pick_fragment, run_checkpoint_command
+
+    refuse_given(set(GROUPS) - CHECKPOINT_TAKES - {"checkpoint"},
+                 "do{es}n't apply to the checkpoint sweep: drop {them}, or drop --checkpoint")
+    if opts["bed"] is not None and opts["target_dir"] is not None:
+        raise UsageError("--bed excludes --path: give one of them")
+    refuse_inert_apply(opts)
+    if opts["apply_to"] is not None and not opts["steps_cmd"] and opts["offload_model"] is None:
+        raise UsageError(f"--apply {opts['apply_to']} would write what a built-in model's trials chose into your "
+                         f"config: give --steps-cmd (with --ds-config) so the trials run your own job, or name the "
+                         f"built-in model with --model to apply its result on purpose")
+    args = CheckpointArgs(target_dir=opts["target_dir"], bed=opts["bed"], model=opts["offload_model"],
+                          ds_config=opts["ds_config"], steps_cmd=opts["steps_cmd"],
+                          checkpoint_dirs=tuple(opts["checkpoint_dirs"]), save_at=opts["save_at"],
+                          steps=opts["steps"], restore_steps=opts["restore_steps"], every=opts["checkpoint_every"],
+                          dirty_limits=tuple(opts["dirty_limits"] or ()), block_sizes=tuple(opts["block_sizes"] or ()),
+                          repeats=opts["repeats"] or 1, steps_timeout_s=opts["steps_timeout_s"], out=opts["out"],
+                          fresh=opts["fresh"])
+    try:
+        outcome = run_checkpoint_command(args, say)
+    except KeyboardInterrupt:
+        say("interrupted: every finished trial is in the journal; run the same command again to resume")
+        sys.exit(130)
+    fragment = pick_fragment(outcome)
+    if opts["apply_to"] is not None and fragment:
+        from ..sweep.recommend import apply_to_file
+        written, _ = apply_to_file(opts["apply_to"], fragment, opts["in_place"])
+        say(f"wrote {written}")
+    emit(outcome, opts["fmt"])
+    if outcome.best is None:
         sys.exit(1)
 
 

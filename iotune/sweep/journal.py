@@ -119,7 +119,7 @@ def open_journal(out_dir: Path, fresh: bool, env: SweepEnv | None = None,
     journal = Journal(path) if path.exists() else None
     diff = journal.env.differs_from(env) if journal and journal.env and env else None
     if path.exists() and (fresh or diff):
-        kept = _keep(path)
+        kept = keep_aside(path)
         if diff and not fresh:
             key, recorded, now = diff
             say(f"sweep: the journal in {out_dir} was recorded with {key} {_short(recorded)}, not {_short(now)}: "
@@ -131,12 +131,12 @@ def open_journal(out_dir: Path, fresh: bool, env: SweepEnv | None = None,
     return journal
 
 
-def _keep(path: Path) -> Path:
-    """Rename `path` to journal.<timestamp>.jsonl beside it; the new name."""
+def keep_aside(path: Path) -> Path:
+    """Rename `path` (NAME.jsonl) to NAME.<timestamp>.jsonl beside it; the new name."""
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    kept, n = path.with_name(f"journal.{stamp}.jsonl"), 1
+    kept, n = path.with_name(f"{path.stem}.{stamp}.jsonl"), 1
     while kept.exists():         # two new journals within a second
-        kept, n = path.with_name(f"journal.{stamp}-{n}.jsonl"), n + 1
+        kept, n = path.with_name(f"{path.stem}.{stamp}-{n}.jsonl"), n + 1
     path.rename(kept)
     return kept
 

@@ -32,7 +32,7 @@ from .what_if import parse_what_if
 from .offload_space import Budget, parse_fixes
 from .pipeline import check_target
 from .space import RunSettings
-from .user_job import parse_user_job
+from .user_job import parse_user_job, refuse_other_models
 
 DEFAULT_MODEL = "small"
 
@@ -55,19 +55,6 @@ class OffloadArgs:
     out: Path | None = None
     fresh: bool = False
     what_if: str | None = None
-
-
-def refuse_other_models(args: OffloadArgs) -> None:
-    """No path tunes a model other than the user's: a config without the
-    command that trains it is refused, unless a built-in model is named."""
-    if args.ds_config is not None and not args.steps_cmd and args.model is None:
-        raise UsageError(f"--ds-config {args.ds_config} without --steps-cmd would tune a built-in model with your "
-                         f"config, not your model: give --steps-cmd \"YOUR TRAINING COMMAND ... {{config}}\" to run "
-                         f"your own job, or name a built-in model with --model PRESET to tune that one on purpose")
-    if args.steps_cmd and args.model is not None:
-        raise UsageError("--model names a built-in model, and --steps-cmd runs your own: give one of them")
-    if args.seq_len is not None and args.steps_cmd:
-        raise UsageError("--seq-len sets the built-in model's sequence: your command (--steps-cmd) sets its own")
 
 
 def runner_for(args: OffloadArgs, plan: TrialPlan) -> tuple[Runner, dict[str, Any], dict[str, Any]]:
@@ -115,7 +102,7 @@ def plan_of(args: OffloadArgs) -> TrialPlan:
 
 
 def run_offload_command(args: OffloadArgs, say: Callable[[str], None]) -> OffloadOutcome:
-    refuse_other_models(args)
+    refuse_other_models(args.ds_config, args.steps_cmd, args.model, args.seq_len)
     plan = plan_of(args)
     fixes = parse_fixes(list(args.fixes))
     what_if = parse_what_if(args.what_if) if args.what_if else None

@@ -97,6 +97,20 @@ class UserJob:
                 "ds_config_sha1": hashlib.sha1(text.encode()).hexdigest()[:12], "steps": self.steps}
 
 
+def refuse_other_models(ds_config: Path | None, steps_cmd: str | None, model: str | None,
+                        seq_len: int | None = None) -> None:
+    """No path tunes a model other than the user's: a config without the
+    command that trains it is refused, unless a built-in model is named."""
+    if ds_config is not None and not steps_cmd and model is None:
+        raise UsageError(f"--ds-config {ds_config} without --steps-cmd would tune a built-in model with your "
+                         f"config, not your model: give --steps-cmd \"YOUR TRAINING COMMAND ... {{config}}\" to run "
+                         f"your own job, or name a built-in model with --model PRESET to tune that one on purpose")
+    if steps_cmd and model is not None:
+        raise UsageError("--model names a built-in model, and --steps-cmd runs your own: give one of them")
+    if seq_len is not None and steps_cmd:
+        raise UsageError("--seq-len sets the built-in model's sequence: your command (--steps-cmd) sets its own")
+
+
 def parse_user_job(command: str, ds_config: Path | None, steps: int, timeout_s: float,
                    need_nvme: bool = True) -> UserJob:
     """--steps-cmd and --ds-config, checked before anything runs (`need_nvme`:

@@ -1,0 +1,120 @@
+"""`iotune sweep --checkpoint`: the options, parsed (CheckpointArgs), turned
+into a CheckpointRequest on the drive to tune (--path, or a test bed whose
+caps the trials' processes join), its journal placed and kept, the sweep
+run (iotune.sweep.checkpoint), and the pick's config fragment for --apply.
+
+Like `sweep --offload`, it tunes the user's job (--steps-cmd with
+--ds-config) or a built-in model named on purpose (--model); never a
+built-in model with the user's config."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..model.aio import AioSettings
+from ..model.checkpoint_sweep import CheckpointOutcome, CheckpointRequest
+from ..workloads.presets import get_preset
+from .checkpoint import run_checkpoint_sweep
+from .checkpoint_journal import NAME as JOURNAL_NAME
+from .journal import keep_aside
+from .modes import drive_of, sweep_target
+from .space import RunSettings
+from .user_job import parse_user_job, refuse_other_models
+
+DEFAULT_MODEL = "tiny"
+
+
+@dataclass(frozen=True)
+class CheckpointArgs:
+    """`iotune sweep --checkpoint`'s options, parsed."""
+
+    target_dir: Path | None = None
+    bed: str | None = None
+    model: str | None = None                     # a built-in preset, named on purpose
+    ds_config: Path | None = None
+    steps_cmd: str | None = None
+    checkpoint_dirs: tuple[Path, ...] = ()       # where save_checkpoint may write (default: --path)
+    save_at: int = 2
+    steps: int | None = None                     # steps timed after the save
+    restore_steps: int = 1
+    every: int = 10                              # the job's checkpoint interval, in optimizer steps
+    dirty_limits: tuple[int, ...] = ()
+    block_sizes: tuple[int, ...] = ()            # aio blocks to try with the fast writer
+    repeats: int = 1
+    steps_timeout_s: float | None = None
+    out: Path | None = None
+    fresh: bool = False
+
+
+def request_for(args: CheckpointArgs, swap_dir: Path, cgroup: str | None, out: Path) -> CheckpointRequest:
+    """The library's request: the user's job, or the built-in model named."""
+    user = ()
+    if args.steps_cmd:
+        job = parse_user_job(args.steps_cmd, args.ds_config, args.steps or 2, args.steps_timeout_s or 1800.0,
+                             need_nvme=False)
+        user = job.argv
+    else:
+        get_preset(args.model or DEFAULT_MODEL)              # an unknown preset is refused before anything runs
+    steps = args.steps or max(2, args.restore_steps)
+    return CheckpointRequest(
+        swap_dir=str(swap_dir), out_dir=str(out), targets=tuple(str(d) for d in args.checkpoint_dirs),
+        preset=args.model or DEFAULT_MODEL, steps_cmd=user, ds_config=str(args.ds_config or ""),
+        save_at=args.save_at, measure_steps=steps, interval_steps=args.every, restore_steps=args.restore_steps,
+        repeats=args.repeats, dirty_limits=args.dirty_limits,
+        aio_candidates=tuple(AioSettings(block_size=b) for b in args.block_sizes),
+        timeout_s=args.steps_timeout_s or 1800.0, cgroup=cgroup or "")
+
+
+def place_journal(out: Path, request: CheckpointRequest, fresh: bool, say: Callable[[str], None]) -> None:
+    """With --fresh, or when the journal in `out` was recorded for another
+    sweep, the old one is renamed aside (kept, never deleted), and said."""
+    path = out / JOURNAL_NAME
+    if not path.exists():
+        return
+    try:
+        header = json.loads(path.read_text().splitlines()[0]).get("request")
+    except (IndexError, ValueError, AttributeError):
+        header = None
+    if fresh or header != json.loads(json.dumps(request.identity())):
+        kept = keep_aside(path)
+        why = "--fresh" if fresh else "it was recorded for another checkpoint sweep"
+        say(f"checkpoint sweep: {why}: starting a new journal in {out} (the old one is kept as {kept.name})")
+
+
+def run_checkpoint_command(args: CheckpointArgs, say: Callable[[str], None]) -> CheckpointOutcome:
+    refuse_other_models(args.ds_config, args.steps_cmd, args.model)
+    drive = drive_of(args)
+    with sweep_target(args, RunSettings(), say) as (target, _):
+        swap = target.files_dir
+        out = args.out or Path("iotune-sweeps") / f"checkpoint-{_digest(drive, args)}"
+        request = request_for(args, swap, target.cgroup, out)
+        place_journal(out, request, args.fresh, say)
+        say(f"checkpoint sweep: journal {out / JOURNAL_NAME}")
+        return run_checkpoint_sweep(request, say)
+
+
+def pick_fragment(outcome: CheckpointOutcome) -> dict[str, Any]:
+    """What of the pick goes into a DeepSpeed config: the writer block and an
+    aio block other than the job's (the directory and the writeback limit
+    are not config keys: the report says them)."""
+    if outcome.best is None:
+        return {}
+    c = outcome.best.candidate
+    fragment: dict[str, Any] = {}
+    writer = c.writer.to_ds_json()
+    if writer is not None:
+        fragment["checkpoint"] = {"writer": writer}
+    if c.aio is not None:
+        fragment["aio"] = c.aio.to_ds_json()
+    return fragment
+
+
+def _digest(drive: dict[str, object], args: CheckpointArgs) -> str:
+    job = {"cmd": args.steps_cmd, "config": str(args.ds_config or ""), "model": args.model}
+    return hashlib.sha1(json.dumps([drive, job], sort_keys=True, default=str).encode()).hexdigest()[:10]
