@@ -38,6 +38,7 @@ import datetime as dt
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -239,6 +240,9 @@ def main() -> int:
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--size", default="1b", help="the preset (tiny: the chain in minutes, to check this script)")
     a = p.parse_args()
+    # started in the background, SIGINT may arrive ignored; both it and SIGTERM unwind (the loop drive goes)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     global SIZE
     SIZE = a.size
     out = a.out or ROOT / "benchmarks" / "results" / f"seed_scale-{SIZE}-{dt.date.today()}.json"
