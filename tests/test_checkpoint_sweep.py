@@ -217,13 +217,14 @@ def test_a_users_job_that_starts_its_data_over_is_compared_on_the_replayed_batch
 
 @needs_deepspeed
 def test_a_real_sweep_never_picks_the_mock_writer(tmp_path: Path) -> None:
-    req = request(tmp_path, writers=(WriterSettings("mock"), WriterSettings("python")), measure_steps=1,
-                  interval_steps=5)
+    req = request(tmp_path, writers=(WriterSettings("mock"),), measure_steps=1, interval_steps=5)
     out = run_checkpoint_sweep(req)
     mock = next(r for r in out.results if r.candidate.writer.kind == "mock")
-    assert not mock.restores and "no checkpoint to load" in mock.reason
+    # the mock engine writes no state: the load finds nothing, or an empty file (EOFError), by the run
+    assert not mock.restores and mock.reason.startswith(("load_checkpoint found no checkpoint to load",
+                                                         "load_checkpoint raised EOFError")), mock.reason
     assert out.defaults is not None and out.defaults.restores
-    assert out.best is not None and out.best.candidate.writer.kind != "mock"
+    assert out.best is not None and out.best.candidate == DEFAULTS
     assert json.loads(render(out, "json"))["best"]["restores"] is True
     assert not list(Path(req.swap_dir).iterdir())        # every trial's swap and checkpoint removed
     os.sync()

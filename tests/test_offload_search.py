@@ -28,8 +28,8 @@ NVME = ["--fix", "zero_optimization.offload_optimizer.device=nvme", "--fix", "ze
 @needs_deepspeed
 def test_pinned_to_nvme_the_search_runs_pipelined_candidates_with_the_buffers_they_need(tmp_path: Path) -> None:
     r = CliRunner().invoke(cli, ["sweep", "--offload", "--model", "tiny", *NVME, "--fix",
-                                 "zero_optimization.sub_group_size=1e6", "--max-trials", "2", "-o", str(tmp_path),
-                                 "--json"])
+                                 "zero_optimization.sub_group_size=1e6", "--max-trials", "2", "--max-pairs", "1",
+                                 "-o", str(tmp_path), "--json"])
     assert r.exit_code in (0, 1), r.output
     doc = json.loads(r.stdout)
     conforms("sweep-offload-2", doc)
@@ -76,8 +76,8 @@ def test_pinned_to_nvme_the_search_runs_pipelined_candidates_with_the_buffers_th
     lines = (tmp_path / "journal.jsonl").read_text().splitlines()
     assert json.loads(lines[0])["kind"] == "header" and len(lines) == 1 + len(doc["trials"])   # journaled as they ended
     again = CliRunner().invoke(cli, ["sweep", "--offload", "--model", "tiny", *NVME, "--fix",
-                                     "zero_optimization.sub_group_size=1e6", "--max-trials", "2", "-o", str(tmp_path),
-                                     "--json"])
+                                     "zero_optimization.sub_group_size=1e6", "--max-trials", "2", "--max-pairs", "1",
+                                     "-o", str(tmp_path), "--json"])
     resumed = json.loads(again.stdout)
     assert resumed["trials"] == doc["trials"] and resumed["trials_run_now"] == 0       # resumed: nothing ran again
     assert "s/step (" not in again.stderr
@@ -92,7 +92,7 @@ def test_where_ram_holds_the_state_the_optimizer_in_ram_runs_first_and_its_gain_
     wins, all of its gain is less I/O, the bytes the pairs' base swapped."""
     r = CliRunner().invoke(cli, ["sweep", "--offload", "--model", "tiny", "--fix",
                                  "zero_optimization.offload_param.device=none", "--max-trials", "1",
-                                 "-o", str(tmp_path), "--json"])
+                                 "--max-pairs", "1", "-o", str(tmp_path), "--json"])
     assert r.exit_code in (0, 1), r.output
     doc = json.loads(r.stdout)
     conforms("sweep-offload-2", doc)
@@ -194,8 +194,8 @@ def test_the_users_own_command_and_config_are_the_loop(tmp_path: Path) -> None:
     cfg.write_text(json.dumps(ds_config(WorkloadSpec(strategy="nvme-opt", nvme_path=str(tmp_path / "mine")))))
     command = f"{sys.executable} -W ignore -m iotune.workloads.train --steps 50 --ds-config {{config}}"
     r = CliRunner().invoke(cli, ["sweep", "--offload", "--steps-cmd", command, "--ds-config", str(cfg), *NVME,
-                                 "--fix", "zero_optimization.sub_group_size=1e6", "--max-trials", "1", "--steps", "3",
-                                 "-o", str(tmp_path / "journal"), "--json"])
+                                 "--fix", "zero_optimization.sub_group_size=1e6", "--max-trials", "1",
+                                 "--max-pairs", "1", "--steps", "3", "-o", str(tmp_path / "journal"), "--json"])
     assert r.exit_code in (0, 1), r.output
     doc = json.loads(r.stdout)
     conforms("sweep-offload-2", doc)

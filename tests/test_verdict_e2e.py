@@ -146,7 +146,8 @@ def test_dd_gets_no_training_verdict(drive: Any, tmp_path: Path) -> None:
     assert d["device"] == drive.device.name and d["bytes"] >= 32 << 20
     # 32 MiB at most CAP: busy for at least 0.5 s, and never faster than the cap while busy
     assert d["bytes_per_s_busy"] <= 1.1 * CAP, d
-    assert list(doc) == ["run", "summary", "totals", "patterns", "layers", "verdict"] and doc["layers"] is None
+    assert list(doc) == ["run", "summary", "totals", "patterns", "layers", "checkpoints", "verdict"]
+    assert doc["layers"] is None and doc["checkpoints"] == []
 
 
 def test_ceiling_probe_never_writes_a_raw_device(loop_drive: Any) -> None:

@@ -28,7 +28,8 @@ GROUPS = {
                      "single_submit", "overlap_events", "engines", "grid", "repeats", "file_bytes", "export_to",
                      "export_jobs"), AIO),
     **dict.fromkeys(("confirm_top", "steps", "steps_timeout_s", "steps_cmd", "ds_config", "omp_threads"), STEPS),
-    **dict.fromkeys(("offload", "offload_model", "seq_len", "fixes", "max_host_memory", "what_if", "max_trials"),
+    **dict.fromkeys(("offload", "offload_model", "seq_len", "fixes", "max_host_memory", "what_if", "max_trials",
+                     "max_pairs"),
                     OFFLOAD),
     **dict.fromkeys(("checkpoint", "checkpoint_dirs", "save_at", "restore_steps", "checkpoint_every",
                      "dirty_limits"), CHECKPOINT),
@@ -37,7 +38,7 @@ GROUPS = {
     **dict.fromkeys(("hosts", "hostfile", "slurm", "remote_iotune"), FLEET),
     **dict.fromkeys(("out", "fresh", "apply_to", "in_place", "fmt", "as_json", "html_path"), OUTPUT),
 }
-OFFLOAD_ONLY = {"offload_model", "seq_len", "fixes", "max_host_memory", "what_if", "max_trials"}
+OFFLOAD_ONLY = {"offload_model", "seq_len", "fixes", "max_host_memory", "what_if", "max_trials", "max_pairs"}
 OFFLOAD_TAKES = {"target_dir", "bed", *OFFLOAD_ONLY, "steps", "steps_timeout_s", "steps_cmd", "ds_config", "out",
                  "fresh", "apply_to", "in_place", "fmt", "as_json"}
 CHECKPOINT_ONLY = {"checkpoint_dirs", "save_at", "restore_steps", "checkpoint_every", "dirty_limits"}
@@ -141,7 +142,8 @@ CHECKPOINT_TAKES = {"target_dir", "bed", *CHECKPOINT_ONLY, "offload_model", "blo
                    "one of DeepSpeed's bounds or not fit the host are refused with the numbers, never run; the "
                    "rest are ranked by a step-time prediction and only the front runs.")
 @click.option("--model", "offload_model", default=None, metavar="PRESET",
-              help="With --offload or --checkpoint, instead of --steps-cmd: tune a built-in model on purpose (tiny, small, medium; "
+              help="With --offload or --checkpoint, instead of --steps-cmd: tune a built-in model on purpose (tiny, "
+                   "small, medium; "
                    "wide: every weight larger than an 8 MiB aio block; 1b: Llama 3.2 1B). Default without "
                    "--steps-cmd and --ds-config: small (--offload), tiny (--checkpoint).")
 @click.option("--seq-len", type=click.IntRange(min=2), default=None, metavar="TOKENS",
@@ -161,6 +163,10 @@ CHECKPOINT_TAKES = {"target_dir", "bed", *CHECKPOINT_ONLY, "offload_model", "blo
 @click.option("--max-trials", type=click.IntRange(1, 100), default=None, metavar="N",
               help="With --offload: at most this many candidates run on real steps, those predicted fastest "
                    "first  [default: 12]")
+@click.option("--max-pairs", type=click.IntRange(1, 20), default=6, show_default=True, metavar="N",
+              help="With --offload: at most this many alternating pairs (the pick, then your config) confirm the "
+                   "pick; the rule decides from 3 on, so fewer than 3 decide on what ran, with a wider bound. Each "
+                   "pair costs two trials: at 1B, minutes each.")
 @click.option("--checkpoint", is_flag=True,
               help="Tune save_checkpoint and load_checkpoint instead: DeepSpeed's defaults, then the checkpoint "
                    "writer (torch.save, the fast writer's buffers, the decoupled writer), each --checkpoint-dir, a "
@@ -263,7 +269,7 @@ def run_offload_mode(opts: dict[str, Any]) -> None:
     args = OffloadArgs(target_dir=opts["target_dir"], bed=opts["bed"], model=opts["offload_model"],
                        seq_len=opts["seq_len"], ds_config=opts["ds_config"], steps_cmd=opts["steps_cmd"],
                        fixes=opts["fixes"], max_host_memory=opts["max_host_memory"],
-                       max_trials=opts["max_trials"] or 12, steps=opts["steps"],
+                       max_trials=opts["max_trials"] or 12, max_pairs=opts["max_pairs"], steps=opts["steps"],
                        steps_timeout_s=opts["steps_timeout_s"], out=opts["out"], fresh=opts["fresh"],
                        what_if=opts["what_if"])
     try:

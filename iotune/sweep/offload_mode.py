@@ -50,6 +50,7 @@ class OffloadArgs:
     fixes: tuple[str, ...] = ()
     max_host_memory: int | None = None
     max_trials: int = 12
+    max_pairs: int = 6
     steps: int | None = None
     steps_timeout_s: float | None = None
     out: Path | None = None
@@ -121,7 +122,7 @@ def run_offload_command(args: OffloadArgs, say: Callable[[str], None]) -> Offloa
         out = args.out or Path("iotune-sweeps") / f"offload-{_digest(drive, identity)}"
         journal = open_journal(out, args.fresh, env, say)
         search = OffloadSearch(base, runner, fixes, host_budget(args.max_host_memory), host_context(runner, base),
-                               plan, args.max_trials, what_if=what_if)
+                               plan, args.max_trials, max_pairs=args.max_pairs, what_if=what_if)
         check_deepspeed_ops_for_offload()
         return search_offload(search, target, journal, say)
 
