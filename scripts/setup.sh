@@ -89,16 +89,44 @@ fi
 # only, and a prebuilt async_io without it fails to load (undefined symbol
 # io_submit); DS_ENABLE_NINJA: compile each op's sources in parallel.
 DS_VERSION=$(sed -n 's/.*"deepspeed==\([0-9.]*\)".*/\1/p' pyproject.toml)
+DS_BUILD_ENV=(DS_BUILD_OPS=0 DS_BUILD_AIO=1 DS_BUILD_PIN_MEMORY=1 DS_BUILD_CPU_ADAM=1 DS_BUILD_SHM_COMM=1
+              DS_ENABLE_NINJA=1 "LDFLAGS=-Wl,--no-as-needed -laio")
+# The wheel built with those ops is kept in iotune's cache, keyed by everything the build depends on
+# (DeepSpeed's version, torch's, Python's, the machine, the flags, libaio's headers), so that a fresh
+# clone on the same machine (CI's) installs it in seconds instead of compiling for minutes. pip's own
+# cache cannot serve here (above); a cached wheel whose ops fail the check is deleted and rebuilt.
+ds_wheel_dir() {
+  local versions key
+  versions=$(.venv/bin/python -c 'import sys, torch; print(torch.__version__, "%d.%d" % sys.version_info[:2])')
+  key=$(printf '%s|' "$DS_VERSION" "$versions" "$(uname -m)" "${DS_BUILD_ENV[@]}" \
+        "$(sha1sum /usr/include/libaio.h 2>/dev/null)" | sha1sum | cut -c1-16)
+  echo "${XDG_CACHE_HOME:-$HOME/.cache}/iotune/deepspeed-wheels/$key"
+}
 install_deepspeed_with_ops() {
-  local again=()
+  local again=() dir wheel tmp
   if .venv/bin/python -m pip show -q deepspeed >/dev/null 2>&1; then
     again=(--force-reinstall --no-deps)       # replace an install without (working) prebuilt ops
   fi
-  .venv/bin/python -m pip install -q ninja py-cpuinfo setuptools >&2     # what its setup.py needs
-  env DS_BUILD_OPS=0 DS_BUILD_AIO=1 DS_BUILD_PIN_MEMORY=1 DS_BUILD_CPU_ADAM=1 DS_BUILD_SHM_COMM=1 \
-      DS_ENABLE_NINJA=1 LDFLAGS='-Wl,--no-as-needed -laio' \
-      .venv/bin/python -m pip install -q --no-build-isolation --no-cache-dir "${again[@]}" \
-      "deepspeed==$DS_VERSION" >&2
+  dir=$(ds_wheel_dir)
+  if [[ ${1:-} == rebuild ]]; then rm -rf "$dir"; fi
+  wheel=$(ls "$dir"/deepspeed-*.whl 2>/dev/null | head -n 1 || true)
+  if [[ -z $wheel ]]; then
+    log "building DeepSpeed $DS_VERSION with its ops prebuilt (async_io, pin_memory, cpu_adam, shm_comm; minutes, once per machine)"
+    .venv/bin/python -m pip install -q ninja py-cpuinfo setuptools wheel >&2     # what its setup.py needs
+    tmp=$(mktemp -d)
+    if ! env "${DS_BUILD_ENV[@]}" .venv/bin/python -m pip wheel -q --no-build-isolation --no-cache-dir --no-deps \
+         -w "$tmp" "deepspeed==$DS_VERSION" >&2; then
+      rm -rf "$tmp"
+      log "building DeepSpeed $DS_VERSION failed (above)"; exit 1
+    fi
+    mkdir -p "$dir"
+    mv "$tmp"/deepspeed-*.whl "$dir"/
+    rm -rf "$tmp"
+    wheel=$(ls "$dir"/deepspeed-*.whl | head -n 1)
+  else
+    log "installing DeepSpeed $DS_VERSION with its ops prebuilt from $wheel"
+  fi
+  .venv/bin/python -m pip install -q "${again[@]}" "$wheel" >&2
 }
 
 if ! .venv/bin/python -c 'import iotune, click, rich, pandas, pytest, deepspeed, transformers, mkdocs, material, mkdocs_click' 2>/dev/null \
@@ -108,7 +136,6 @@ if ! .venv/bin/python -c 'import iotune, click, rich, pandas, pytest, deepspeed,
   # torch first and pinned, so nothing pulls a multi-GB CUDA build
   .venv/bin/python -m pip install -q 'torch==2.13.0' >&2
   if ! .venv/bin/python scripts/build_ops.py --check 2>/dev/null; then
-    log "building DeepSpeed $DS_VERSION with its ops prebuilt (async_io, pin_memory, cpu_adam, shm_comm)"
     install_deepspeed_with_ops
   fi
   .venv/bin/python -m pip install -q -e '.[test,train,docs]' >&2     # keeps the DeepSpeed just built
@@ -127,13 +154,17 @@ fi
 # JIT ops: reinstall DeepSpeed with them. The check reads files only.
 if ! .venv/bin/python scripts/build_ops.py --check; then
   log "reinstalling DeepSpeed $DS_VERSION with its ops prebuilt (a few minutes, once)"
-  install_deepspeed_with_ops
+  install_deepspeed_with_ops rebuild
   rm -f .venv/.iotune-ops-verified
 fi
 # Load each op through DeepSpeed's own loader once per install: fails if any would compile.
 if [[ ! -e .venv/.iotune-ops-verified || .venv/.iotune-installed -nt .venv/.iotune-ops-verified ]]; then
   log "verifying that loading DeepSpeed's ops compiles nothing"
-  .venv/bin/python scripts/build_ops.py >&2
+  if ! .venv/bin/python scripts/build_ops.py >&2; then
+    log "DeepSpeed's prebuilt ops did not load here (above): building them again"
+    install_deepspeed_with_ops rebuild
+    .venv/bin/python scripts/build_ops.py >&2
+  fi
   touch .venv/.iotune-ops-verified
 fi
 log "ready: .venv/bin/iotune"
