@@ -259,29 +259,17 @@ def run_offload_mode(opts: dict[str, Any]) -> None:
                                   "its own sweep")
     refuse_given(set(GROUPS) - OFFLOAD_TAKES - CHECKPOINT_ONLY - {"offload", "checkpoint"},
                  "belong{s} to the aio sweep: drop {them}, or drop --offload")
-    if opts["bed"] is not None and opts["target_dir"] is not None:
-        raise UsageError("--bed excludes --path: give one of them")
-    refuse_inert_apply(opts)
-    if opts["apply_to"] is not None and not opts["steps_cmd"] and opts["offload_model"] is None:
-        raise UsageError(f"--apply {opts['apply_to']} would write what a built-in model's trials chose into your "
-                         f"config: give --steps-cmd (with --ds-config) so the trials run your own job, or name the "
-                         f"built-in model with --model to apply its result on purpose")
+    refuse_job_mixes(opts)
     args = OffloadArgs(target_dir=opts["target_dir"], bed=opts["bed"], model=opts["offload_model"],
                        seq_len=opts["seq_len"], ds_config=opts["ds_config"], steps_cmd=opts["steps_cmd"],
                        fixes=opts["fixes"], max_host_memory=opts["max_host_memory"],
                        max_trials=opts["max_trials"] or 12, max_pairs=opts["max_pairs"], steps=opts["steps"],
                        steps_timeout_s=opts["steps_timeout_s"], out=opts["out"], fresh=opts["fresh"],
                        what_if=opts["what_if"])
-    try:
-        outcome = run_offload_command(args, say)
-    except KeyboardInterrupt:
-        say("interrupted: every finished trial is in the journal; run the same command again to resume")
-        sys.exit(130)
-    if opts["apply_to"] is not None and outcome.recommended:
+    outcome = resumable(run_offload_command, args)
+    if outcome.recommended:
         from ..sweep.offload_search import write_dotted
-        from ..sweep.recommend import apply_to_file
-        written, _ = apply_to_file(opts["apply_to"], write_dotted({}, outcome.recommended), opts["in_place"])
-        say(f"wrote {written}")
+        apply_fragment(opts, write_dotted({}, outcome.recommended))
     emit(outcome, opts["fmt"])
     what_if_ran = bool(outcome.what_if) and all(w.status == "ok" for w in outcome.what_if)
     if outcome.best is None and not outcome.recommended and not what_if_ran:
@@ -294,13 +282,7 @@ def run_checkpoint_mode(opts: dict[str, Any]) -> None:
 
     refuse_given(set(GROUPS) - CHECKPOINT_TAKES - {"checkpoint"},
                  "do{es}n't apply to the checkpoint sweep: drop {them}, or drop --checkpoint")
-    if opts["bed"] is not None and opts["target_dir"] is not None:
-        raise UsageError("--bed excludes --path: give one of them")
-    refuse_inert_apply(opts)
-    if opts["apply_to"] is not None and not opts["steps_cmd"] and opts["offload_model"] is None:
-        raise UsageError(f"--apply {opts['apply_to']} would write what a built-in model's trials chose into your "
-                         f"config: give --steps-cmd (with --ds-config) so the trials run your own job, or name the "
-                         f"built-in model with --model to apply its result on purpose")
+    refuse_job_mixes(opts)
     args = CheckpointArgs(target_dir=opts["target_dir"], bed=opts["bed"], model=opts["offload_model"],
                           ds_config=opts["ds_config"], steps_cmd=opts["steps_cmd"],
                           checkpoint_dirs=tuple(opts["checkpoint_dirs"]), save_at=opts["save_at"],
@@ -308,19 +290,40 @@ def run_checkpoint_mode(opts: dict[str, Any]) -> None:
                           dirty_limits=tuple(opts["dirty_limits"] or ()), block_sizes=tuple(opts["block_sizes"] or ()),
                           repeats=opts["repeats"] or 1, steps_timeout_s=opts["steps_timeout_s"], out=opts["out"],
                           fresh=opts["fresh"])
+    outcome = resumable(run_checkpoint_command, args)
+    apply_fragment(opts, pick_fragment(outcome))
+    emit(outcome, opts["fmt"])
+    if outcome.best is None:
+        sys.exit(1)
+
+
+def refuse_job_mixes(opts: dict[str, Any]) -> None:
+    """--offload's and --checkpoint's shared refusals: one drive, and --apply
+    only of what the user's own job (or a built-in model named) chose."""
+    if opts["bed"] is not None and opts["target_dir"] is not None:
+        raise UsageError("--bed excludes --path: give one of them")
+    refuse_inert_apply(opts)
+    if opts["apply_to"] is not None and not opts["steps_cmd"] and opts["offload_model"] is None:
+        raise UsageError(f"--apply {opts['apply_to']} would write what a built-in model's trials chose into your "
+                         f"config: give --steps-cmd (with --ds-config) so the trials run your own job, or name the "
+                         f"built-in model with --model to apply its result on purpose")
+
+
+def resumable(run: Any, args: Any) -> Any:
+    """run(args, say); Ctrl-C (or SIGTERM) ends with 130, the journal kept for the resume."""
     try:
-        outcome = run_checkpoint_command(args, say)
+        return run(args, say)
     except KeyboardInterrupt:
         say("interrupted: every finished trial is in the journal; run the same command again to resume")
         sys.exit(130)
-    fragment = pick_fragment(outcome)
+
+
+def apply_fragment(opts: dict[str, Any], fragment: dict[str, Any]) -> None:
+    """--apply: the fragment written into (a copy of) the user's config, when there is one."""
     if opts["apply_to"] is not None and fragment:
         from ..sweep.recommend import apply_to_file
         written, _ = apply_to_file(opts["apply_to"], fragment, opts["in_place"])
         say(f"wrote {written}")
-    emit(outcome, opts["fmt"])
-    if outcome.best is None:
-        sys.exit(1)
 
 
 def refuse_given(names: set[str], verb: str) -> None:
