@@ -1,7 +1,11 @@
 """The 1B chain on this machine, as a user runs it (issue "advice that holds
 at the user's scale"): the `1b` preset (Llama 3.2 1B, 1.24 B parameters,
-bf16, sequence 128, micro-batch 1, optimizer state on NVMe), swapping to a
-drive with iotune's commands, each timed.
+sequence 128, micro-batch 1, optimizer state on NVMe), swapping to a drive
+with iotune's commands, each timed. The job computes in fp32 (--precision,
+default fp32): on this machine's CPU (AVX2, no native bf16) torch 2.13's bf16
+matmul backward takes its reference path, 20 s for one 2048 x 8192 linear,
+so a bf16 1B step takes hours; the swapped bytes are the same either way
+(the optimizer state and the swapped gradients are fp32 in both).
 
 Run by hand, as root, from the repository, ALONE on the machine (a 1B step
 uses both cores and about 15 GB of RAM; check `df -h` first, it needs about
@@ -65,9 +69,12 @@ def say(msg: str) -> None:
 SIZE = "1b"                 # --size tiny: the same chain in minutes, to check the script
 
 
+PRECISION = "fp32"
+
+
 def user_config(nvme_path: Path, sub_group_size: int | None) -> dict[str, Any]:
-    """The built-in 1b config, bf16, micro-batch 1, DeepSpeed's offload defaults (and `sub_group_size`)."""
-    cfg = ds_config(WorkloadSpec(strategy="nvme-opt", size=SIZE, nvme_path=str(nvme_path), precision="bf16",
+    """The built-in 1b config, micro-batch 1, DeepSpeed's offload defaults (and `sub_group_size`)."""
+    cfg = ds_config(WorkloadSpec(strategy="nvme-opt", size=SIZE, nvme_path=str(nvme_path), precision=PRECISION,
                                  micro_batch=1, seq_len=128))
     for key in ("buffer_count", "pin_memory"):         # DeepSpeed's own defaults, not the built-in strategy's
         cfg["zero_optimization"]["offload_optimizer"].pop(key, None)
@@ -171,16 +178,21 @@ def part_chain(a: argparse.Namespace, res: dict[str, Any], work: Path, save: Any
         cfg.write_text(json.dumps(user_config(mnt / "swap", 100_000_000), indent=1))
         job = shlex.split(train_cmd().replace("{config}", str(cfg))) + ["--steps", str(a.steps)]
         steps_cmd = train_cmd()
+        # the quick profile, its best point confirmed on the job's steps in at most --max-pairs pairs
+        profile = work / "seed.toml"
+        quick = (ROOT / "profiles" / "quick.toml").read_text().replace("confirm_top = 0", "confirm_top = 1")
+        profile.write_text(quick + f"confirm_pairs = {a.max_pairs}\n")
         stages = [
             ("1-trace", [*IOTUNE, "trace", "--path", str(mnt), "-o", str(work / "run-user"), "--json", "--", *job]),
             ("1-plan-check", [*IOTUNE, "plan", "--model", SIZE, "--ds-config", str(cfg), "--check",
                               str(work / "run-user"), "--json"]),
-            ("2-sweep-aio", [*IOTUNE, "sweep", "--path", str(mnt), "--profile", "quick", "--ds-config", str(cfg),
-                             "--steps-cmd", steps_cmd, "--steps", str(a.steps), "--confirm", "1", "--apply", str(cfg),
+            ("2-sweep-aio", [*IOTUNE, "sweep", "--path", str(mnt), "--profile", str(profile), "--ds-config",
+                             str(cfg), "--steps-cmd", steps_cmd, "--steps", str(a.steps), "--apply", str(cfg),
                              "-o", str(work / "sweep-aio"), "--json"]),
             ("3-sweep-offload", [*IOTUNE, "sweep", "--offload", "--path", str(mnt), "--ds-config",
                                  str(work / "ds_user.iotune.json"), "--steps-cmd", steps_cmd, "--steps",
-                                 str(a.steps), "--max-trials", str(a.max_trials), "--apply",
+                                 str(a.steps), "--max-trials", str(a.max_trials), "--max-pairs", str(a.max_pairs),
+                                 "--apply",
                                  str(work / "ds_user.iotune.json"), "-o", str(work / "sweep-offload"), "--json"]),
         ]
         for name, argv in stages:
@@ -234,8 +246,9 @@ def main() -> int:
     p.add_argument("--parts", default="defaults,chain", help="defaults, chain, bed (comma-separated)")
     p.add_argument("--dir", type=Path, default=Path("/var/tmp/iotune-seed"), help="where the loop drives' images go")
     p.add_argument("--bed", default="latency-bound")
-    p.add_argument("--steps", type=int, default=4)
-    p.add_argument("--max-trials", type=int, default=3)
+    p.add_argument("--steps", type=int, default=3, help="optimizer steps per run (the first left out)")
+    p.add_argument("--max-trials", type=int, default=1, help="sweep --offload's real-step candidates")
+    p.add_argument("--max-pairs", type=int, default=1, help="confirmation pairs of each sweep (two runs each)")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--size", default="1b", help="the preset (tiny: the chain in minutes, to check this script)")
