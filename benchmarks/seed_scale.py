@@ -91,7 +91,19 @@ def timed(argv: list[str], log: Path, **kw: Any) -> dict[str, Any]:
     """Run an iotune command; its exit, wall time, stdout (JSON when it is) and stderr's tail."""
     say("$ " + shlex.join(argv))
     t0 = time.monotonic()
-    r = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, **kw)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, **kw)
+    try:
+        out, err = proc.communicate()
+    except BaseException:
+        # Ctrl-C or SIGTERM here: the command gets Ctrl-C so that it ends its job and cleans up after
+        # itself (subprocess.run would SIGKILL it, and its job would run on, orphaned)
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        raise
+    r = subprocess.CompletedProcess(argv, proc.returncode, out, err)
     seconds = round(time.monotonic() - t0, 1)
     log.write_text(r.stderr)
     try:
