@@ -63,7 +63,7 @@ def lint(**opts: Any) -> None:
     config, out_fmt = o["config"], chosen_format(o["fmt"], o["as_json"])
     cfg, duplicates, params, largest, acc, how, schema = lint_inputs(o, out_fmt)
     if o["keep"] != 1 and not o["checkpoint_dir"]:
-        raise click.UsageError("--keep goes with --checkpoint-dir DIR (where the checkpoints are kept)")
+        raise UsageError("--keep goes with --checkpoint-dir DIR (where the checkpoints are kept)")
     env = gather(list(swap_paths(cfg)), params, largest, acc, o["gpus"], o["expected_device"], o["checkpoint_dir"],
                  o["keep"])
     say(f"lint: checked against {schema.source}; accelerator {acc or 'unknown'} ({how})")
