@@ -133,7 +133,7 @@ def run_in_own_group(argv: list[str], timeout_s: float | None, preexec_fn: Calla
     every WATCH_EVERY_S while it runs: an exception it raises ends the run
     the same way (e.g. oplocks.BuildLockHang)."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=text, env=env,
-                            start_new_session=True, preexec_fn=preexec_fn)
+                            start_new_session=True, preexec_fn=dying_with_us(preexec_fn))
     try:
         out, err = communicate_watching(proc, timeout_s, watch)
     except BaseException:
@@ -142,6 +142,28 @@ def run_in_own_group(argv: list[str], timeout_s: float | None, preexec_fn: Calla
         proc.wait()
         raise
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def dying_with_us(then: Callable[[], None] | None = None) -> Callable[[], None]:
+    """A preexec_fn: the child is SIGKILLed by the kernel when the thread that
+    started it dies, SIGKILL included (prctl PR_SET_PDEATHSIG), so a helper
+    iotune runs (fio, a trial) never outlives it; then `then`. A parent gone
+    before the prctl took hold is caught by its pid."""
+    import ctypes
+
+    parent = os.getpid()
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def preexec() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+        if then is not None:
+            then()
+    return preexec
 
 
 def process_memory(pid: int | str = "self") -> dict[str, int]:
