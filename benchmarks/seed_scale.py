@@ -1,8 +1,8 @@
 """The 1B chain on this machine, as a user runs it (issue "advice that holds
 at the user's scale"): the `1b` preset (Llama 3.2 1B, 1.24 B parameters,
 sequence 128, micro-batch 1, optimizer state on NVMe), swapping to a drive
-with iotune's commands, each timed. The job computes in fp32 (--precision,
-default fp32): on this machine's CPU (AVX2, no native bf16) torch 2.13's bf16
+with iotune's commands, each timed. The job computes in fp32 (PRECISION below;
+the defaults part runs bf16): on this machine's CPU (AVX2, no native bf16) torch 2.13's bf16
 matmul backward takes its reference path, 20 s for one 2048 x 8192 linear,
 and a bf16 1B chain was stopped after 8 minutes inside its first step; the swapped bytes are the same either way
 (the optimizer state and the swapped gradients are fp32 in both).
@@ -72,9 +72,9 @@ SIZE = "1b"                 # --size tiny: the same chain in minutes, to check t
 PRECISION = "fp32"
 
 
-def user_config(nvme_path: Path, sub_group_size: int | None) -> dict[str, Any]:
+def user_config(nvme_path: Path, sub_group_size: int | None, precision: str = PRECISION) -> dict[str, Any]:
     """The built-in 1b config, micro-batch 1, DeepSpeed's offload defaults (and `sub_group_size`)."""
-    cfg = ds_config(WorkloadSpec(strategy="nvme-opt", size=SIZE, nvme_path=str(nvme_path), precision=PRECISION,
+    cfg = ds_config(WorkloadSpec(strategy="nvme-opt", size=SIZE, nvme_path=str(nvme_path), precision=precision,
                                  micro_batch=1, seq_len=128))
     for key in ("buffer_count", "pin_memory"):         # DeepSpeed's own defaults, not the built-in strategy's
         cfg["zero_optimization"]["offload_optimizer"].pop(key, None)
@@ -172,7 +172,7 @@ def part_defaults(a: argparse.Namespace, res: dict[str, Any], work: Path) -> Non
     with loop_drive(a.dir / "defaults", 48 << 30) as mnt:
         (mnt / "swap").mkdir()
         cfg = work / "ds_defaults.json"
-        cfg.write_text(json.dumps(user_config(mnt / "swap", None), indent=1))
+        cfg.write_text(json.dumps(user_config(mnt / "swap", None, "bf16"), indent=1))   # as users train
         res["plan"] = timed([*IOTUNE, "plan", "--model", SIZE, "--ds-config", str(cfg), "--json"], work / "plan.log")
         res["doctor"] = timed([*IOTUNE, "doctor", "--ds-config", str(cfg), "--model", SIZE, "--json"],
                               work / "doctor.log")
