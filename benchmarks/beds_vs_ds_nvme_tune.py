@@ -50,7 +50,7 @@ from iotune.host.proc import prefer_interpreter_tools  # noqa: E402
 from iotune.model.aio import DEEPSPEED_AIO_DEFAULTS  # noqa: E402
 from iotune.model.sweep import SweepPoint  # noqa: E402
 from iotune.sweep.executor import Target  # noqa: E402
-from iotune.sweep.steps_executor import StepsExecutor  # noqa: E402
+from iotune.sweep.aio.steps_executor import StepsExecutor  # noqa: E402
 from iotune.volumes.beds import BEDS, running_bed  # noqa: E402
 
 LABELS = ("defaults", "ds_nvme_tune", "iotune")

@@ -16,7 +16,7 @@ swap directory and the checkpoint directory both on it:
 - loop: the same drive without a cap.
 
 Per bed: the drive's write ceiling (fio, 1 MiB direct writes at qd 16,
-through the bed's cgroup); the checkpoint sweep (iotune.sweep.checkpoint:
+through the bed's cgroup); the checkpoint sweep (iotune.sweep.checkpoint.sweep:
 the python and fast writers, a 32 MiB writeback dirty limit; --repeats
 trials each, medians) picks a candidate; then DeepSpeed's defaults
 and the pick run side by side, --rounds rounds, the order alternating: save
@@ -51,8 +51,8 @@ sys.path.insert(0, str(ROOT))
 
 from iotune.model.checkpoint import WriterSettings  # noqa: E402
 from iotune.model.checkpoint_sweep import DEFAULTS, CheckpointCandidate, CheckpointRequest, CheckpointTrial  # noqa: E402
-from iotune.sweep.checkpoint import run_checkpoint_sweep  # noqa: E402
-from iotune.sweep.checkpoint_trial import run_trial  # noqa: E402
+from iotune.sweep.checkpoint.sweep import run_checkpoint_sweep  # noqa: E402
+from iotune.sweep.checkpoint.sweep.trial import run_trial  # noqa: E402
 from iotune.volumes.scratch import scratch_drive  # noqa: E402
 
 MiB = 1 << 20

@@ -17,7 +17,7 @@ DeepSpeed's default aio settings, warm starts) runs in one or the other:
 - gain: the candidate in "fast", the defaults in "base".
 
 Each decision runs pairs one at a time, candidate then defaults, with the
-aio sweep's own loop and rule (iotune.sweep.confirm.run_pairs and the
+aio sweep's own loop and rule (iotune.sweep.aio.confirm.run_pairs and the
 default profile's rule) until the rule decides. A/A and gain decisions
 alternate, so machine load falls on both alike. The cap is low (40 MB/s)
 on purpose: the blkio throttle works in slices of about 100 ms, so an
@@ -55,12 +55,12 @@ sys.path.insert(0, str(ROOT))
 
 from iotune.host.cgroup import Throttle, blkio_cgroup  # noqa: E402
 from iotune.model.sweep import Measurement, SweepPoint, Trial  # noqa: E402
-from iotune.sweep.confirm import confirm_rule, run_pairs  # noqa: E402
+from iotune.sweep.aio.confirm import confirm_rule, run_pairs  # noqa: E402
 from iotune.sweep.executor import Target, TrialFailed  # noqa: E402
-from iotune.sweep.recommend import pair_ratios  # noqa: E402
+from iotune.sweep.aio.recommend import pair_ratios  # noqa: E402
 from iotune.sweep.sequential import decide  # noqa: E402
 from iotune.sweep.space import load_profile  # noqa: E402
-from iotune.sweep.steps_executor import StepsExecutor  # noqa: E402
+from iotune.sweep.aio.steps_executor import StepsExecutor  # noqa: E402
 from iotune.volumes.beds import running_bed  # noqa: E402
 
 DEFAULTS = SweepPoint()                        # DeepSpeed's aio defaults, run on both sides

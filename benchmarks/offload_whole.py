@@ -57,9 +57,9 @@ from iotune.model.journal import SweepEnv  # noqa: E402
 from iotune.model.offload import JobShape, OffloadKnobs  # noqa: E402
 from iotune.sweep.executor import Target  # noqa: E402
 from iotune.sweep.journal import open_journal  # noqa: E402
-from iotune.sweep.offload_runner import BuiltinRunner, TrialPlan  # noqa: E402
-from iotune.sweep.offload_search import OffloadSearch, apply_changes, knob_changes, search_offload  # noqa: E402
-from iotune.sweep.offload_space import Budget, candidates, dimensions, parse_fixes  # noqa: E402
+from iotune.sweep.offload.runner import BuiltinRunner, TrialPlan  # noqa: E402
+from iotune.sweep.offload.search import OffloadSearch, apply_changes, knob_changes, search_offload  # noqa: E402
+from iotune.sweep.offload.space import Budget, candidates, dimensions, parse_fixes  # noqa: E402
 from iotune.volumes.beds import running_bed  # noqa: E402
 from iotune.workloads.presets import PRESETS, tensor_numels  # noqa: E402
 from iotune.workloads.strategies import WorkloadSpec, ds_config  # noqa: E402

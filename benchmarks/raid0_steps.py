@@ -53,7 +53,7 @@ from iotune.errors import IotuneError  # noqa: E402
 from iotune.model.sweep import SweepPoint  # noqa: E402
 from iotune.sweep.executor import Target, TrialFailed  # noqa: E402
 from iotune.sweep.fio_executor import FioExecutor  # noqa: E402
-from iotune.sweep.steps_executor import StepsExecutor  # noqa: E402
+from iotune.sweep.aio.steps_executor import StepsExecutor  # noqa: E402
 from iotune.volumes.layout import LayoutSpec, build_layout  # noqa: E402
 
 DEFAULT_MOUNT_OPTIONS = "noatime,nodatacow"

@@ -5,7 +5,7 @@ Run by hand, as root, from the repository (results go to benchmarks/results/):
     .venv/bin/python benchmarks/sweep_vs_ds_nvme_tune.py [--budget-s 2400] [--aio]
 
 Everything runs in one process on ONE emulated drive with iotune's built-in
-limits (iotune.sweep.modes.BUILTIN_LIMITS: 200 MB/s and 800 IOPS caps,
+limits (iotune.sweep.target.BUILTIN_LIMITS: 200 MB/s and 800 IOPS caps,
 4 ms per request, 8 at once), ext4 on it, every measured process inside the
 drive's blkio cgroup. Phases, in this order:
 
@@ -57,18 +57,18 @@ from iotune.host.cgroup import join_cgroup_preexec  # noqa: E402
 from iotune.model.aio import DEEPSPEED_AIO_DEFAULTS  # noqa: E402
 from iotune.model.drive import DriveLimits  # noqa: E402
 from iotune.model.sweep import SweepPoint, Trial  # noqa: E402
-from iotune.sweep.modes import BUILTIN_LIMITS, BUILTIN_RAMP_S, BUILTIN_RUNTIME_S, BUILTIN_SIZE  # noqa: E402
+from iotune.sweep.target import BUILTIN_LIMITS, BUILTIN_RAMP_S, BUILTIN_RUNTIME_S, BUILTIN_SIZE  # noqa: E402
 from iotune.sweep.executor import Executor, Target  # noqa: E402
 from iotune.sweep.fio_executor import FioExecutor  # noqa: E402
 from iotune.sweep.journal import Journal  # noqa: E402
 from iotune.model.journal import SweepEnv  # noqa: E402
 from iotune.model.sweep_result import Progress  # noqa: E402
 from iotune.sweep.measure import Measurer  # noqa: E402
-from iotune.sweep.pipeline import search  # noqa: E402
-from iotune.sweep.propose import planned_trials  # noqa: E402
-from iotune.sweep.rank import rank, summarize_trials  # noqa: E402
+from iotune.sweep.aio.pipeline import search  # noqa: E402
+from iotune.sweep.aio.propose import planned_trials  # noqa: E402
+from iotune.sweep.aio.rank import rank, summarize_trials  # noqa: E402
 from iotune.sweep.space import Profile, load_profile  # noqa: E402
-from iotune.sweep.steps_executor import StepsExecutor  # noqa: E402
+from iotune.sweep.aio.steps_executor import StepsExecutor  # noqa: E402
 from iotune.volumes.emulated import emulated_drive  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent
@@ -225,7 +225,7 @@ def run_search(label: str, executor: Executor, target: Target, prof: Profile, jo
 
 
 def fio_target(directory: Path, prof: Profile, cgroup: str | None) -> Target:
-    """As iotune/sweep/modes.py builds it for the built-in drive."""
+    """As iotune/sweep/aio/command.py builds it for the built-in drive."""
     directory.mkdir(parents=True, exist_ok=True)
     return Target(directory, prof.run.file_bytes, prof.run.files, cgroup,
                   prof.run.runtime_s or BUILTIN_RUNTIME_S, prof.run.ramp_s or BUILTIN_RAMP_S)
@@ -528,7 +528,7 @@ def run(args: argparse.Namespace, rec: Recorder, work: Path) -> None:
         rec.phase("picks", measure_picks(picks, target, 1 if args.pilot else args.pick_repeats,
                                          work / "j-picks", deadline))
         if args.aio and deadline - time.monotonic() > args.aio_min_s:
-            from iotune.sweep.aio_executor import AioExecutor
+            from iotune.sweep.aio.executor import AioExecutor
 
             aprof = replace(prof, space=replace(prof.space, engine=("libaio",)))
             rec.phase("iotune_aio", run_search("iotune-aio", AioExecutor(), target, aprof, work / "j-aio", deadline))

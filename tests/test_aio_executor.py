@@ -20,8 +20,8 @@ from .conftest import _NO_TRAIN, needs_deepspeed, needs_root_for
 
 from iotune.model.aio import DEEPSPEED_AIO_DEFAULTS
 from iotune.model.sweep import Measurement, SweepPoint
-from iotune.sweep.aio_bench import BenchConfig, fill_pattern, first_mismatch
-from iotune.sweep.aio_executor import AioExecutor
+from iotune.sweep.aio.bench import BenchConfig, fill_pattern, first_mismatch
+from iotune.sweep.aio.executor import AioExecutor
 from iotune.sweep.executor import Target, TrialFailed
 
 MiB = 1 << 20
@@ -131,7 +131,7 @@ def test_bench_itself_refuses_unaligned_file_bytes(tmp_path: Path) -> None:
     """The bench checks before importing torch, prints one JSON object and exits 2."""
     config = BenchConfig(directory=str(tmp_path), file_bytes=8 * MiB + 100, files=3, block_size=MiB,
                          queue_depth=8, intra_op_parallelism=1, single_submit=False, overlap_events=True)
-    r = subprocess.run([sys.executable, "-m", "iotune.sweep.aio_bench", *config.to_argv()],
+    r = subprocess.run([sys.executable, "-m", "iotune.sweep.aio.bench", *config.to_argv()],
                        capture_output=True, text=True)
     assert r.returncode == 2
     assert json.loads(r.stdout) == {"error": config.layout_problem(), "kind": "usage"}

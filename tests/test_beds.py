@@ -80,7 +80,7 @@ def test_builtin_is_the_sweeps_drive_as_the_guide_gives_it() -> None:
     model, by hand: 128K at qd 8 meets the 800 IOPS cap (800 x 128 KiB); 1M at qd 8 would move
     8 MiB per 4.1 ms, far above the 200 MB/s cap, so it is the cap; 64K at qd 1 is one request
     per latency + overhead (4 ms + 0.1 ms)."""
-    from iotune.sweep.modes import BUILTIN_LIMITS
+    from iotune.sweep.target import BUILTIN_LIMITS
 
     row = next(line for line in (ROOT / "docs" / "guide" / "beds.md").read_text().splitlines()
                if line.startswith("| `builtin`"))

@@ -1,4 +1,4 @@
-"""The checkpoint sweep through its API (iotune.sweep.checkpoint): the search,
+"""The checkpoint sweep through its API (iotune.sweep.checkpoint.sweep): the search,
 the pick and the journal on hand-built trials; the restore check on real
 saves of the built-in workload, whole and broken (a truncated file, a
 missing rank directory); a user's job whose data loader starts over,
@@ -19,8 +19,8 @@ from iotune.model.checkpoint import WriterSettings
 from iotune.model.checkpoint_sweep import (DEFAULTS, CandidateResult, CheckpointCandidate, CheckpointOutcome,
                                            CheckpointRequest, CheckpointTrial, RestoreCheck)
 from iotune.render.registry import render
-from iotune.sweep.checkpoint import better, run_checkpoint_sweep, summarize
-from iotune.sweep.checkpoint_trial import base_config, candidate_config, check_restore, restore_run, run_trial, save_run
+from iotune.sweep.checkpoint.sweep import better, run_checkpoint_sweep, summarize
+from iotune.sweep.checkpoint.sweep.trial import base_config, candidate_config, check_restore, restore_run, run_trial, save_run
 
 from .conftest import needs_deepspeed
 

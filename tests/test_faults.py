@@ -269,7 +269,7 @@ def journal_lines(path: Path) -> list[dict]:
 def test_a_full_journal_drive_stops_the_sweep_keeping_whole_lines_and_resume_skips_them(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # DeepSpeed's check of the recommended fragment loads its async_io op: tested in test_sweep_e2e.py
-    monkeypatch.setattr("iotune.sweep.pipeline.validate_with_deepspeed", lambda fragment, **kw: None)
+    monkeypatch.setattr("iotune.sweep.aio.pipeline.validate_with_deepspeed", lambda fragment, **kw: None)
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))    # no DeepSpeed op is loaded here
     (tmp_path / "p.toml").write_text(SWEEP_PROFILE)
     (tmp_path / "drive").mkdir()
@@ -409,7 +409,7 @@ def test_a_bed_drive_whose_daemon_dies_mid_trial_stops_the_sweep_naming_it(
     assert os.listdir(spare_tmp) == []
     # resumed on a fresh bed: the completed trial is reused, only the failed one runs again
     # (DeepSpeed's check of the recommended fragment loads its async_io op: tested in test_sweep_e2e.py)
-    monkeypatch.setattr("iotune.sweep.pipeline.validate_with_deepspeed", lambda fragment, **kw: None)
+    monkeypatch.setattr("iotune.sweep.aio.pipeline.validate_with_deepspeed", lambda fragment, **kw: None)
     for name in ("TMPDIR", "TORCH_EXTENSIONS_DIR"):
         monkeypatch.setenv(name, env[name])
     kept = journal.read_text()

@@ -265,7 +265,7 @@ def test_report_and_compare_write_the_html_file_and_say_where(tmp_path: Path) ->
 
 @needs_fio
 def test_sweep_writes_the_html_of_a_real_fio_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("iotune.sweep.pipeline.validate_with_deepspeed", lambda fragment, **kw: None)
+    monkeypatch.setattr("iotune.sweep.aio.pipeline.validate_with_deepspeed", lambda fragment, **kw: None)
     (tmp_path / "p.toml").write_text(
         '[space]\nblock_size = ["64K", "256K"]\nqueue_depth = [1, 4]\nintra_op_parallelism = [1]\n'
         'single_submit = [false]\noverlap_events = [true]\n'

@@ -18,7 +18,7 @@ from iotune.analysis.lint import lint
 from iotune.cli import cli
 from iotune.model.lint import LintEnv, PathFacts
 from iotune.model.sweep import SweepPoint
-from iotune.sweep.recommend import ds_fragment, merge
+from iotune.sweep.aio.recommend import ds_fragment, merge
 from iotune.workloads.strategies import STRATEGIES, WorkloadSpec, ds_config
 
 GOOD_PATH = PathFacts(exists=True, writable=True, direct_io_problem=None, free_bytes=10**12)

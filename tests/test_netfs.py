@@ -20,7 +20,7 @@ from iotune.fs import netfs
 from iotune.cli import cli
 from iotune.errors import IotuneError
 from iotune.model.netfs import KnobVariant
-from iotune.sweep.netfs import VARIANTS, dry_run
+from iotune.sweep.aio.netfs import VARIANTS, dry_run
 
 from .conftest import needs_fio
 
@@ -127,7 +127,7 @@ def lustre_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     mp = tmp_path / "lus"
     mp.mkdir()
     monkeypatch.setattr(netfs, "MOUNTINFO", mountinfo(tmp_path, LUSTRE.format(mp=mp)))
-    monkeypatch.setattr("iotune.sweep.pipeline.validate_with_deepspeed", lambda fragment, **kw: None)
+    monkeypatch.setattr("iotune.sweep.aio.pipeline.validate_with_deepspeed", lambda fragment, **kw: None)
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
     (tmp_path / "p.toml").write_text(
         '[space]\nblock_size = ["1M"]\nqueue_depth = [4]\nintra_op_parallelism = [1]\nsingle_submit = [false]\n'

@@ -21,7 +21,7 @@ import pytest
 from iotune.model.hook_events import read_memory
 from iotune.model.host_memory import HostContext, host_memory
 from iotune.model.offload import JobShape, OffloadKnobs
-from iotune.sweep.offload_search import partitioned_in
+from iotune.sweep.offload.search import partitioned_in
 from iotune.sweep.user_job import UserJob, probe_shape, run_with_config
 from iotune.workloads.presets import PRESETS, tensor_numels
 from iotune.workloads.strategies import WorkloadSpec, ds_config

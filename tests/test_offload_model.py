@@ -221,7 +221,7 @@ def test_a_gain_is_split_into_less_io_and_faster_io() -> None:
 def test_the_sweep_report_says_what_the_gain_is_made_of() -> None:
     from iotune.model.sweep import SweepPoint
     from iotune.model.sweep_result import StepGain
-    from iotune.sweep.steps_executor import StepsExecutor
+    from iotune.sweep.aio.steps_executor import StepsExecutor
 
     default, big = SweepPoint(block_size=1 << 20), SweepPoint(block_size=8 << 20)
     split = StepsExecutor(warm=False).gain_split(default, big, 2.0)

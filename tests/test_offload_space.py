@@ -1,4 +1,4 @@
-"""The whole-offload search space (iotune/sweep/offload_space.py): pinned
+"""The whole-offload search space (iotune/sweep/offload/space.py): pinned
 dimensions stay fixed, dimensions that cannot matter are left out with the
 reason, and candidates that break DeepSpeed's bounds or the host's memory
 are refused with the numbers before anything runs."""
@@ -10,7 +10,7 @@ import pytest
 from iotune.errors import UsageError
 from iotune.model.offload import JobShape, OffloadKnobs, violations
 from iotune.model.host_memory import host_memory
-from iotune.sweep.offload_space import Budget, candidates, dimensions, parse_fixes
+from iotune.sweep.offload.space import Budget, candidates, dimensions, parse_fixes
 from iotune.workloads.presets import PRESETS, tensor_numels
 
 SHAPE = JobShape(tuple(tensor_numels(PRESETS["small"])))

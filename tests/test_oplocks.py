@@ -401,8 +401,8 @@ def test_the_builtin_workloads_trial_and_the_deepspeed_check_stop_on_a_lock(tmp_
     alone), whose run then loads async_io through DeepSpeed and waits; the recommendation's DeepSpeed
     check in a fresh interpreter likewise: both end within seconds, naming the lock."""
     from iotune.sweep.executor import Target, TrialFailed
-    from iotune.sweep.recommend import validate_with_deepspeed
-    from iotune.sweep.steps_executor import StepsExecutor
+    from iotune.sweep.aio.recommend import validate_with_deepspeed
+    from iotune.sweep.aio.steps_executor import StepsExecutor
 
     lock = plant_lock(tmp_path / "ext", "async_io", age_s=5)
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))

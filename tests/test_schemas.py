@@ -277,9 +277,9 @@ def test_a_real_sweep_and_a_layout_sweep_of_it_conform(tmp_path: Path, monkeypat
     outcome: a real --layouts sweep needs scratch drives and mkfs."""
     from iotune.cli import options, sweep as sweep_cli
     from iotune.model.sweep_result import LayoutResult, LayoutSweep
-    from iotune.sweep.layouts import effects
+    from iotune.sweep.aio.layouts import effects
 
-    monkeypatch.setattr("iotune.sweep.pipeline.validate_with_deepspeed", lambda fragment, **kw: None)
+    monkeypatch.setattr("iotune.sweep.aio.pipeline.validate_with_deepspeed", lambda fragment, **kw: None)
     outcomes = []
     monkeypatch.setattr(sweep_cli, "emit", lambda record, fmt: (outcomes.append(record), options.emit(record, fmt)))
     (tmp_path / "p.toml").write_text(SWEEP_PROFILE)

@@ -17,7 +17,7 @@ from iotune.errors import IotuneError
 from iotune.model.sweep import Measurement, SweepPoint
 from iotune.model.sweep_result import Ranked
 from iotune.sweep import sequential
-from iotune.sweep.confirm import confirm_on_steps
+from iotune.sweep.aio.confirm import confirm_on_steps
 from iotune.sweep.executor import Target
 from iotune.sweep.journal import Journal
 from iotune.sweep.sequential import SequentialRule, decide, simulate

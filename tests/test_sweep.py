@@ -18,10 +18,10 @@ from iotune.model.sweep import Measurement, SweepPoint, Trial
 from iotune.sweep.executor import Target, TrialFailed
 from iotune.sweep.fio_executor import FioExecutor, fio_jobfile, parse_fio_json
 from iotune.sweep.journal import Journal
-from iotune.sweep.recommend import apply_to_file, ds_fragment, merge
+from iotune.sweep.aio.recommend import apply_to_file, ds_fragment, merge
 from iotune.sweep.measure import Measurer
-from iotune.sweep.pipeline import search
-from iotune.sweep.rank import rank, summarize_trials
+from iotune.sweep.aio.pipeline import search
+from iotune.sweep.aio.rank import rank, summarize_trials
 from iotune.sweep.space import RunSettings, SearchSpace, load_profile
 
 MB = 1_000_000

@@ -36,7 +36,7 @@ GRID = {SweepPoint(block_size=b, queue_depth=q).key() for b, q in itertools.prod
 
 @pytest.fixture
 def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setattr("iotune.sweep.pipeline.validate_with_deepspeed", lambda fragment, **kw: None)
+    monkeypatch.setattr("iotune.sweep.aio.pipeline.validate_with_deepspeed", lambda fragment, **kw: None)
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))    # no DeepSpeed op is loaded here
     (tmp_path / "p.toml").write_text(PROFILE)
     (tmp_path / "drive").mkdir()

@@ -16,8 +16,8 @@ from iotune.model.sweep import Measurement, SweepPoint, Trial
 from iotune.model.sweep_result import NOTHING_TO_GAIN, SLOWER_ON_STEPS, Ranked, SweepOutcome
 from iotune.render.registry import render
 from iotune.render.sweep import sweep_doc
-from iotune.sweep.confirm import finalists, pair_plan
-from iotune.sweep.recommend import best_gain, pick, step_gain
+from iotune.sweep.aio.confirm import finalists, pair_plan
+from iotune.sweep.aio.recommend import best_gain, pick, step_gain
 from iotune.sweep.sequential import SequentialRule
 from iotune.sweep.space import load_profile
 

@@ -14,7 +14,8 @@ from click.testing import CliRunner
 
 from iotune.blockdev.identity import drive_identity
 from iotune.cli import cli
-from iotune.sweep.modes import BUILTIN_LIMITS, SweepArgs, default_out, drive_of
+from iotune.sweep.aio.command import SweepArgs
+from iotune.sweep.target import BUILTIN_LIMITS, default_out, drive_of
 from iotune.sweep.journal import Journal
 
 from .conftest import make_loops, needs_fio, needs_root_for
@@ -34,7 +35,7 @@ def test_the_built_in_drive_is_keyed_by_its_limits() -> None:
 
 @pytest.fixture
 def two_drives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr("iotune.sweep.pipeline.validate_with_deepspeed", lambda fragment, **kw: None)
+    monkeypatch.setattr("iotune.sweep.aio.pipeline.validate_with_deepspeed", lambda fragment, **kw: None)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "p.toml").write_text(PROFILE)
     loops = make_loops(tmp_path, 2, 64 << 20)

@@ -13,9 +13,9 @@ from iotune.cli import cli
 from iotune.model.sweep import SweepPoint
 from iotune.sweep.executor import Target
 from iotune.sweep.journal import Journal
-from iotune.sweep.recommend import ds_fragment, validate_with_deepspeed
+from iotune.sweep.aio.recommend import ds_fragment, validate_with_deepspeed
 from iotune.sweep.sequential import SequentialRule, decide
-from iotune.sweep.steps_executor import StepsExecutor
+from iotune.sweep.aio.steps_executor import StepsExecutor
 
 from .conftest import ext4_mount, make_loops, needs_deepspeed, needs_fio, needs_root
 
@@ -111,7 +111,7 @@ def test_real_steps_decide_in_alternating_pairs_against_the_defaults(tmp_path: P
 
     if _FUSE_MISSING:
         pytest.skip(_FUSE_MISSING)
-    monkeypatch.setattr("iotune.sweep.pipeline.validate_with_deepspeed", lambda fragment, **kw: None)
+    monkeypatch.setattr("iotune.sweep.aio.pipeline.validate_with_deepspeed", lambda fragment, **kw: None)
     (tmp_path / "p.toml").write_text(
         '[space]\nblock_size = ["256K", "1M"]\nqueue_depth = [8]\nintra_op_parallelism = [1]\n'
         'single_submit = [false]\noverlap_events = [true]\n'

@@ -21,8 +21,8 @@ from iotune.model.sweep import SweepPoint
 from iotune.sweep.executor import Target
 from iotune.sweep.journal import Journal
 from iotune.sweep.measure import Measurer
-from iotune.sweep.pipeline import search
-from iotune.sweep.rank import rank, summarize_trials
+from iotune.sweep.aio.pipeline import search
+from iotune.sweep.aio.rank import rank, summarize_trials
 from iotune.sweep.space import RunSettings, SearchSpace
 from iotune.volumes.emulated import emulated_drive
 
@@ -77,7 +77,7 @@ def test_fio_sweep_reaches_the_ceiling_and_ranks_by_the_limits(drive, tmp_path: 
 @needs_fuse
 @needs_deepspeed
 def test_aio_sweep_reaches_the_ceiling(drive, tmp_path: Path) -> None:
-    from iotune.sweep.aio_executor import AioExecutor
+    from iotune.sweep.aio.executor import AioExecutor
 
     space = SearchSpace(block_size=(128 << 10, 1 << 20), queue_depth=(1, 8), intra_op_parallelism=(1,),
                         single_submit=(False,), overlap_events=(True,))

@@ -18,7 +18,7 @@ from iotune.cli import cli
 from iotune.model.layout import BuildPlan, LayoutSpec
 from iotune.model.sweep import SweepPoint
 from iotune.model.sweep_result import LayoutResult, Ranked, SweepOutcome
-from iotune.sweep.layouts import effects, layout_name
+from iotune.sweep.aio.layouts import effects, layout_name
 
 MB = 1_000_000
 CAP = 100 * MB
@@ -112,7 +112,7 @@ def test_effects_split_filesystem_from_drive_count() -> None:
 
 def test_variants_of_each_filesystem() -> None:
     from iotune.errors import UsageError
-    from iotune.sweep.layouts import fs_variants
+    from iotune.sweep.aio.layouts import fs_variants
 
     assert fs_variants(None, ("noatime", "nodatacow")) == [("btrfs", "", ("noatime", "nodatacow"))]
     assert fs_variants(("xfs", "btrfs", "xfs"), ()) == [

@@ -27,7 +27,7 @@ from iotune.model.sweep import SweepPoint
 from iotune.model.sweep_result import Ranked, SweepOutcome
 from iotune.render.registry import render
 from iotune.sweep.user_job import trial_config
-from iotune.sweep.threads import best_threads
+from iotune.sweep.aio.threads import best_threads
 from iotune.workloads.presets import PRESETS, tensor_numels
 from iotune.workloads.strategies import WorkloadSpec, ds_config
 

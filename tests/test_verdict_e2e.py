@@ -167,7 +167,7 @@ def test_a_sweep_journal_of_the_same_drive_gives_its_ceiling(drive: Any, tmp_pat
     from iotune.model.journal import SweepEnv
     from iotune.model.sweep import Measurement, SweepPoint, Trial
     from iotune.sweep.ceiling import journal_ceiling
-    from iotune.sweep.modes import default_out
+    from iotune.sweep.target import default_out
     from iotune.sweep.journal import open_journal
 
     identity = drive_identity(str(drive.mount_point))

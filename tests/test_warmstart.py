@@ -22,8 +22,8 @@ from iotune.model.steps import parse_steps
 from iotune.model.sweep import SweepPoint
 from iotune.sweep.executor import Target
 from iotune.sweep import recommend
-from iotune.sweep.recommend import ds_fragment, validate_with_deepspeed
-from iotune.sweep.steps_executor import StepsExecutor
+from iotune.sweep.aio.recommend import ds_fragment, validate_with_deepspeed
+from iotune.sweep.aio.steps_executor import StepsExecutor
 from iotune.errors import WarmStartUnavailable
 from iotune.workloads.warmstart import WarmStarter
 

@@ -17,10 +17,10 @@ from iotune.cli import cli
 from iotune.errors import UsageError
 from iotune.model.offload import JobShape, OffloadKnobs
 from iotune.model.offload_result import OffloadTrial
-from iotune.sweep.offload_runner import TrialPlan
-from iotune.sweep.offload_search import OffloadSearch, _what_if_row, search_offload
-from iotune.sweep.what_if import parse_what_if
-from iotune.sweep.what_if import ZENFLOW_TOPK, ZENFLOW_UPDATE, what_if_plan, what_if_refusal
+from iotune.sweep.offload.runner import TrialPlan
+from iotune.sweep.offload.search import OffloadSearch, _what_if_row, search_offload
+from iotune.sweep.offload.what_if import parse_what_if
+from iotune.sweep.offload.what_if import ZENFLOW_TOPK, ZENFLOW_UPDATE, what_if_plan, what_if_refusal
 from iotune.workloads.strategies import WorkloadSpec, ds_config
 
 from .conftest import needs_deepspeed, needs_root

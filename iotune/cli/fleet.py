@@ -1,7 +1,7 @@
 """Multi-node `iotune trace --hosts/--hostfile/--slurm` and the hidden
 `iotune agent` it starts on every node over ssh or srun (iotune.trace.fleet,
 iotune.trace.agent);
-multi-node `iotune sweep --hosts/--hostfile` (iotune.sweep.fleet, compared
+multi-node `iotune sweep --hosts/--hostfile` (iotune.sweep.aio.fleet, compared
 by iotune.analysis.fleet_sweep)."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from .trace_options import RunOptions, TargetOptions
 
 if TYPE_CHECKING:
     from ..remote.ssh import Transport
-    from ..sweep.modes import SweepArgs
+    from ..sweep.aio.command import SweepArgs
 
 
 def fleet_nodes(hosts: str | None, hostfile: Path | None, slurm: bool,
@@ -99,8 +99,8 @@ def sweep_hosts(hosts: tuple[str, ...], transport: Transport, args: SweepArgs, r
 
     from ..analysis.fleet_sweep import fleet_sweep_report
     from ..render.registry import render
-    from ..sweep.modes import build_profile
-    from ..sweep.fleet import FleetSweepOptions, sweep_fleet
+    from ..sweep.aio.command import build_profile
+    from ..sweep.aio.fleet import FleetSweepOptions, sweep_fleet
 
     if args.target_dir is None:
         raise UsageError("a multi-node sweep needs --path P: the directory on each host's drive to tune "

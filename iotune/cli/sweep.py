@@ -225,7 +225,7 @@ def sweep(**opts: Any) -> None:
 def run_aio_mode(opts: dict[str, Any]) -> None:
     """The aio sweep: one drive, layouts, a network filesystem, or every node."""
     from ..render.progress import sweep_progress
-    from ..sweep.modes import SpaceOverrides, SweepArgs, run_layouts_command, run_netfs_command, run_sweep_command
+    from ..sweep.aio.command import SpaceOverrides, SweepArgs, run_layouts_command, run_netfs_command, run_sweep_command
 
     o = opts
     refuse_inert(o["apply_to"], o["in_place"], o["layout_drives"], o["netfs"], o["dry_run"], o["fmt"],
@@ -238,7 +238,7 @@ def run_aio_mode(opts: dict[str, Any]) -> None:
                           html=o["html_path"])
     refuse_mode_mixes(o, bool(fleet))
     if o["netfs"] and o["dry_run"]:
-        from ..sweep.netfs import dry_run as netfs_dry_run
+        from ..sweep.aio.netfs import dry_run as netfs_dry_run
         click.echo("\n".join(netfs_dry_run(o["target_dir"])))
         return
     if o["export_to"] is not None:
@@ -300,7 +300,7 @@ def finish_aio(o: dict[str, Any], outcome: Any, target: Any) -> None:
         say(f"{export_jobfiles(outcome.ranking, target, o['export_jobs'])} fio job files in {o['export_jobs']}")
     if o["apply_to"] is not None and outcome.fragment:
         from dataclasses import replace
-        from ..sweep.recommend import DS_AIO_KEYS, apply_to_file
+        from ..sweep.aio.recommend import DS_AIO_KEYS, apply_to_file
         written, dropped = apply_to_file(o["apply_to"], outcome.fragment, o["in_place"])
         say(f"wrote {written}")
         if dropped:

@@ -46,7 +46,7 @@ CHECKPOINT_TAKES = {"target_dir", "bed", *CHECKPOINT_ONLY, "offload_model", "blo
 
 def run_offload_mode(opts: dict[str, Any]) -> None:
     """`sweep --offload`: the options it takes, the search, --apply, the report."""
-    from ..sweep.offload_mode import OffloadArgs, run_offload_command
+    from ..sweep.offload.command import OffloadArgs, run_offload_command
 
     refuse_given(CHECKPOINT_ONLY, "go{es} with --checkpoint (the checkpoint sweep): drop {them}, or run it as "
                                   "its own sweep")
@@ -61,7 +61,7 @@ def run_offload_mode(opts: dict[str, Any]) -> None:
                        what_if=opts["what_if"])
     outcome = resumable(run_offload_command, args)
     if outcome.recommended:
-        from ..sweep.offload_search import write_dotted
+        from ..sweep.offload.search import write_dotted
         apply_fragment(opts, write_dotted({}, outcome.recommended))
     emit(outcome, opts["fmt"])
     what_if_ran = bool(outcome.what_if) and all(w.status == "ok" for w in outcome.what_if)
@@ -71,7 +71,7 @@ def run_offload_mode(opts: dict[str, Any]) -> None:
 
 def run_checkpoint_mode(opts: dict[str, Any]) -> None:
     """`sweep --checkpoint`: the options it takes, the sweep, --apply, the report."""
-    from ..sweep.checkpoint_mode import CheckpointArgs, pick_fragment, run_checkpoint_command
+    from ..sweep.checkpoint.command import CheckpointArgs, pick_fragment, run_checkpoint_command
 
     refuse_given(set(GROUPS) - CHECKPOINT_TAKES - {"checkpoint"},
                  "do{es}n't apply to the checkpoint sweep: drop {them}, or drop --checkpoint")
@@ -114,7 +114,7 @@ def resumable(run: Any, args: Any) -> Any:
 def apply_fragment(opts: dict[str, Any], fragment: dict[str, Any]) -> None:
     """--apply: the fragment written into (a copy of) the user's config, when there is one."""
     if opts["apply_to"] is not None and fragment:
-        from ..sweep.recommend import apply_to_file
+        from ..sweep.aio.recommend import apply_to_file
         written, _ = apply_to_file(opts["apply_to"], fragment, opts["in_place"])
         say(f"wrote {written}")
 

@@ -2,7 +2,7 @@
 candidate's parameters (CheckpointCandidate), what each trial measured and
 whether its checkpoint restored (CheckpointTrial, RestoreCheck), and what it
 concludes (CheckpointOutcome). Frozen, JSON round-trip; the journal holds the
-request and every trial the moment it ends (iotune.sweep.checkpoint).
+request and every trial the moment it ends (iotune.sweep.checkpoint.sweep).
 
 A trial's figure of merit is the time its checkpoint interval costs:
 

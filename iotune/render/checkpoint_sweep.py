@@ -1,4 +1,4 @@
-"""The checkpoint sweep's outcome (iotune.sweep.checkpoint), as text and JSON."""
+"""The checkpoint sweep's outcome (iotune.sweep.checkpoint.sweep), as text and JSON."""
 
 from __future__ import annotations
 

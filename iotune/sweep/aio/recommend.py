@@ -21,14 +21,14 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from ..opbuild.oplocks import BuildLockHang, hang_guard, release_locks_left_since
-from ..host.proc import run_in_own_group
-from ..dsconfig import read_ds_config
-from ..model.aio import AioSettings
-from ..model.sweep import SweepPoint, Trial
-from ..model.sweep_result import Ranked, StepGain
-from ..workloads.warmstart import WarmStarter, WarmStartUnavailable
-from .sequential import SequentialRule, decide
+from ...opbuild.oplocks import BuildLockHang, hang_guard, release_locks_left_since
+from ...host.proc import run_in_own_group
+from ...dsconfig import read_ds_config
+from ...model.aio import AioSettings
+from ...model.sweep import SweepPoint, Trial
+from ...model.sweep_result import Ranked, StepGain
+from ...workloads.warmstart import WarmStarter, WarmStartUnavailable
+from ..sequential import SequentialRule, decide
 
 DS_AIO_KEYS = tuple(f.name for f in fields(AioSettings))   # what DeepSpeed 0.19's get_aio_config reads
 

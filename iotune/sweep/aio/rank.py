@@ -21,8 +21,8 @@ import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 
-from ..model.sweep import Trial
-from ..model.sweep_result import MIN_NOISE, Ranked, tie
+from ...model.sweep import Trial
+from ...model.sweep_result import MIN_NOISE, Ranked, tie
 
 # Medians within 0.1 % are one value: below what a trial resolves (fio's runtime
 # is in ms over seconds-long directions, bandwidth steps are of that order).

@@ -1,7 +1,7 @@
 """The checkpoint sweep, as a library: `run_checkpoint_sweep(request)` runs
 real save_checkpoint and load_checkpoint trials of the built-in workload or
-of the user's job (iotune.sweep.checkpoint_trial), stage by stage over the
-space of iotune.sweep.checkpoint_space, and picks the candidate with the
+of the user's job (iotune.sweep.checkpoint.sweep.trial), stage by stage over the
+space of iotune.sweep.checkpoint.sweep.space, and picks the candidate with the
 lowest interval cost (iotune.model.checkpoint_sweep) among those whose
 checkpoint restores. DeepSpeed's defaults are always measured; a candidate
 replaces the best so far only when it is cheaper.
@@ -17,15 +17,15 @@ import statistics
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import UsageError
-from ..fs.directio import direct_io_problem
-from ..model.checkpoint_io import OFFLOADED
-from ..model.checkpoint_sweep import (DEFAULTS, CandidateResult, CheckpointCandidate, CheckpointOutcome,
+from ...errors import UsageError
+from ...fs.directio import direct_io_problem
+from ...model.checkpoint_io import OFFLOADED
+from ...model.checkpoint_sweep import (DEFAULTS, CandidateResult, CheckpointCandidate, CheckpointOutcome,
                                       CheckpointRequest, CheckpointTrial)
-from .checkpoint_journal import CheckpointJournal
-from .checkpoint_space import aio_stage, refusal, target_stage, writeback_stage, writer_stage
-from .checkpoint_trial import base_config, run_trial
-from .user_job import PLACEHOLDER
+from .journal import CheckpointJournal
+from .space import aio_stage, refusal, target_stage, writeback_stage, writer_stage
+from .trial import base_config, run_trial
+from ..user_job import PLACEHOLDER
 
 Say = Callable[[str], None]
 

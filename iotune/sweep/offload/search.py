@@ -3,7 +3,7 @@
     shape     the job's parameter tensors: the built-in model's are known; the
               user's job is started once and stopped at deepspeed.initialize,
               before DeepSpeed allocates anything (the startup hook reports them)
-    fit       every candidate of iotune.sweep.offload_space, checked against
+    fit       every candidate of iotune.sweep.offload.space, checked against
               DeepSpeed's bounds and the host's memory (iotune.model.host_memory):
               one that cannot work is refused with the numbers, never run. When
               the job's own config does not fit, the reference is the smallest
@@ -31,24 +31,23 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
-from ..errors import IotuneError, UsageError
-from ..host.ledger import temp_dir
-from ..model import units
-from ..model.host_memory import HostContext, host_memory
-from ..model.offload import JobShape, OffloadKnobs, measured_gain_split, step_swap_bytes, sub_groups
-from ..model.offload_result import OffloadOutcome, OffloadTrial, Prediction, WhatIf, short_changes
-from ..model.offload_time import DriveRates, Reference, median_abs_error, predict_step_s
-from ..workloads.presets import PRESETS, tensor_numels
-from .drive_rates import aio_point, measure_drive_rates
-from .executor import Target
-from .journal import Journal
-from .offload_runner import BuiltinRunner, RunResult, Runner, TrialPlan, samples_per_step
-from .offload_space import KEYS, Budget, candidates, dimensions, refusals
-from .sequential import PairDecision, SequentialRule, decide
-from .user_job import UserJob, nvme_sections, probe_shape
+from ...errors import IotuneError, UsageError
+from ...host.ledger import temp_dir
+from ...model import units
+from ...model.host_memory import HostContext, host_memory
+from ...model.offload import JobShape, OffloadKnobs, measured_gain_split, step_swap_bytes, sub_groups
+from ...model.offload_result import OffloadOutcome, OffloadTrial, Prediction, WhatIf, short_changes
+from ...model.offload_time import DriveRates, Reference, median_abs_error, predict_step_s
+from ...workloads.presets import PRESETS, tensor_numels
+from ..drive_rates import aio_point, measure_drive_rates
+from ..executor import Target
+from ..journal import Journal
+from .runner import BuiltinRunner, RunResult, Runner, TrialPlan, samples_per_step
+from .space import KEYS, Budget, candidates, dimensions, refusals
+from ..sequential import PairDecision, SequentialRule, decide
+from ..user_job import UserJob, nvme_sections, probe_shape
 from .what_if import ZENFLOW_TOPK, ZENFLOW_WHAT_IF, what_if_plan, what_if_refusal
 
 ASSUMED_ERROR = 0.15       # the step-time model's error before any trial measured it (the wide grid: 0.17)

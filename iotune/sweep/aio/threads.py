@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from ..model.sweep import SweepPoint
-from ..model.sweep_result import Progress, Ranked
-from .executor import Executor, Target
-from .journal import Journal
-from .measure import Measurer
+from ...model.sweep import SweepPoint
+from ...model.sweep_result import Progress, Ranked
+from ..executor import Executor, Target
+from ..journal import Journal
+from ..measure import Measurer
 from .rank import MIN_NOISE, summarize_trials
 
 

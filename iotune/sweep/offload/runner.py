@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
-from ..host.proc import last_line
-from ..model.hook_events import (JobTensors, read_events, read_io_waits, read_memory, read_tensors,
+from ...host.proc import last_line
+from ...model.hook_events import (JobTensors, read_events, read_io_waits, read_memory, read_tensors,
                                  step_timings)
-from ..workloads.presets import PRESETS
-from .user_job import PLACEHOLDER, UserJob, run_with_config
+from ...workloads.presets import PRESETS
+from ..user_job import PLACEHOLDER, UserJob, run_with_config
 
 
 @dataclass(frozen=True)

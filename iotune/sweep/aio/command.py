@@ -4,36 +4,19 @@ down afterwards), then the sweep itself."""
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from ..model.sweep_result import LayoutSweep, Progress, SweepOutcome
-from ..blockdev.identity import drive_identity
-from ..errors import UsageError
-from ..host.ledger import temp_dir
-from ..model.drive import DriveLimits
-from ..volumes.beds import DEFAULT_BED, bed_spec
-from .user_job import UserJob, parse_user_job
-from .executor import Target
+from ...model.sweep_result import LayoutSweep, Progress, SweepOutcome
+from ...errors import UsageError
+from ..user_job import UserJob, parse_user_job
+from ..executor import Target
 from .pipeline import SweepRequest, run_sweep
-from .bounds import BOUNDS
-from .space import Profile, RunSettings, load_profile
-
-# The built-in drive: 200 MB/s and 800 IOPS caps, 4 ms per request with at most
-# 8 served at once. Block size matters (IOPS cap), and so does queue depth for
-# small blocks (latency): sensible configs reach 200 MB/s, bad ones a fraction.
-# It is the test bed `builtin` (iotune.volumes.beds); `--bed NAME` picks another.
-BUILTIN_BED = DEFAULT_BED
-BUILTIN_LIMITS: DriveLimits = bed_spec(BUILTIN_BED).member
-BUILTIN_SIZE = bed_spec(BUILTIN_BED).size_bytes
-BUILTIN_RUNTIME_S = 2.0     # used when the profile sets none
-BUILTIN_RAMP_S = 0.5
-
+from ..target import default_out, drive_of, sweep_target
+from ..bounds import BOUNDS
+from ..space import Profile, load_profile
 
 @dataclass(frozen=True)
 class SpaceOverrides:
@@ -122,65 +105,6 @@ def check_dimensions(prof: Profile, args: SweepArgs) -> None:
         raise UsageError(f"{step_settings[0]} sets the training-step trials, and this sweep runs none "
                          f"(--confirm 0 / confirm_top = 0 in profile {prof.name}): give --confirm 1 or more, or "
                          f"drop {step_settings[0]}")
-
-
-class OnDrive(Protocol):
-    """What names the drive a sweep runs on: --path, or a test bed (--bed)."""
-
-    @property
-    def target_dir(self) -> Path | None: ...
-
-    @property
-    def bed(self) -> str | None: ...
-
-
-@contextlib.contextmanager
-def sweep_target(args: OnDrive, run: RunSettings,
-                 say: Callable[[str], None]) -> Iterator[tuple[Target, float | None]]:
-    """(target, known ceiling in bytes/s or None)."""
-    if args.target_dir is not None:
-        with contextlib.ExitStack() as stack:
-            # the trials' files in a recorded directory of their own: nothing of a killed sweep stays in
-            # the user's directory (a path that is not a directory, or where nothing can be created, is
-            # refused by the pipeline's check, with why)
-            scratch = None
-            if args.target_dir.is_dir():
-                with contextlib.suppress(OSError):
-                    scratch = temp_dir(stack, ".iotune-sweep-", args.target_dir)
-            yield Target(args.target_dir, run.file_bytes, run.files, None, run.runtime_s, run.ramp_s,
-                         scratch=scratch), None
-        return
-    from ..volumes.beds import bed_trouble, running_bed
-
-    with running_bed(args.bed or BUILTIN_BED) as bed:
-        what = "built-in emulated drive" if bed.spec.name == BUILTIN_BED else f"test bed {bed.spec.name}"
-        devices = ", ".join(d.path for d in bed.devices)
-        say(f"sweep: {what} {devices}: {bed.spec.describe()}, at {bed.path}")
-        # time-based trials: blkio throttling lets a burst through at the start of each
-        # direction, which ramp time leaves out, so trials measure the steady rate
-        runtime, ramp = run.runtime_s or BUILTIN_RUNTIME_S, run.ramp_s or BUILTIN_RAMP_S
-        yield (Target(bed.path, run.file_bytes, run.files, bed.cgroup, runtime, ramp,
-                      trouble=lambda: bed_trouble(bed)), bed.ceiling_bytes_per_s)
-
-
-def drive_of(args: OnDrive) -> dict[str, object]:
-    """The identity of the drive the sweep runs on: the filesystem and
-    device(s) holding --path (not the path: the same drive mounted elsewhere
-    is the same drive), or the test bed's limits."""
-    if args.target_dir is None:
-        if args.bed in (None, BUILTIN_BED):
-            return {"emulated": BUILTIN_LIMITS.to_json()}
-        spec = bed_spec(args.bed)
-        return {"bed": spec.name, "emulated": spec.member.to_json(), "drives": spec.drives}
-    if not args.target_dir.is_dir():
-        return {"path": str(args.target_dir)}      # refused by the pipeline, with its reason
-    return drive_identity(str(args.target_dir))
-
-
-def default_out(profile: str, executor: str, drive: dict[str, object]) -> Path:
-    """iotune-sweeps/<profile>-<executor>-<drive hash>: each drive resumes its own journal."""
-    digest = hashlib.sha1(json.dumps(drive, sort_keys=True).encode()).hexdigest()[:8]
-    return Path("iotune-sweeps") / f"{profile}-{executor}-{digest}"
 
 
 def run_sweep_command(args: SweepArgs, say: Callable[[str], None],

@@ -18,11 +18,11 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..errors import UsageError
-from ..model import units
-from ..model.host_memory import HostContext, host_memory
-from ..model.offload import JobShape, OffloadKnobs, sub_groups, violations
-from ..model.offload_result import Dimension, Refused
+from ...errors import UsageError
+from ...model import units
+from ...model.host_memory import HostContext, host_memory
+from ...model.offload import JobShape, OffloadKnobs, sub_groups, violations
+from ...model.offload_result import Dimension, Refused
 
 # DeepSpeed's dotted key -> the knob it sets, its type and the values searched
 # (an empty tuple: only fixable, not searched).

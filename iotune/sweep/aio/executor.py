@@ -1,6 +1,6 @@
 """The `aio` executor: measures a SweepPoint with DeepSpeed's own aio engine
 (`aio_handle`, what ZeRO-Infinity's swapper uses), in a child process that
-runs iotune.sweep.aio_bench, so torch and DeepSpeed never load into the sweep.
+runs iotune.sweep.aio.bench, so torch and DeepSpeed never load into the sweep.
 
 The child gets an argument list, its own session (a timeout kills it and
 anything it started, such as a first-use JIT build of the op), and joins
@@ -22,15 +22,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..host.cgroup import join_cgroup_preexec
-from ..opbuild.oplocks import BuildLockHang, hang_guard
-from ..host.proc import communicate_watching, kill_group, last_line
-from ..model.sweep import Measurement, SweepPoint
-from ..resources import package_root
-from .aio_bench import BenchConfig, swap_paths
-from .executor import Target, TrialFailed
+from ...host.cgroup import join_cgroup_preexec
+from ...opbuild.oplocks import BuildLockHang, hang_guard
+from ...host.proc import communicate_watching, kill_group, last_line
+from ...model.sweep import Measurement, SweepPoint
+from ...resources import package_root
+from .bench import BenchConfig, swap_paths
+from ..executor import Target, TrialFailed
 
-BENCH_MODULE = "iotune.sweep.aio_bench"
+BENCH_MODULE = "iotune.sweep.aio.bench"
 DEFAULT_TIMEOUT_S = 600.0        # a first run JIT-builds the async_io op: about 134 s on 2 cores
 STDERR_TAIL_CHARS = 4000
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ..errors import UsageError
-from .offload_runner import TrialPlan
+from ...errors import UsageError
+from .runner import TrialPlan
 
 ZENFLOW_TOPK = "zero_optimization.zenflow.topk_ratio"
 ZENFLOW_UPDATE = "zero_optimization.zenflow.update_interval"

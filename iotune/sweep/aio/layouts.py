@@ -11,15 +11,15 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from ..host.cgroup import Throttle, blkio_cgroup
-from ..errors import UsageError
-from ..model.layout import BuildPlan
-from ..model.sweep_result import Effects, LayoutResult, Progress
-from ..volumes.layout import LayoutSpec, build_layout, md_available
-from ..volumes.scratch import scratch_drive
-from .executor import Target
+from ...host.cgroup import Throttle, blkio_cgroup
+from ...errors import UsageError
+from ...model.layout import BuildPlan
+from ...model.sweep_result import Effects, LayoutResult, Progress
+from ...volumes.layout import LayoutSpec, build_layout, md_available
+from ...volumes.scratch import scratch_drive
+from ..executor import Target
 from .pipeline import SweepRequest, run_sweep
-from .space import Profile
+from ..space import Profile
 
 # (label, mount options) per filesystem, the recommended variant first: the
 # options that change what O_DIRECT swap writes cost. btrfs copy-on-write

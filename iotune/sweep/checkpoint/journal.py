@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import NoSpaceError, RecordError, UsageError
-from ..model.checkpoint_sweep import CheckpointCandidate, CheckpointRequest, CheckpointTrial
-from .journal import append_record
+from ...errors import NoSpaceError, RecordError, UsageError
+from ...model.checkpoint_sweep import CheckpointCandidate, CheckpointRequest, CheckpointTrial
+from ..journal import append_record
 
 VERSION = 1
 NAME = "checkpoint-journal.jsonl"

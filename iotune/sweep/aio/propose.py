@@ -22,10 +22,10 @@ import itertools
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import replace
 
-from ..model.aio import DEEPSPEED_AIO_DEFAULTS
-from ..model.sweep import Proposal, SweepPoint, Trial
+from ...model.aio import DEEPSPEED_AIO_DEFAULTS
+from ...model.sweep import Proposal, SweepPoint, Trial
 from .rank import first_pass
-from .space import RunSettings, SearchSpace
+from ..space import RunSettings, SearchSpace
 
 Proposals = Generator[Proposal, Sequence[Trial], None]
 ADAPTIVE_FIELDS = ("intra_op_parallelism", "single_submit", "overlap_events", "engine")

@@ -27,9 +27,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ..host.writeback import bdi_of
-from ..model.checkpoint import WriterSettings, io_buffer_problem
-from ..model.checkpoint_sweep import CheckpointCandidate, CheckpointRequest
+from ...host.writeback import bdi_of
+from ...model.checkpoint import WriterSettings, io_buffer_problem
+from ...model.checkpoint_sweep import CheckpointCandidate, CheckpointRequest
 
 MiB = 1 << 20
 WRITERS = (WriterSettings("python"), WriterSettings("fast"), WriterSettings("fast", 16 * MiB),

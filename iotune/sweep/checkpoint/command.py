@@ -1,7 +1,7 @@
 """`iotune sweep --checkpoint`: the options, parsed (CheckpointArgs), turned
 into a CheckpointRequest on the drive to tune (--path, or a test bed whose
 caps the trials' processes join), its journal placed and kept, the sweep
-run (iotune.sweep.checkpoint), and the pick's config fragment for --apply.
+run (iotune.sweep.checkpoint.sweep), and the pick's config fragment for --apply.
 
 Like `sweep --offload`, it tunes the user's job (--steps-cmd with
 --ds-config) or a built-in model named on purpose (--model); never a
@@ -16,16 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
-from ..model.aio import AioSettings
-from ..model.checkpoint_sweep import CheckpointOutcome, CheckpointRequest
-from ..workloads.presets import get_preset
-from .checkpoint import run_checkpoint_sweep
-from .checkpoint_journal import NAME as JOURNAL_NAME
-from .journal import keep_aside
-from .modes import drive_of, sweep_target
-from .space import RunSettings
-from .user_job import parse_user_job, refuse_other_models
+from ...model.aio import AioSettings
+from ...model.checkpoint_sweep import CheckpointOutcome, CheckpointRequest
+from ...workloads.presets import get_preset
+from .sweep import run_checkpoint_sweep
+from .journal import NAME as JOURNAL_NAME
+from ..journal import keep_aside
+from ..target import drive_of, sweep_target
+from ..space import RunSettings
+from ..user_job import parse_user_job, refuse_other_models
 
 DEFAULT_MODEL = "tiny"
 

@@ -14,25 +14,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
-from ..dsconfig import read_ds_config
-from ..errors import UsageError
-from ..host.memory import can_lock_unlimited, memlock_bytes, ram_bytes
-from ..model.host_memory import HostContext
-from ..model.journal import SweepEnv
-from ..model.offload import DTYPE_BYTES, OffloadKnobs
-from ..model.offload_result import OffloadOutcome
-from ..workloads.presets import get_preset
-from ..workloads.strategies import WorkloadSpec, ds_config as builtin_config
-from .journal import open_journal
-from .modes import drive_of, sweep_target
-from .offload_runner import BuiltinRunner, CommandRunner, Runner, TrialPlan
-from .offload_search import OffloadSearch, search_offload
+from ... import __version__
+from ...dsconfig import read_ds_config
+from ...errors import UsageError
+from ...host.memory import can_lock_unlimited, memlock_bytes, ram_bytes
+from ...model.host_memory import HostContext
+from ...model.journal import SweepEnv
+from ...model.offload import DTYPE_BYTES, OffloadKnobs
+from ...model.offload_result import OffloadOutcome
+from ...workloads.presets import get_preset
+from ...workloads.strategies import WorkloadSpec, ds_config as builtin_config
+from ..journal import open_journal
+from ..target import check_target, drive_of, sweep_target
+from .runner import BuiltinRunner, CommandRunner, Runner, TrialPlan
+from .search import OffloadSearch, search_offload
 from .what_if import parse_what_if
-from .offload_space import Budget, parse_fixes
-from .pipeline import check_target
-from .space import RunSettings
-from .user_job import parse_user_job, refuse_other_models
+from .space import Budget, parse_fixes
+from ..space import RunSettings
+from ..user_job import parse_user_job, refuse_other_models
 
 DEFAULT_MODEL = "small"
 
@@ -82,7 +81,7 @@ def host_budget(max_host_memory: int | None) -> Budget:
 def host_context(runner: Runner, cfg: dict[str, Any]) -> HostContext:
     """The machine's part of the host-memory model: DeepSpeed's accelerator
     and a process's baseline (measured once), and the built-in model's activations."""
-    from ..workloads.baseline import measure_baseline
+    from ...workloads.baseline import measure_baseline
 
     base = measure_baseline()
     activations = 0
@@ -129,7 +128,7 @@ def run_offload_command(args: OffloadArgs, say: Callable[[str], None]) -> Offloa
 
 def check_deepspeed_ops_for_offload() -> None:
     """Every trial loads DeepSpeed's ops: refuse to start on a left-over build lock."""
-    from ..opbuild.oplocks import stale_lock_problem
+    from ...opbuild.oplocks import stale_lock_problem
 
     problem = stale_lock_problem()
     if problem:

@@ -15,13 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ..fs import netfs
-from ..errors import UsageError
-from ..model.netfs import KnobPlan, KnobVariant, NetMount
-from ..model.sweep_result import LayoutResult, Progress
-from .executor import Target
+from ...fs import netfs
+from ...errors import UsageError
+from ...model.netfs import KnobPlan, KnobVariant, NetMount
+from ...model.sweep_result import LayoutResult, Progress
+from ..executor import Target
 from .pipeline import SweepRequest, run_sweep
-from .space import Profile
+from ..space import Profile
 
 VARIANTS: dict[str, tuple[KnobVariant, ...]] = {
     "lustre": (

@@ -27,11 +27,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..remote.process import RemoteProcess
-from ..remote.ssh import SshTransport, Transport
-from ..errors import IotuneError
-from ..model.fleet_sweep import NodeSweep, node_sweep_from_doc
-from .modes import SweepArgs
+from ...remote.process import RemoteProcess
+from ...remote.ssh import SshTransport, Transport
+from ...errors import IotuneError
+from ...model.fleet_sweep import NodeSweep, node_sweep_from_doc
+from .command import SweepArgs
 
 Say = Callable[[str], None]
 CHECK_TIMEOUT_S = 60.0

@@ -5,7 +5,7 @@ read them all back with `async_pread`, wait, and check the data.
 Run as a child process by AioExecutor (torch and DeepSpeed stay out of the
 sweep process):
 
-    python -m iotune.sweep.aio_bench --dir D --file-bytes N --files K \\
+    python -m iotune.sweep.aio.bench --dir D --file-bytes N --files K \\
         --block-size B --queue-depth Q --intra-op-parallelism T \\
         --single-submit {0,1} --overlap-events {0,1} [--pin]
 
@@ -46,10 +46,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..fs.directio import direct_io_problem
-from ..model.sweep import SweepPoint
-from .executor import Target
-from ..host.proc import prefer_interpreter_tools
+from ...fs.directio import direct_io_problem
+from ...model.sweep import SweepPoint
+from ..executor import Target
+from ...host.proc import prefer_interpreter_tools
 
 DIRECT_IO_ALIGN_BYTES = 4096     # O_DIRECT: offsets and lengths aligned to the logical block (<= 4 KiB)
 MAX_BLOCK_SIZE = 2**31 - 1       # aio_handle takes block_size as a C int
@@ -134,7 +134,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parse_args(argv: list[str] | None) -> BenchConfig:
-    p = _Parser(prog="python -m iotune.sweep.aio_bench",
+    p = _Parser(prog="python -m iotune.sweep.aio.bench",
                 description="Measure one DeepSpeed aio configuration; prints one JSON object.")
     p.add_argument("--dir", required=True, help="directory on the drive under test")
     p.add_argument("--file-bytes", type=int, required=True, help="bytes per file (multiple of 4096)")

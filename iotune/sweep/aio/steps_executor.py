@@ -26,17 +26,17 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from ..errors import WarmStartUnavailable
-from ..host.cgroup import join_cgroup_preexec
-from ..host.ledger import private_tmp, temp_dir
-from ..opbuild.oplocks import BuildLockHang, hang_guard, release_locks_left_since
-from ..host.proc import last_line, run_in_own_group
-from ..model.offload import GainSplit, JobShape, OffloadKnobs, gain_split
-from ..model.steps import parse_steps
-from ..model.sweep import Measurement, SweepPoint
-from ..workloads.presets import PRESETS, tensor_numels
-from ..workloads.warmstart import WarmStarter
-from .executor import Target, TrialFailed
+from ...errors import WarmStartUnavailable
+from ...host.cgroup import join_cgroup_preexec
+from ...host.ledger import private_tmp, temp_dir
+from ...opbuild.oplocks import BuildLockHang, hang_guard, release_locks_left_since
+from ...host.proc import last_line, run_in_own_group
+from ...model.offload import GainSplit, JobShape, OffloadKnobs, gain_split
+from ...model.steps import parse_steps
+from ...model.sweep import Measurement, SweepPoint
+from ...workloads.presets import PRESETS, tensor_numels
+from ...workloads.warmstart import WarmStarter
+from ..executor import Target, TrialFailed
 
 
 class StepsExecutor:

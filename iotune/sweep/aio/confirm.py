@@ -25,15 +25,15 @@ import math
 from dataclasses import replace
 from collections.abc import Callable
 
-from ..model.sweep import SweepPoint, Trial
-from ..model.sweep_result import Progress, Ranked, StepGain
-from .executor import Executor, Target
-from .journal import Journal
-from .measure import Measurer
+from ...model.sweep import SweepPoint, Trial
+from ...model.sweep_result import Progress, Ranked, StepGain
+from ..executor import Executor, Target
+from ..journal import Journal
+from ..measure import Measurer
 from .rank import summarize_trials
 from .recommend import best_gain, pair_ratios, step_gain
-from .sequential import SequentialRule, decide
-from .space import RunSettings
+from ..sequential import SequentialRule, decide
+from ..space import RunSettings
 from .steps_executor import StepsExecutor
 
 

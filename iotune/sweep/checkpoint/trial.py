@@ -35,18 +35,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..dsconfig import read_ds_config
-from ..host.ledger import private_tmp, temp_dir
-from ..host.proc import last_line
-from ..host.writeback import dirty_limit
-from ..model.attribution import Attribution
-from ..model.checkpoint_io import CheckpointCall
-from ..model.checkpoint_sweep import CheckpointCandidate, CheckpointRequest, CheckpointTrial, RestoreCheck
-from ..model.hook_events import hook_env, read_events, read_losses
-from ..resources import inject_dir
-from ..workloads.strategies import WorkloadSpec, ds_config
-from .user_job import PLACEHOLDER, JobRun, nvme_sections, run_job
-from .executor import TrialFailed
+from ...dsconfig import read_ds_config
+from ...host.ledger import private_tmp, temp_dir
+from ...host.proc import last_line
+from ...host.writeback import dirty_limit
+from ...model.attribution import Attribution
+from ...model.checkpoint_io import CheckpointCall
+from ...model.checkpoint_sweep import CheckpointCandidate, CheckpointRequest, CheckpointTrial, RestoreCheck
+from ...model.hook_events import hook_env, read_events, read_losses
+from ...resources import inject_dir
+from ...workloads.strategies import WorkloadSpec, ds_config
+from ..user_job import PLACEHOLDER, JobRun, nvme_sections, run_job
+from ..executor import TrialFailed
 
 SWAP_PREFIX = "iotune-swap-"
 CKPT_PREFIX = "iotune-ckpt-"

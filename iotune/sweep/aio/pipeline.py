@@ -21,30 +21,30 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import __version__
-from ..fs.directio import direct_io_problem
-from ..opbuild.oplocks import stale_lock_problem
-from ..errors import UsageError
-from ..model.journal import SweepEnv
-from ..model.sweep import Trial
-from ..model.sweep_result import Progress, Ranked, SweepOutcome
-from ..workloads.fastops import ops_to_build
-from .user_job import CommandExecutor, UserJob, swap_note
+from ... import __version__
+from ...opbuild.oplocks import stale_lock_problem
+from ...errors import UsageError
+from ...model.journal import SweepEnv
+from ...model.sweep import Trial
+from ...model.sweep_result import Progress, Ranked, SweepOutcome
+from ...workloads.fastops import ops_to_build
+from ..user_job import CommandExecutor, UserJob, swap_note
 from .confirm import confirm_on_steps
-from .executor import Executor, Target
-from .fio_executor import FioExecutor
-from .journal import open_journal
-from .measure import Measurer
+from ..executor import Executor, Target
+from ..fio_executor import FioExecutor
+from ..target import check_target
+from ..journal import open_journal
+from ..measure import Measurer
 from .propose import default_point, planned_trials, propose
 from .rank import rank, summarize_trials
 from .recommend import ds_fragment, pick, validate_with_deepspeed
-from .space import Profile, RunSettings, SearchSpace
+from ..space import Profile, RunSettings, SearchSpace
 from .steps_executor import StepsExecutor
 from .threads import best_threads, sweep_threads
 
 
 def _aio() -> Executor:
-    from .aio_executor import (
+    from .executor import (
         AioExecutor,  # imports nothing heavy itself; the trials run DeepSpeed
     )
 
@@ -64,15 +64,6 @@ class SweepRequest:
     ceiling_bytes_per_s: float | None = None     # known limits of the drive, if any
     drive: dict[str, object] | None = None       # what the trials run on; a journal resumes only on the same
     user_job: UserJob | None = None              # --steps-cmd: training steps of the user's job, not the built-in
-
-
-def check_target(directory: Path) -> None:
-    if not directory.is_dir():
-        raise UsageError(f"--path {directory} is not a directory: create it on the drive to tune")
-    problem = direct_io_problem(str(directory))
-    if problem:
-        raise UsageError(f"--path {directory}: {problem}; DeepSpeed swaps with O_DIRECT, so sweep a "
-                         f"directory on ext4, xfs or btrfs on the drive you will use")
 
 
 def check_deepspeed_ops(req: SweepRequest) -> None:

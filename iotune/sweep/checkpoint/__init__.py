@@ -1,0 +1,1 @@
+"""`iotune sweep checkpoint`: how the user's job saves and loads its checkpoints, restore checked."""
