@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT))
 from iotune.model.checkpoint import WriterSettings  # noqa: E402
 from iotune.model.checkpoint_sweep import DEFAULTS, CheckpointCandidate, CheckpointRequest, CheckpointTrial  # noqa: E402
 from iotune.sweep.checkpoint.sweep import run_checkpoint_sweep  # noqa: E402
-from iotune.sweep.checkpoint.sweep.trial import run_trial  # noqa: E402
+from iotune.sweep.checkpoint.trial import run_trial  # noqa: E402
 from iotune.volumes.scratch import scratch_drive  # noqa: E402
 
 MiB = 1 << 20

@@ -201,7 +201,7 @@ def part_chain(a: argparse.Namespace, res: dict[str, Any], work: Path, save: Any
             ("2-sweep-aio", [*IOTUNE, "sweep", "--path", str(mnt), "--profile", str(profile), "--ds-config",
                              str(cfg), "--steps-cmd", steps_cmd, "--steps", str(a.steps), "--apply", str(cfg),
                              "-o", str(work / "sweep-aio"), "--json"]),
-            ("3-sweep-offload", [*IOTUNE, "sweep", "--offload", "--path", str(mnt), "--ds-config",
+            ("3-sweep-offload", [*IOTUNE, "sweep", "offload", "--path", str(mnt), "--ds-config",
                                  str(work / "ds_user.iotune.json"), "--steps-cmd", steps_cmd, "--steps",
                                  str(a.steps), "--max-trials", str(a.max_trials), "--max-pairs", str(a.max_pairs),
                                  "--apply",

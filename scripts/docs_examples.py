@@ -124,7 +124,7 @@ def layout_sweep(name: str) -> Any:
 
 
 def offload_outcome(name: str) -> Any:
-    """`iotune sweep --offload --json`'s document as the record it was written from."""
+    """`iotune sweep offload --json`'s document as the record it was written from."""
     from iotune.model.offload import GainSplit
     from iotune.model.offload_result import (Dimension, OffloadOutcome, OffloadTrial, Prediction, Refused,
                                              WhatIf)
@@ -167,10 +167,10 @@ EXAMPLES: list[Example] = [
     Example("sweep-latency-bound", "guide/sweep.md", f"sudo {IOTUNE} sweep --bed latency-bound",
             lambda: rendered(sweep_outcome("sweep-latency-bound.json"))),
     Example("offload-tiny", "guide/offload.md",
-            f"sudo {IOTUNE} sweep --offload --model tiny --fix zero_optimization.offload_param.device=none "
+            f"sudo {IOTUNE} sweep offload --model tiny --fix zero_optimization.offload_param.device=none "
             "--max-trials 2",
             lambda: rendered(offload_outcome("offload-tiny.json"))),
-    Example("layouts", "guide/layouts.md", f"sudo {IOTUNE} sweep --layouts 2 --drive-cap 100MB/s --profile quick",
+    Example("layouts", "guide/layouts.md", f"sudo {IOTUNE} sweep layouts --drives 2 --drive-cap 100MB/s --profile quick",
             lambda: rendered(layout_sweep("layouts.json"))),
     Example("fleet-report", "guide/multi-node.md", f"{IOTUNE} report {DATA_REL}/fleet",
             lambda: cli("report", data("fleet"))),

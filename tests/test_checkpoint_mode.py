@@ -1,4 +1,4 @@
-"""`iotune sweep --checkpoint` as a mode of the sweep: the options it takes
+"""`iotune sweep checkpoint` as a mode of the sweep: the options it takes
 and refuses (never a built-in model standing in for yours), the request
 its options make, its journal kept aside on --fresh or another sweep, and
 what --apply writes. The trials themselves: tests/test_checkpoint_sweep.py."""
@@ -15,12 +15,13 @@ from iotune.cli import cli
 from iotune.model.aio import AioSettings
 from iotune.model.checkpoint import WriterSettings
 from iotune.model.checkpoint_sweep import CandidateResult, CheckpointCandidate, CheckpointOutcome, CheckpointRequest
-from iotune.sweep.checkpoint.sweep.journal import NAME, CheckpointJournal
-from iotune.sweep.checkpoint.sweep.command import CheckpointArgs, pick_fragment, place_journal, request_for
+from iotune.sweep.checkpoint.journal import NAME, CheckpointJournal
+from iotune.sweep.checkpoint.command import CheckpointArgs, pick_fragment, place_journal, request_for
 
 
 @pytest.mark.parametrize("argv,says", [
-    (["--offload"], "--offload and --checkpoint are two sweeps: run one, then the other"),
+    (["--offload"], "--offload is a sweep of its own now: run `iotune sweep offload`, not iotune sweep checkpoint "
+                    "--offload"),
     (["--ds-config", "{cfg}"],
      "--ds-config {cfg} without --steps-cmd would tune a built-in model with your config, not your model: give "
      "--steps-cmd \"YOUR TRAINING COMMAND ... {{config}}\" to run your own job, or name a built-in model with "
@@ -32,32 +33,33 @@ from iotune.sweep.checkpoint.sweep.command import CheckpointArgs, pick_fragment,
     (["--model", "tiny", "--steps-cmd", "python train.py {{config}}", "--ds-config", "{cfg}"],
      "--model names a built-in model, and --steps-cmd runs your own: give one of them"),
     (["--model", "nope"], "unknown --model 'nope': choose one of tiny, small, medium, wide, 1b, 3b, 8b, 16b"),
-    (["--grid"], "--grid doesn't apply to the checkpoint sweep: drop it, or drop --checkpoint"),
+    (["--grid"], "--grid is not an option of `iotune sweep checkpoint`: it belongs to `iotune sweep aio`, "
+                 "`iotune sweep layouts` and `iotune sweep netfs`"),
     (["--fix", "a=1", "--queue-depths", "8"],
-     "--queue-depths, --fix don't apply to the checkpoint sweep: drop them, or drop --checkpoint"),
+     "--fix is not an option of `iotune sweep checkpoint`: it belongs to `iotune sweep offload`"),
     (["--bed", "latency-bound", "--path", "{dir}"], "--bed excludes --path: give one of them"),
     (["--in-place"], "--in-place says where --apply writes: add --apply DS_CONFIG, or drop --in-place"),
 ])
 def test_refusals_name_the_fix(tmp_path: Path, argv: list[str], says: str) -> None:
     cfg = tmp_path / "ds.json"
     cfg.write_text(json.dumps({"zero_optimization": {"stage": 3}}))
-    r = CliRunner().invoke(cli, ["sweep", "--checkpoint", "--path", str(tmp_path),
+    r = CliRunner().invoke(cli, ["sweep", "checkpoint", "--path", str(tmp_path),
                                  *[a.format(cfg=cfg, dir=tmp_path) for a in argv]])
     assert r.exit_code == 2, r.output
-    assert r.stderr == f"Error: {says.format(cfg=cfg)}\n"
+    assert r.stderr.splitlines()[-1] == f"Error: {says.format(cfg=cfg)}"
 
 
 @pytest.mark.parametrize("mode,argv,says", [
-    ([], ["--save-at", "3"], "--save-at goes with --checkpoint (the checkpoint sweep): add --checkpoint"),
-    (["--offload", "--model", "tiny"], ["--dirty-limits", "32M", "--checkpoint-every", "5"],
-     "--checkpoint-every, --dirty-limits go with --checkpoint (the checkpoint sweep): drop them, or run it as its "
-     "own sweep"),
+    ([], ["--save-at", "3"], "--save-at is not an option of `iotune sweep aio`: it belongs to `iotune sweep "
+                             "checkpoint`"),
+    (["offload", "--model", "tiny"], ["--dirty-limits", "32M", "--checkpoint-every", "5"],
+     "--dirty-limits is not an option of `iotune sweep offload`: it belongs to `iotune sweep checkpoint`"),
 ])
 def test_checkpoint_options_are_refused_by_the_other_sweeps(tmp_path: Path, mode: list[str], argv: list[str],
                                                             says: str) -> None:
     r = CliRunner().invoke(cli, ["sweep", *mode, "--path", str(tmp_path), *argv])
     assert r.exit_code == 2, r.output
-    assert r.stderr == f"Error: {says}\n"
+    assert r.stderr.splitlines()[-1] == f"Error: {says}"
 
 
 def test_the_request_carries_every_option(tmp_path: Path) -> None:

@@ -75,7 +75,8 @@ def test_every_command_that_prints_results_takes_json() -> None:
     lacking = [name for name, command in names.items()
                if name not in NO_JSON and not any("--json" in o.opts for o in options(command))]
     assert lacking == []
-    assert {"volumes scratch", "volumes bed", "volumes build", "schema", "trace", "sweep"} <= set(names)
+    assert {"volumes scratch", "volumes bed", "volumes build", "schema", "trace", "sweep aio", "sweep offload",
+            "sweep checkpoint", "sweep layouts", "sweep netfs"} <= set(names)
 
 
 def test_version_is_the_package_version() -> None:
@@ -146,29 +147,31 @@ def test_help_does_not_depend_on_the_machine(tmp_path: Path) -> None:
 
 INERT = [
     (["sweep", "--in-place"], "--in-place says where --apply writes: add --apply DS_CONFIG, or drop --in-place"),
-    (["sweep", "--drive-cap", "100MB/s"], "--drive-cap caps the scratch drives of --layouts: add --layouts N, or "
-                                          "drop --drive-cap (a --path or --bed drive keeps its own speed)"),
-    (["sweep", "--layouts", "2", "--export", "t.csv"],
-     "--export works on one drive's sweep, and --layouts ranks several layouts: drop --export, or sweep the "
-     "chosen layout with --path"),
-    (["sweep", "--layouts", "2", "--path", "."],
-     "--layouts sweeps scratch drives it builds, not --path: drop --path (or drop --layouts to sweep the drive "
-     "holding --path)"),
-    (["sweep", "--netfs", "--dry-run", "--json"],
-     "--dry-run prints the commands a --netfs sweep would run, as text: drop --json"),
-    (["sweep", "--offload", "--executor", "aio"],
-     "--executor belongs to the aio sweep: drop it, or drop --offload"),
-    (["sweep", "--offload", "--block-sizes", "1M", "--repeats", "2"],
-     "--block-sizes, --repeats belong to the aio sweep: drop them, or drop --offload"),
-    (["sweep", "--model", "tiny"], "--model goes with --offload (the whole-offload search): add --offload"),
+    (["sweep", "--drive-cap", "100MB/s"], "--drive-cap is not an option of `iotune sweep aio`: it belongs to "
+                                          "`iotune sweep layouts`"),
+    (["sweep", "layouts", "--drives", "2", "--export", "t.csv"],
+     "--export is not an option of `iotune sweep layouts`: it belongs to `iotune sweep aio`"),
+    (["sweep", "layouts", "--drives", "2", "--path", "."],
+     "--path is not an option of `iotune sweep layouts`: it belongs to `iotune sweep aio`, `iotune sweep offload`, "
+     "`iotune sweep checkpoint` and `iotune sweep netfs`"),
+    (["sweep", "netfs", "--path", ".", "--dry-run", "--json"],
+     "--dry-run prints the commands a netfs sweep would run, as text: drop --json"),
+    (["sweep", "offload", "--executor", "aio"],
+     "--executor is not an option of `iotune sweep offload`: it belongs to `iotune sweep aio`, `iotune sweep "
+     "layouts` and `iotune sweep netfs`"),
+    (["sweep", "offload", "--block-sizes", "1M", "--repeats", "2"],
+     "--block-sizes is not an option of `iotune sweep offload`: it belongs to `iotune sweep aio`, `iotune sweep "
+     "checkpoint`, `iotune sweep layouts` and `iotune sweep netfs`; here, pin the aio block with --fix "
+     "aio.block_size=1M"),
+    (["sweep", "--what-if", "grad_accum=1,2"], "--what-if is not an option of `iotune sweep aio`: it belongs to "
+                                               "`iotune sweep offload`"),
     (["sweep", "--remote-iotune", "/opt/iotune"],
      "--remote-iotune is for a multi-node sweep: add --hosts, --hostfile or --slurm, or drop --remote-iotune"),
-    (["sweep", "--layouts", "1", "--omp-threads", "1"],
-     "--omp-threads is for training steps, and --layouts runs none (it sweeps scratch drives with the aio "
-     "search only): drop --omp-threads"),
-    (["sweep", "--layouts", "1", "--steps", "3"],
-     "--steps is for training steps, and --layouts runs none (it sweeps scratch drives with the aio search "
-     "only): drop --steps"),
+    (["sweep", "layouts", "--drives", "1", "--omp-threads", "1"],
+     "--omp-threads is not an option of `iotune sweep layouts`: it belongs to `iotune sweep aio`"),
+    (["sweep", "layouts", "--drives", "1", "--steps", "3"],
+     "--steps is not an option of `iotune sweep layouts`: it belongs to `iotune sweep aio`, `iotune sweep offload` "
+     "and `iotune sweep checkpoint`"),
     (["sweep", "--profile", "quick", "--steps", "3"],
      "--steps sets the training-step trials, and this sweep runs none (--confirm 0 / confirm_top = 0 in profile "
      "quick): give --confirm 1 or more, or drop --steps"),
@@ -209,7 +212,7 @@ INERT = [
 def test_inert_or_contradictory_options_are_refused_with_the_fix(argv: list[str], message: str) -> None:
     r = CliRunner().invoke(cli, argv)
     assert r.exit_code == 2, r.output
-    assert r.stderr.endswith(f"Error: {message}\n"), r.stderr
+    assert r.stderr.splitlines()[-1] == f"Error: {message}", r.stderr
     assert r.stdout == "" and "Traceback" not in r.output
 
 

@@ -187,9 +187,9 @@ KILLABLE = {
                       15.0, lambda d: (d / "out",)),
     "sweep --path": Killable(lambda d: ["sweep", "--path", _users_dir(d), "--profile", "quick", "-o", str(d / "out")],
                              10.0, lambda d: (d / "out",)),
-    "sweep --layouts": Killable(lambda d: ["sweep", "--layouts", "1", "--profile", "quick", "--drive-cap", "100MB/s",
+    "sweep layouts": Killable(lambda d: ["sweep", "layouts", "--drives", "1", "--profile", "quick", "--drive-cap", "100MB/s",
                                            "-o", str(d / "out")], 12.0, lambda d: (d / "out",)),
-    "sweep --offload": Killable(lambda d: ["sweep", "--offload", "--model", "tiny", "--max-trials", "1",
+    "sweep offload": Killable(lambda d: ["sweep", "offload", "--model", "tiny", "--max-trials", "1",
                                            "-o", str(d / "out")], 25.0, lambda d: (d / "out",), needs_deepspeed=True),
 }
 KILLS = 2                     # random points per command and run (seeded by the clock: runs add up)

@@ -1,4 +1,4 @@
-"""Network filesystem knobs (`iotune sweep --path DIR --netfs`). Neither a
+"""Network filesystem knobs (`iotune sweep netfs --path DIR`). Neither a
 Lustre nor an NFS client exists here (ENVIRONMENT.md), so these tests cover
 what can be exact without one: detection from mountinfo lines, the exact
 commands each variant runs and restores, and a whole --netfs sweep with real
@@ -140,7 +140,7 @@ def lustre_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_a_netfs_sweep_sets_each_variant_and_sets_it_back(lustre_dir: Path, tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     log = stand_ins(tmp_path, monkeypatch)
-    r = CliRunner().invoke(cli, ["sweep", "--path", str(lustre_dir), "--netfs", "--profile",
+    r = CliRunner().invoke(cli, ["sweep", "netfs", "--path", str(lustre_dir), "--profile",
                                  str(tmp_path / "p.toml"), "-o", str(tmp_path / "j"), "--json"])
     assert r.exit_code == 0, r.output[-3000:]
     doc = json.loads(r.stdout)
@@ -173,7 +173,7 @@ def test_a_netfs_sweep_sets_each_variant_and_sets_it_back(lustre_dir: Path, tmp_
 def test_a_failed_variant_still_sets_the_knobs_back(lustre_dir: Path, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     log = stand_ins(tmp_path, monkeypatch, fail_size="4M")     # lfs refuses the last variant's striping
-    r = CliRunner().invoke(cli, ["sweep", "--path", str(lustre_dir), "--netfs", "--profile",
+    r = CliRunner().invoke(cli, ["sweep", "netfs", "--path", str(lustre_dir), "--profile",
                                  str(tmp_path / "p.toml"), "-o", str(tmp_path / "j")])
     assert r.exit_code == 1 and "Traceback" not in r.output
     assert "`lfs setstripe -c -1 -S 4M" in r.stderr and "failed: lfs: setstripe: Invalid argument" in r.stderr
@@ -187,17 +187,19 @@ def test_a_failed_variant_still_sets_the_knobs_back(lustre_dir: Path, tmp_path: 
 
 
 def test_bad_input_names_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    r = CliRunner().invoke(cli, ["sweep", "--path", str(tmp_path), "--netfs", "--dry-run"])
-    assert r.exit_code == 2 and "is on ext4" in r.stderr and "--layouts N --filesystems" in r.stderr
-    r = CliRunner().invoke(cli, ["sweep", "--netfs", "--dry-run"])
-    assert r.exit_code == 2 and "--netfs needs --path DIR" in r.stderr
+    r = CliRunner().invoke(cli, ["sweep", "netfs", "--path", str(tmp_path), "--dry-run"])
+    assert r.exit_code == 2 and "is on ext4" in r.stderr and "sweep layouts --drives N --filesystems" in r.stderr
+    r = CliRunner().invoke(cli, ["sweep", "netfs", "--dry-run"])
+    assert r.exit_code == 2 and "Missing option '--path'" in r.stderr
     r = CliRunner().invoke(cli, ["sweep", "--path", str(tmp_path), "--dry-run"])
-    assert r.exit_code == 2 and "--dry-run goes with --netfs" in r.stderr
-    r = CliRunner().invoke(cli, ["sweep", "--path", str(tmp_path), "--netfs", "--layouts", "1"])
-    assert r.exit_code == 2 and "it excludes --layouts, --bed and --hosts" in r.stderr
+    assert r.exit_code == 2 and "--dry-run is not an option of `iotune sweep aio`: it belongs to `iotune sweep " \
+                                "netfs`" in r.stderr
+    r = CliRunner().invoke(cli, ["sweep", "netfs", "--path", str(tmp_path), "--drives", "1"])
+    assert r.exit_code == 2 and "--drives is not an option of `iotune sweep netfs`: it belongs to `iotune sweep " \
+                                "layouts`" in r.stderr
     mp = tmp_path / "lus"
     mp.mkdir()
     monkeypatch.setattr(netfs, "MOUNTINFO", mountinfo(tmp_path, LUSTRE.format(mp=mp)))
     monkeypatch.setenv("PATH", "/nonexistent")
-    r = CliRunner().invoke(cli, ["sweep", "--path", str(mp), "--netfs"])
+    r = CliRunner().invoke(cli, ["sweep", "netfs", "--path", str(mp)])
     assert r.exit_code == 2 and "but lctl is not installed: install the Lustre client utilities" in r.stderr

@@ -55,7 +55,7 @@ NO_IPC_LOCK = ["setpriv", "--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock", "p
 def test_over_ulimit_l_is_refused_with_the_numbers_and_fails_for_real(tmp_path: Path) -> None:
     cfg = tmp_path / "ds.json"
     cfg.write_text(json.dumps(tiny_config(tmp_path / "swap")))
-    r = subprocess.run([*NO_IPC_LOCK, *IOTUNE, "sweep", "--offload", "--model", "tiny", "--ds-config", str(cfg),
+    r = subprocess.run([*NO_IPC_LOCK, *IOTUNE, "sweep", "offload", "--model", "tiny", "--ds-config", str(cfg),
                         "--fix", "zero_optimization.offload_optimizer.device=nvme", "--fix",
                         "zero_optimization.offload_param.device=none", "--path", str(tmp_path), "-o",
                         str(tmp_path / "j")], capture_output=True, text=True, env=ENV, timeout=600)
@@ -103,7 +103,7 @@ def test_over_the_host_budget_is_refused_with_the_numbers_and_is_oom_killed_for_
     # the cgroup charges the pages the job itself faults in: not the shared libraries other processes loaded
     # before it, which its RSS (what the model predicts) includes; 60 % of the peak is under its own part
     budget = int(peak * 0.6)
-    r = subprocess.run([*IOTUNE, "sweep", "--offload", "--model", "tiny", "--ds-config", str(cfg), "--fix",
+    r = subprocess.run([*IOTUNE, "sweep", "offload", "--model", "tiny", "--ds-config", str(cfg), "--fix",
                         "zero_optimization.offload_optimizer.device=nvme", "--fix",
                         "zero_optimization.offload_param.device=none", "--max-host-memory", str(budget), "--path",
                         str(tmp_path), "-o", str(tmp_path / "j")], capture_output=True, text=True, env=ENV,
@@ -151,7 +151,7 @@ def test_a_held_out_jobs_locked_memory_with_parameters_on_nvme_is_predicted(tmp_
 @needs_root_for("a test bed")
 @needs_deepspeed
 def test_the_offload_search_honours_steps_timeout(tmp_path: Path) -> None:
-    r = subprocess.run([*IOTUNE, "sweep", "--offload", "--model", "tiny", "--fix",
+    r = subprocess.run([*IOTUNE, "sweep", "offload", "--model", "tiny", "--fix",
                         "zero_optimization.offload_optimizer.device=nvme", "--fix",
                         "zero_optimization.offload_param.device=none", "--steps-timeout", "2", "-o",
                         str(tmp_path / "j")], capture_output=True, text=True, env=ENV, timeout=600)
@@ -164,7 +164,7 @@ def test_the_offload_search_honours_steps_timeout(tmp_path: Path) -> None:
 def test_ctrl_c_ends_the_search_with_130_and_the_journal_resumes(tmp_path: Path) -> None:
     """Started as a non-interactive shell starts a background job (SIGINT
     ignored, which children inherit): iotune still takes Ctrl-C."""
-    argv = [*IOTUNE, "sweep", "--offload", "--model", "tiny", "--fix", "zero_optimization.offload_optimizer.device=nvme",
+    argv = [*IOTUNE, "sweep", "offload", "--model", "tiny", "--fix", "zero_optimization.offload_optimizer.device=nvme",
             "--fix", "zero_optimization.offload_param.device=none", "-o", str(tmp_path / "j")]
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ENV,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))

@@ -1,4 +1,4 @@
-"""`iotune sweep --offload` as a mode of the sweep: which job it may tune
+"""`iotune sweep offload` as a mode of the sweep: which job it may tune
 (never a built-in model standing in for yours), its journal's identity,
 and the host-memory model it refuses candidates with, against figures
 measured on this machine (the 1B preset's locked memory, exact)."""
@@ -40,14 +40,15 @@ BF16_NVME = OffloadKnobs(optimizer_device="nvme", dtype="bf16")
      "--seq-len sets the built-in model's sequence: your command (--steps-cmd) sets its own"),
     (["--model", "tiny", "--steps", "2"], "--steps 2: a trial needs at least 3 optimizer steps (the first creates "
      "Adam's moments and is left out; two steady ones must agree)"),
-    (["--model", "tiny", "--grid"], "--grid belongs to the aio sweep: drop it, or drop --offload"),
+    (["--model", "tiny", "--grid"], "--grid is not an option of `iotune sweep offload`: it belongs to `iotune sweep "
+                                    "aio`, `iotune sweep layouts` and `iotune sweep netfs`"),
 ])
 def test_no_path_tunes_a_model_other_than_yours(tmp_path: Path, argv: list[str], says: str) -> None:
     cfg = tmp_path / "ds.json"
     cfg.write_text(json.dumps({"zero_optimization": {"stage": 3}}))
-    r = CliRunner().invoke(cli, ["sweep", "--offload", *[a.format(cfg=cfg) for a in argv]])
+    r = CliRunner().invoke(cli, ["sweep", "offload", *[a.format(cfg=cfg) for a in argv]])
     assert r.exit_code == 2, r.output
-    assert r.stderr == f"Error: {says.format(cfg=cfg)}\n"
+    assert r.stderr.splitlines()[-1] == f"Error: {says.format(cfg=cfg)}"
 
 
 def env(config_sha1: str, version: str = "0.1.0") -> SweepEnv:
@@ -112,7 +113,7 @@ def test_deepspeeds_defaults_at_1b_do_not_fit_this_machine_and_1e8_does() -> Non
 
 def test_plan_counts_the_bytes_the_sweep_predicts(tmp_path: Path) -> None:
     """One model of DeepSpeed's swapper: plan's bytes per step for a config
-    are what `sweep --offload` predicts for it (and checks against the
+    are what `sweep offload` predicts for it (and checks against the
     startup hook's count on every trial, tests/test_offload_search.py)."""
     cfg = {"bf16": {"enabled": True}, "aio": {"block_size": 4 << 20},
            "zero_optimization": {"stage": 3, "sub_group_size": 10_000_000,
@@ -131,10 +132,16 @@ def test_plan_counts_the_bytes_the_sweep_predicts(tmp_path: Path) -> None:
         .total_read == each_way
 
 
-def test_sweep_help_lists_the_options_by_mode() -> None:
-    r = CliRunner().invoke(cli, ["sweep", "--help"])
+@pytest.mark.parametrize("name,expected", [
+    ("aio", ["Drive:", "aio search:", "Training steps (your job, or a built-in model):", "Multi-node:", "Journal:",
+             "Apply:", "Output:", "Options:"]),
+    ("offload", ["Drive:", "Your job (or a built-in model):", "Offload search:", "Journal:", "Apply:", "Output:",
+                 "Options:"]),
+    ("checkpoint", ["Drive:", "Your job (or a built-in model):", "Checkpoints:", "Journal:", "Apply:", "Output:",
+                    "Options:"]),
+    ("layouts", ["Layouts:", "aio search:", "Journal:", "Output:", "Options:"]),
+])
+def test_sweep_help_lists_each_subcommands_options_by_group(name: str, expected: list[str]) -> None:
+    r = CliRunner().invoke(cli, ["sweep", name, "--help"])
     sections = [line for line in r.stdout.splitlines() if line and not line.startswith(" ") and line.endswith(":")]
-    assert sections == ["Drive:", "aio search:", "Training steps (your job, or the built-in one):",
-                        "Whole offload (--offload):", "Checkpoints (--checkpoint):", "Layouts (--layouts):",
-                        "Network filesystems (--netfs):",
-                        "Multi-node:", "Output and journal:", "Options:"]
+    assert sections == expected

@@ -1,4 +1,4 @@
-"""`iotune sweep --offload` on real steps of the built-in workload, on the
+"""`iotune sweep offload` on real steps of the built-in workload, on the
 built-in test bed: every candidate that runs is one the offload model lets
 through, none crashes on a DeepSpeed bound, each trial's locked memory is
 the predicted one to the byte, and bad input is refused with the fix."""
@@ -27,7 +27,7 @@ NVME = ["--fix", "zero_optimization.offload_optimizer.device=nvme", "--fix", "ze
 @needs_root
 @needs_deepspeed
 def test_pinned_to_nvme_the_search_runs_pipelined_candidates_with_the_buffers_they_need(tmp_path: Path) -> None:
-    r = CliRunner().invoke(cli, ["sweep", "--offload", "--model", "tiny", *NVME, "--fix",
+    r = CliRunner().invoke(cli, ["sweep", "offload", "--model", "tiny", *NVME, "--fix",
                                  "zero_optimization.sub_group_size=1e6", "--max-trials", "2", "--max-pairs", "1",
                                  "-o", str(tmp_path), "--json"])
     assert r.exit_code in (0, 1), r.output
@@ -75,7 +75,7 @@ def test_pinned_to_nvme_the_search_runs_pipelined_candidates_with_the_buffers_th
     assert doc["verdict"] in ("faster", "within noise", "slower", "none")
     lines = (tmp_path / "journal.jsonl").read_text().splitlines()
     assert json.loads(lines[0])["kind"] == "header" and len(lines) == 1 + len(doc["trials"])   # journaled as they ended
-    again = CliRunner().invoke(cli, ["sweep", "--offload", "--model", "tiny", *NVME, "--fix",
+    again = CliRunner().invoke(cli, ["sweep", "offload", "--model", "tiny", *NVME, "--fix",
                                      "zero_optimization.sub_group_size=1e6", "--max-trials", "2", "--max-pairs", "1",
                                      "-o", str(tmp_path), "--json"])
     resumed = json.loads(again.stdout)
@@ -90,7 +90,7 @@ def test_where_ram_holds_the_state_the_optimizer_in_ram_runs_first_and_its_gain_
     the drive): that trial swaps nothing and never waits on I/O, and the
     config it is paired with swaps exactly what the model predicts. If it
     wins, all of its gain is less I/O, the bytes the pairs' base swapped."""
-    r = CliRunner().invoke(cli, ["sweep", "--offload", "--model", "tiny", "--fix",
+    r = CliRunner().invoke(cli, ["sweep", "offload", "--model", "tiny", "--fix",
                                  "zero_optimization.offload_param.device=none", "--max-trials", "1",
                                  "--max-pairs", "1", "-o", str(tmp_path), "--json"])
     assert r.exit_code in (0, 1), r.output
@@ -114,7 +114,7 @@ def test_where_ram_holds_the_state_the_optimizer_in_ram_runs_first_and_its_gain_
 
 @needs_root
 def test_a_budget_nothing_fits_in_refuses_every_candidate_with_the_numbers(tmp_path: Path) -> None:
-    r = CliRunner().invoke(cli, ["sweep", "--offload", "--model", "tiny", "--fix",
+    r = CliRunner().invoke(cli, ["sweep", "offload", "--model", "tiny", "--fix",
                                  "zero_optimization.offload_optimizer.device=cpu", "--fix",
                                  "zero_optimization.offload_param.device=none", "--max-host-memory", "1MiB",
                                  "-o", str(tmp_path)])
@@ -125,7 +125,7 @@ def test_a_budget_nothing_fits_in_refuses_every_candidate_with_the_numbers(tmp_p
     # the job's own config is over the same budget, and is said to be
     [own] = [line for line in r.stderr.splitlines() if line.startswith("offload: the job's own config does not fit")]
     assert own.endswith("over 1.0 MiB (--max-host-memory). No candidate fits either"), own
-    json_run = CliRunner().invoke(cli, ["sweep", "--offload", "--model", "tiny", "--fix",
+    json_run = CliRunner().invoke(cli, ["sweep", "offload", "--model", "tiny", "--fix",
                                         "zero_optimization.offload_optimizer.device=cpu", "--fix",
                                         "zero_optimization.offload_param.device=none", "--max-host-memory", "1MiB",
                                         "-o", str(tmp_path), "--json"])
@@ -136,7 +136,7 @@ def test_a_config_without_zero3_says_which_dimensions_apply(tmp_path: Path) -> N
     cfg = tmp_path / "ds.json"
     cfg.write_text(json.dumps({"train_micro_batch_size_per_gpu": 4, "zero_optimization": {
         "stage": 2, "offload_optimizer": {"device": "cpu"}}}))
-    r = CliRunner().invoke(cli, ["sweep", "--offload", "--model", "tiny", "--ds-config", str(cfg), "--path",
+    r = CliRunner().invoke(cli, ["sweep", "offload", "--model", "tiny", "--ds-config", str(cfg), "--path",
                                  str(tmp_path), "-o", str(tmp_path / "j")])
     assert r.exit_code == 1, r.output
     assert ("left out: zero_optimization.offload_optimizer.device: ZeRO stage 2: DeepSpeed turns `device: nvme` "
@@ -145,12 +145,14 @@ def test_a_config_without_zero3_says_which_dimensions_apply(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize("argv,says", [
-    (["--offload", "--fix", "zero_optimization.sub_grup_size=1e8"],
+    (["offload", "--fix", "zero_optimization.sub_grup_size=1e8"],
      "did you mean zero_optimization.sub_group_size?"),
-    (["--offload", "--layouts", "2"], "--layouts belongs to the aio sweep: drop it, or drop --offload"),
-    (["--offload", "--steps-cmd", "python train.py {config}"], "--steps-cmd needs --ds-config FILE"),
-    (["--max-host-memory", "1G"], "--max-host-memory goes with --offload (the whole-offload search): add --offload"),
-    (["--offload", "--model", "huge"], "unknown --model 'huge'"),
+    (["offload", "--drives", "2"], "--drives is not an option of `iotune sweep offload`: it belongs to `iotune sweep "
+                                   "layouts`"),
+    (["offload", "--steps-cmd", "python train.py {config}"], "--steps-cmd needs --ds-config FILE"),
+    (["--max-host-memory", "1G"], "--max-host-memory is not an option of `iotune sweep aio`: it belongs to `iotune "
+                                  "sweep offload`"),
+    (["offload", "--model", "huge"], "unknown --model 'huge'"),
 ])
 def test_bad_input_names_the_fix(argv: list[str], says: str) -> None:
     r = CliRunner().invoke(cli, ["sweep", *argv])
@@ -164,7 +166,7 @@ def test_the_what_if_reports_gradient_accumulation_without_applying_it(tmp_path:
     own config at 1 and 4 micro-steps per step: the drive bytes per sample
     fall exactly 4x (the optimizer state moves once per optimizer step), and
     the optimizer takes a smaller share of the step; nothing is applied."""
-    r = CliRunner().invoke(cli, ["sweep", "--offload", "--model", "tiny", *NVME, "--fix",
+    r = CliRunner().invoke(cli, ["sweep", "offload", "--model", "tiny", *NVME, "--fix",
                                  "zero_optimization.sub_group_size=1e9", "--what-if", "grad_accum=1,4", "-o",
                                  str(tmp_path), "--json"])
     assert r.exit_code == 0, r.output
@@ -193,7 +195,7 @@ def test_the_users_own_command_and_config_are_the_loop(tmp_path: Path) -> None:
     cfg = tmp_path / "my_ds_config.json"
     cfg.write_text(json.dumps(ds_config(WorkloadSpec(strategy="nvme-opt", nvme_path=str(tmp_path / "mine")))))
     command = f"{sys.executable} -W ignore -m iotune.workloads.train --steps 50 --ds-config {{config}}"
-    r = CliRunner().invoke(cli, ["sweep", "--offload", "--steps-cmd", command, "--ds-config", str(cfg), *NVME,
+    r = CliRunner().invoke(cli, ["sweep", "offload", "--steps-cmd", command, "--ds-config", str(cfg), *NVME,
                                  "--fix", "zero_optimization.sub_group_size=1e6", "--max-trials", "1",
                                  "--max-pairs", "1", "--steps", "3", "-o", str(tmp_path / "journal"), "--json"])
     assert r.exit_code in (0, 1), r.output

@@ -52,7 +52,7 @@ def test_nvme_all_adds_parameter_traffic() -> None:
 def test_a_model_too_small_to_swap_moves_nothing() -> None:
     """DeepSpeed keeps a tensor under max(1 MiB, block_size) in RAM: 1,000
     parameters are one tensor of 4 KB, so nothing crosses the drive (the
-    model plan shares with `sweep --offload` and `lint`)."""
+    model plan shares with `sweep offload` and `lint`)."""
     t = traffic(PlanInput(params=1000, strategy="nvme-opt"))
     assert t.total_read == t.total_write == 0
 

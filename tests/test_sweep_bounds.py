@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from iotune.cli import cli
-from iotune.cli.sweep import sweep
+from iotune.cli.sweep.aio import aio as sweep     # the settings BOUNDS checks are the aio sweep's
 from iotune.errors import UsageError
 from iotune.resources import schema_names, schema_path
 from iotune.sweep.bounds import BOUNDS, SECTOR, Bound

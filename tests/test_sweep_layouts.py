@@ -1,4 +1,4 @@
-"""`iotune sweep --layouts N`: layouts named by what was built, and which
+"""`iotune sweep layouts --drives N`: layouts named by what was built, and which
 dimension (layout or aio settings) mattered most, computed exactly."""
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def test_sweep_ranks_layouts_and_aio_settings_together(tmp_path: Path) -> None:
         '[space]\nblock_size = ["1M"]\nqueue_depth = [1, 8]\nintra_op_parallelism = [1]\nsingle_submit = [false]\n'
         'overlap_events = [true]\n[run]\nsearch = "grid"\nrepeats = 1\nconfirm_top = 0\nfile_bytes = "8M"\n'
         'runtime_s = 1.5\nramp_s = 0.5\n')
-    r = CliRunner().invoke(cli, ["sweep", "--layouts", "2", "--drive-cap", "100MB/s", "--profile",
+    r = CliRunner().invoke(cli, ["sweep", "layouts", "--drives", "2", "--drive-cap", "100MB/s", "--profile",
                                  str(tmp_path / "p.toml"), "-o", str(tmp_path / "j"), "--json"])
     assert r.exit_code == 0, r.stderr[-3000:]
     doc = json.loads(r.stdout)
@@ -130,7 +130,7 @@ def test_layouts_past_one_drive_need_md_unless_btrfs(tmp_path: Path, monkeypatch
     builds and sweeps stood in for: xfs over two drives is built on md where
     it exists and skipped (with the reason) where it does not; btrfs stripes
     by itself either way."""
-    from iotune.sweep import layouts
+    from iotune.sweep.aio import layouts
     from iotune.sweep.space import load_profile
     from iotune.volumes import layout
     from iotune.volumes.layout import plan_layout
@@ -196,7 +196,7 @@ def test_filesystem_dimension_ranks_nodatacow_above_cow(tmp_path: Path) -> None:
         '[space]\nblock_size = ["1M"]\nqueue_depth = [8]\nintra_op_parallelism = [1]\nsingle_submit = [false]\n'
         'overlap_events = [true]\n[run]\nsearch = "grid"\nrepeats = 1\nconfirm_top = 0\nfile_bytes = "8M"\n'
         'runtime_s = 1.5\nramp_s = 0.5\n')
-    r = CliRunner().invoke(cli, ["sweep", "--layouts", "1", "--filesystems", "btrfs", "--drive-cap", f"{COW_CAP // MB}MB/s",
+    r = CliRunner().invoke(cli, ["sweep", "layouts", "--drives", "1", "--filesystems", "btrfs", "--drive-cap", f"{COW_CAP // MB}MB/s",
                                  "--profile", str(tmp_path / "p.toml"), "-o", str(tmp_path / "j"), "--json"])
     assert r.exit_code == 0, r.stderr[-3000:]
     doc = json.loads(r.stdout)

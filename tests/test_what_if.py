@@ -1,4 +1,4 @@
-"""`iotune sweep --offload --what-if` with ZenFlow's knobs (topk_ratio,
+"""`iotune sweep offload --what-if` with ZenFlow's knobs (topk_ratio,
 update_interval): parsed with DeepSpeed's bounds, refused on a config without
 ZenFlow, run for whole update intervals, and reported from the mean step, as
 changes to the training itself (never searched, never applied)."""
@@ -48,7 +48,7 @@ def test_the_zenflow_knobs_parse_beside_the_batch_knobs(text: str, parsed: tuple
     ("select_interval=2", "or ZenFlow's topk_ratio and update_interval"),
 ])
 def test_bad_zenflow_values_are_refused_before_anything_runs(argv: str, says: str) -> None:
-    r = CliRunner().invoke(cli, ["sweep", "--offload", "--model", "tiny", "--what-if", argv])
+    r = CliRunner().invoke(cli, ["sweep", "offload", "--model", "tiny", "--what-if", argv])
     assert r.exit_code == 2 and says in r.output and "Traceback" not in r.output, r.output
 
 
@@ -109,7 +109,7 @@ def test_a_zenflow_job_is_measured_at_each_update_interval_and_nothing_is_applie
     cfg = tmp_path / "zenflow.json"
     cfg.write_text(json.dumps(ZENFLOW))
     command = f"{sys.executable} -W ignore -m iotune.workloads.train --steps 50 --ds-config {{config}}"
-    r = CliRunner().invoke(cli, ["sweep", "--offload", "--steps-cmd", command, "--ds-config", str(cfg),
+    r = CliRunner().invoke(cli, ["sweep", "offload", "--steps-cmd", command, "--ds-config", str(cfg),
                                  "--what-if", "update_interval=1,3", "-o", str(tmp_path / "journal"), "--json"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)

@@ -31,7 +31,7 @@ space: 16 B per parameter with the optimizer on NVMe, 18 B with the weights
 too (both cases give the same model size, 14.22e9 parameters).
 
 NVMe traffic per optimizer step and NVMe space are iotune.model.offload's,
-the one model of DeepSpeed's swapper that `sweep --offload` and `lint` use
+the one model of DeepSpeed's swapper that `sweep offload` and `lint` use
 too (checked against traced runs): every swapped optimizer sub-group's three
 states and every gradient partition of at least max(1 MiB, aio block_size)
 are read and written once per step, each padded for O_DIRECT; a smaller

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,7 +17,7 @@ import click
 from ..errors import UsageError
 from ..model.fleet import FleetRun
 from ..remote.hosts import default_remote_iotune, find_nodes
-from .options import emit, library_errors, say
+from .options import emit, library_errors, resumable, say
 from .trace_options import RunOptions, TargetOptions
 
 if TYPE_CHECKING:
@@ -111,12 +110,9 @@ def sweep_hosts(hosts: tuple[str, ...], transport: Transport, args: SweepArgs, r
     opts = FleetSweepOptions(hosts=hosts, remote_iotune=remote_iotune or default_remote_iotune(), out_dir=out,
                              transport=transport)
     t0 = time.monotonic()
-    try:
+    with resumable(f"each node's finished trials are in {out}/nodes/HOST/journal; run the same command with "
+                   f"-o {out} to resume every node"):
         nodes = sweep_fleet(replace(args, out=None), opts, say)
-    except KeyboardInterrupt:
-        say(f"interrupted: each node's finished trials are in {out}/nodes/HOST/journal; run the same command "
-            f"with -o {out} to resume every node")
-        sys.exit(130)
     report = fleet_sweep_report(nodes, prof.run.noise_floor, prof.name, args.executor, str(args.target_dir),
                                 now.isoformat(timespec="seconds"), round(time.monotonic() - t0, 3))
     (out / "fleet-sweep.json").write_text(render(report, "json"))

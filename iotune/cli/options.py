@@ -5,11 +5,12 @@ maps errors."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -270,6 +271,19 @@ def emit(record: Any, fmt: str, width: int | None = None, block_size: int | None
 def say(message: str) -> None:
     """Status for the user, on stderr."""
     click.echo(message, err=True)
+
+
+@contextlib.contextmanager
+def resumable(note: str = "every finished trial is in the journal; run the same command again to resume"
+              ) -> Iterator[None]:
+    """Ctrl-C (or SIGTERM, which takes its path) ends a sweep with 130, in
+    this one place; `note` says where its finished trials are and how to
+    resume."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        say(f"interrupted: {note}")
+        sys.exit(130)
 
 
 def wait_for_ctrl_c(message: str) -> None:

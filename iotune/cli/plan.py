@@ -41,7 +41,7 @@ STRATEGIES = ["baseline", "cpu", "nvme-opt", "nvme-all", "zenflow"]
                    "the time per step and the SSD-wear forecast.")
 @click.option("--ds-config", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
               help="Plan this DeepSpeed config: its offload blocks, sub_group_size, buffers, aio block and dtype "
-                   "decide what is swapped, locked and held (the model `sweep --offload` and `lint` use); "
+                   "decide what is swapped, locked and held (the model `sweep offload` and `lint` use); "
                    "--strategy and --precision then come from it.")
 @click.option("--check", "check_run", type=click.Path(path_type=Path), default=None, metavar="RUN",
               help="Compare the prediction with a traced run of the same model and strategy.")

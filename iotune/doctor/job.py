@@ -222,7 +222,7 @@ def check_memory(job: Job, env: LintEnv) -> list[CheckResult]:
     status = "fail" if host > limit else "warn" if host > 0.9 * limit else "ok"
     out.append(CheckResult("host memory", status, text, "lower sub_group_size (the optimizer's swap buffers and "
                            "step-1 moments scale with the largest sub-group) or the buffer counts, or raise the "
-                           "memory limit; `iotune sweep --offload` searches what fits"))
+                           "memory limit; `iotune sweep offload` searches what fits"))
     return out
 
 

@@ -84,7 +84,7 @@ def check_client(mount: NetMount, have: Callable[[str], str | None] = shutil.whi
     if missing:
         what = "the Lustre client utilities (lustre-client-utils)" if mount.family == "lustre" else "nfs-common"
         raise UsageError(f"{mount.mount_point} is {mount.fstype}, but {missing[0]} is not installed: install "
-                         f"{what}, or sweep without --netfs")
+                         f"{what}, or sweep the drive with `iotune sweep aio --path DIR`")
 
 
 def run_command(argv: list[str]) -> str:

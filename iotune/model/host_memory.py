@@ -1,7 +1,7 @@
 """The host memory of a ZeRO-3 offload job, one rank, predicted before it
 runs from its config (iotune.model.offload.OffloadKnobs) and its parameter
 tensors (JobShape): what `plan`, `lint`, `doctor --ds-config` and
-`sweep --offload` all check against MemAvailable and ulimit -l.
+`sweep offload` all check against MemAvailable and ulimit -l.
 
 Each item is something DeepSpeed 0.19.8 allocates (paths under
 deepspeed/runtime/), resident for the whole run or transient in one phase;

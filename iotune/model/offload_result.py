@@ -1,4 +1,4 @@
-"""Records of the whole-offload search (`iotune sweep --offload`): the
+"""Records of the whole-offload search (`iotune sweep offload`): the
 dimensions searched and left out, the candidates refused, the trials on
 real steps and the outcome. Produced by iotune.sweep.offload.search,
 rendered by iotune.render.offload."""

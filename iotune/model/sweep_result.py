@@ -242,7 +242,7 @@ class LayoutResult:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LayoutResult:
-        """One layout of `iotune sweep --layouts --json`."""
+        """One layout of `iotune sweep layouts --json`."""
         return cls(str(data["layout"]), int(data["drives"]), str(data["backend"]), str(data.get("reason", "")),
                    SweepOutcome.from_json(data["outcome"]), str(data.get("fstype", "")),
                    tuple(data.get("mount_options", ())))
@@ -272,14 +272,14 @@ class Effects:
 
 @dataclass(frozen=True)
 class LayoutSweep:
-    """`iotune sweep --layouts N`: every layout's sweep, and what mattered."""
+    """`iotune sweep layouts --drives N`: every layout's sweep, and what mattered."""
 
     results: tuple[LayoutResult, ...]
     effects: Effects
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LayoutSweep:
-        """`iotune sweep --layouts --json` (render/sweep.py's document)."""
+        """`iotune sweep layouts --json` (render/sweep.py's document)."""
         return cls(tuple(LayoutResult.from_json(r) for r in data["layouts"]),
                    Effects(float(data["layout_effect"]), float(data["aio_effect"]),
                            float(data.get("filesystem_effect", 1.0)), float(data.get("drive_count_effect", 1.0))))

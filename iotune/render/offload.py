@@ -1,4 +1,4 @@
-"""`iotune sweep --offload`: the whole-offload search, as text and JSON."""
+"""`iotune sweep offload`: the whole-offload search, as text and JSON."""
 
 from __future__ import annotations
 

@@ -15,6 +15,8 @@ from ..resources import profile_names, profile_path
 from .bounds import check_setting
 
 
+TRIAL_TIMEOUT_S = 1800.0    # the wall-clock limit of one training-step trial, unless the user sets one
+
 @dataclass(frozen=True)
 class SearchSpace:
     block_size: tuple[int, ...] = (128 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20)
@@ -40,7 +42,7 @@ class RunSettings:
     noise_floor: float = 0.05         # steps: the smallest gain worth reporting (the rule's bound must clear it)
     runtime_s: float = 0.0            # fio: time-based trials of this length per direction (0: size-based)
     ramp_s: float = 0.0               # fio: excluded from the start of each direction
-    steps_timeout_s: float = 1800.0   # wall-clock limit of one training-step trial
+    steps_timeout_s: float = TRIAL_TIMEOUT_S   # wall-clock limit of one training-step trial
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """A config's host memory, as lint reads it: iotune.model.host_memory (the
-one model `plan`, `doctor --ds-config` and `sweep --offload` use) applied
+one model `plan`, `doctor --ds-config` and `sweep offload` use) applied
 to what the config and the command line say of the model, with what they
 leave open said as assumptions:
 
@@ -103,6 +103,6 @@ def memory_rules(cfg: dict[str, Any], env: LintEnv) -> list[LintFinding]:
                            f"{assumed}, over {units.mib(env.ram_bytes)} of RAM: the kernel's OOM killer ends it",
                            "lower sub_group_size (the optimizer's swap buffers and step-1 moments scale with the "
                            "largest sub-group) or the buffer counts, or offload less to the CPU; `iotune sweep "
-                           "--offload` searches what fits"))
+                           "offload` searches what fits"))
     return out
 

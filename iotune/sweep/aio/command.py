@@ -51,6 +51,7 @@ class SweepArgs:
     steps_timeout_s: float | None = None     # wall-clock limit per training-step trial
     steps_cmd: str | None = None             # the user's training command, with {config}
     ds_config: Path | None = None            # the user's DeepSpeed config (with steps_cmd)
+    model: str | None = None                 # a built-in model for the steps, named on purpose (None: tiny)
 
 
 RUN_FLAGS = ("repeats", "file_bytes", "confirm_top", "steps", "steps_timeout_s")   # SweepArgs fields = RunSettings keys
@@ -115,15 +116,23 @@ def run_sweep_command(args: SweepArgs, say: Callable[[str], None],
     prof = build_profile(args)
     job = user_job(args, prof)
     drive = drive_of(args)
-    out = args.out or default_out(prof.name, args.executor + ("-cmd" if job else ""), drive)
+    model = args.model or "tiny"
+    out = args.out or default_out(prof.name, args.executor + ("-cmd" if job else "" if model == "tiny" else f"-{model}"),
+                                  drive)
     with sweep_target(args, prof.run, say) as (target, ceiling):
         req = SweepRequest(profile=prof, executor=args.executor, out_dir=out, fresh=args.fresh,
-                           ceiling_bytes_per_s=ceiling, drive=drive, user_job=job)
+                           ceiling_bytes_per_s=ceiling, drive=drive, user_job=job, model=model)
         return run_sweep(req, target, on_trial, say), target
 
 
 def user_job(args: SweepArgs, prof: Profile) -> UserJob | None:
     """--steps-cmd/--ds-config, checked before anything runs (None: the built-in workload)."""
+    if args.model is not None:
+        from ...workloads.presets import get_preset
+
+        if args.steps_cmd:
+            raise UsageError("--model names a built-in model, and --steps-cmd runs your own: give one of them")
+        get_preset(args.model)
     if not args.steps_cmd:
         return None
     return parse_user_job(args.steps_cmd, args.ds_config, prof.run.steps, prof.run.steps_timeout_s)
@@ -142,7 +151,7 @@ def refuse_steps(args: SweepArgs, prof: Profile, runs_none: str) -> None:
 def run_layouts_command(args: SweepArgs, drives: int, cap_bytes_per_s: int, say: Callable[[str], None],
                         on_trial: Callable[[Progress], None] | None = None,
                         filesystems: tuple[str, ...] | None = None) -> LayoutSweep:
-    """`iotune sweep --layouts N`: RAID0 over 1..N capped scratch drives,
+    """`iotune sweep layouts --drives N`: RAID0 over 1..N capped scratch drives,
     with `filesystems` each in its mount-option variants (default: btrfs,
     noatime,nodatacow)."""
     from .layouts import effects, quick_profile, sweep_layouts
@@ -158,7 +167,7 @@ def run_layouts_command(args: SweepArgs, drives: int, cap_bytes_per_s: int, say:
 
 def run_netfs_command(args: SweepArgs, say: Callable[[str], None],
                       on_trial: Callable[[Progress], None] | None = None) -> LayoutSweep:
-    """`iotune sweep --path DIR --netfs`: the network filesystem's client
+    """`iotune sweep netfs --path DIR`: the network filesystem's client
     knobs (Lustre, NFS) as variants, the aio search in each, ranked together."""
     from .layouts import effects, quick_profile
     from .netfs import sweep_netfs

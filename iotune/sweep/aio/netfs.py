@@ -1,5 +1,5 @@
 """Network and parallel filesystem client knobs as a sweep dimension
-(`iotune sweep --path DIR --netfs`): each variant sets the client's knobs
+(`iotune sweep netfs --path DIR`): each variant sets the client's knobs
 (fs.netfs), runs the aio search in its trial directory, and sets them
 back; all variants are ranked on the same scale, as --layouts ranks
 filesystems. The first variant is the mount as it is.
@@ -45,9 +45,9 @@ def netfs_mount(path: Path, mountinfo: str | None = None) -> NetMount:
     """The network filesystem holding `path`, or UsageError saying what it is instead."""
     mount = netfs.find_mount(path, mountinfo)
     if mount.family is None:
-        raise UsageError(f"--netfs: {path} is on {mount.fstype} ({mount.mount_point}), not Lustre or NFS: a local "
-                         f"filesystem's knobs are its drive and mount options; sweep them with --layouts N "
-                         f"--filesystems xfs,ext4,btrfs on scratch drives")
+        raise UsageError(f"sweep netfs: {path} is on {mount.fstype} ({mount.mount_point}), not Lustre or NFS: a "
+                         f"local filesystem's knobs are its drive and mount options; sweep them on scratch drives "
+                         f"with `iotune sweep layouts --drives N --filesystems xfs,ext4,btrfs`")
     return mount
 
 

@@ -64,6 +64,7 @@ class SweepRequest:
     ceiling_bytes_per_s: float | None = None     # known limits of the drive, if any
     drive: dict[str, object] | None = None       # what the trials run on; a journal resumes only on the same
     user_job: UserJob | None = None              # --steps-cmd: training steps of the user's job, not the built-in
+    model: str = "tiny"                          # the built-in model the steps run without a user job
 
 
 def check_deepspeed_ops(req: SweepRequest) -> None:
@@ -159,7 +160,7 @@ def training_steps(req: SweepRequest, target: Target, say: Callable[[str], None]
     """The executor of real training steps: the user's job or the built-in workload."""
     run = req.profile.run
     if req.user_job is None:
-        return StepsExecutor(steps=run.steps, timeout_s=run.steps_timeout_s)
+        return StepsExecutor(steps=run.steps, size=req.model, timeout_s=run.steps_timeout_s)
     say(swap_note(req.user_job, target.directory))
     return CommandExecutor(req.user_job)
 

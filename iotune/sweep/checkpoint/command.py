@@ -1,9 +1,9 @@
-"""`iotune sweep --checkpoint`: the options, parsed (CheckpointArgs), turned
+"""`iotune sweep checkpoint`: the options, parsed (CheckpointArgs), turned
 into a CheckpointRequest on the drive to tune (--path, or a test bed whose
 caps the trials' processes join), its journal placed and kept, the sweep
 run (iotune.sweep.checkpoint.sweep), and the pick's config fragment for --apply.
 
-Like `sweep --offload`, it tunes the user's job (--steps-cmd with
+Like `sweep offload`, it tunes the user's job (--steps-cmd with
 --ds-config) or a built-in model named on purpose (--model); never a
 built-in model with the user's config."""
 
@@ -31,7 +31,7 @@ DEFAULT_MODEL = "tiny"
 
 @dataclass(frozen=True)
 class CheckpointArgs:
-    """`iotune sweep --checkpoint`'s options, parsed."""
+    """`iotune sweep checkpoint`'s options, parsed."""
 
     target_dir: Path | None = None
     bed: str | None = None

@@ -1,7 +1,7 @@
 """The checkpoint sweep, as a library: `run_checkpoint_sweep(request)` runs
 real save_checkpoint and load_checkpoint trials of the built-in workload or
-of the user's job (iotune.sweep.checkpoint.sweep.trial), stage by stage over the
-space of iotune.sweep.checkpoint.sweep.space, and picks the candidate with the
+of the user's job (iotune.sweep.checkpoint.trial), stage by stage over the
+space of iotune.sweep.checkpoint.space, and picks the candidate with the
 lowest interval cost (iotune.model.checkpoint_sweep) among those whose
 checkpoint restores. DeepSpeed's defaults are always measured; a candidate
 replaces the best so far only when it is cheaper.

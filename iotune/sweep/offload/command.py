@@ -1,4 +1,4 @@
-"""`iotune sweep --offload` as the CLI runs it: which job the trials run
+"""`iotune sweep offload` as the CLI runs it: which job the trials run
 (the user's command, or a built-in model the user names on purpose; never a
 built-in model standing in for a user's config), the drive (the shared
 target handling of the aio sweep: --path or a test bed), the journal (the
@@ -38,7 +38,7 @@ DEFAULT_MODEL = "small"
 
 @dataclass(frozen=True)
 class OffloadArgs:
-    """`iotune sweep --offload`'s options, parsed."""
+    """`iotune sweep offload`'s options, parsed."""
 
     target_dir: Path | None = None
     bed: str | None = None

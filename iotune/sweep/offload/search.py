@@ -1,4 +1,4 @@
-"""The whole-offload search on real steps (`iotune sweep --offload`).
+"""The whole-offload search on real steps (`iotune sweep offload`).
 
     shape     the job's parameter tensors: the built-in model's are known; the
               user's job is started once and stopped at deepspeed.initialize,

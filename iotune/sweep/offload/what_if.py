@@ -1,4 +1,4 @@
-"""`iotune sweep --offload --what-if KEY=V1,V2,...`: the knobs it takes
+"""`iotune sweep offload --what-if KEY=V1,V2,...`: the knobs it takes
 (gradient accumulation, micro-batch, ZenFlow's topk_ratio and
 update_interval), and for ZenFlow's which config can vary them and how long
 a trial must run to measure them. Every what-if changes the training

@@ -32,7 +32,7 @@ namespace>", by which a multi-node trace's agent on each node claims its
 node's files when nodes share the events directory, as on the one-machine
 bed: iotune.trace.agent.node_identity computes the same).
 
-Shape (`iotune sweep --offload`): deepspeed.initialize is wrapped so that
+Shape (`iotune sweep offload`): deepspeed.initialize is wrapped so that
 its first call appends {"k": "shape", "numels", "world", "micro": 0, "at":
 "initialize", "dtype"} before DeepSpeed allocates anything (each
 parameter's full element count, ds_numel under deepspeed.zero.Init; dtype:
