@@ -80,11 +80,11 @@ def agent(devices: tuple[str, ...], paths: tuple[str, ...], with_lower: bool, in
     run_agent(opts, events_dir, out)
 
 
-def refuse_with_hosts(**given: object) -> None:
+def refuse_with_hosts(bed: str | None, apply: Path | None, export: Path | None, export_jobs: Path | None,
+                      html: Path | None) -> None:
     """Options a multi-node sweep does not take (each node's sweep is on its own drive)."""
-    flags = {"bed": "--bed", "layouts": "--layouts", "filesystems": "--filesystems", "apply": "--apply",
-             "export": "--export", "export_jobs": "--export-jobs", "html": "--html"}
-    bad = [flags[k] for k, v in given.items() if v]
+    bad = [flag for flag, value in (("--bed", bed), ("--apply", apply), ("--export", export),
+                                    ("--export-jobs", export_jobs), ("--html", html)) if value]
     if bad:
         raise UsageError(f"{bad[0]} is for a single-node sweep: a multi-node sweep (--hosts/--hostfile) runs "
                          f"--path on every host; drop {bad[0]}, or sweep one node without --hosts")

@@ -180,7 +180,7 @@ def aio(drive: DriveOptions, search: SearchOptions, confirm: ConfirmOptions, job
     fleet = fleet_nodes(nodes.hosts, nodes.hostfile, nodes.slurm, [], command="sweep")
     refuse_remote_iotune(nodes.remote_iotune, bool(fleet), "sweep")
     if fleet:
-        refuse_with_hosts(bed=drive.bed, layouts=None, filesystems=None, apply=apply.apply_to,
+        refuse_with_hosts(bed=drive.bed, apply=apply.apply_to,
                           export=export.export_to, export_jobs=export.export_jobs, html=export.html_path)
     apply.refuse_without_job(job)
     if export.export_to is not None:

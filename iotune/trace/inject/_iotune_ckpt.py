@@ -56,13 +56,13 @@ import shutil
 import sys
 import time
 
-_ctx = {"emit": None, "state": None, "call": None, "captured": 0, "replayed": 0, "loaded": False}
+_ctx = {"emit": None, "flush": None, "state": None, "call": None, "captured": 0, "replayed": 0, "loaded": False}
 RECOVERY_SCRIPTS = ("zero_to_fp32.py", "zero_to_torch.py")
 CACHESTAT = 451          # x86_64 and the generic syscall table
 
 
-def bind(emit, state):
-    _ctx["emit"], _ctx["state"] = emit, state
+def bind(emit, state, flush=None):
+    _ctx["emit"], _ctx["state"], _ctx["flush"] = emit, state, flush
     _patch_copytree()
 
 
@@ -144,6 +144,8 @@ def _call_done(op, directory, tag, t0, result, raised):
     except Exception as e:  # noqa: BLE001 - attribution must never break the job
         event["hook_error"] = f"{type(e).__name__}: {e}"
     _emit(event)
+    if _ctx["flush"] is not None:
+        _ctx["flush"]()       # on disk when the call returns: a job may leave with os._exit right after its save
 
 
 def _files(directory, tag):

@@ -24,7 +24,11 @@ Stdlib only: this runs inside the traced job, whichever Python it uses.
   replay of a user's job: see _iotune_ckpt.py.
 
 Events go to IOTUNE_EVENTS_DIR/events-<pid>.jsonl, buffered and flushed at
-the end of every phase and at exit. Timing only: no synchronisation is added,
+the end of every phase, after every checkpoint save or load, at exit and on
+SIGTERM (when the job has not set its own handler: the hook then flushes and
+lets SIGTERM end the process as it would have). A job that leaves with
+os._exit right after its last save (as DeepSpeed jobs do to dodge aio
+threads aborting a normal exit), or is killed there, keeps that save. Timing only: no synchronisation is added,
 so on a GPU, phase times are host-side (kernel launch) times. The first line
 of each file is {"k": "proc", "pid", "rank", "argv", "omp", "node"} (omp: the
 process's OMP_NUM_THREADS, null when unset; node: "<host name> <mount
@@ -54,6 +58,7 @@ import importlib.abc
 import importlib.util
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -108,6 +113,34 @@ def _flush():
     with _lock:
         if _state["out"] is not None:
             _state["out"].flush()
+
+
+def _on_sigterm(signum, frame):
+    """SIGTERM's default, after the buffered events are written. A signal
+    that lands while this thread holds the lock (mid-write) cannot take it:
+    then the write in progress is left alone and what was buffered before
+    is flushed without it."""
+    if _lock.acquire(blocking=False):
+        try:
+            if _state["out"] is not None:
+                _state["out"].flush()
+        except (OSError, RuntimeError, ValueError):
+            pass
+        finally:
+            _lock.release()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _flush_on_sigterm():
+    """Only where SIGTERM still has its default action and this is the main
+    thread: a job's own handler is never replaced."""
+    try:
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ValueError, OSError):
+        pass
 
 
 def _wrap_phase(cls, method, name):
@@ -383,7 +416,8 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 
 def install():
-    _iotune_ckpt.bind(_emit, _state)
+    _iotune_ckpt.bind(_emit, _state, _flush)
+    _flush_on_sigterm()
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder())
     os.makedirs(os.environ["IOTUNE_EVENTS_DIR"], exist_ok=True)
