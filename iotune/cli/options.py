@@ -416,7 +416,9 @@ def endurance_options(tbw_default: str, capacity_default: str) -> Callable[[F], 
 class GroupedCommand(click.Command):
     """A command whose --help lists its options under the groups
     `groups` names (parameter name -> section), in the order the sections
-    first appear; an option not named there goes under "Options"."""
+    first appear; an option not named there goes under "Options".
+    Arguments are left to click, as click.Command leaves them (click 8.5
+    gives every argument a help record)."""
 
     def __init__(self, *args: Any, groups: dict[str, str] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -426,7 +428,7 @@ class GroupedCommand(click.Command):
         sections: dict[str, list[tuple[str, str]]] = {}
         for param in self.get_params(ctx):
             record = param.get_help_record(ctx)
-            if record is not None:
+            if record is not None and not isinstance(param, click.Argument):
                 sections.setdefault(self.groups.get(param.name or "", "Options"), []).append(record)
         order = list(dict.fromkeys([*self.groups.values(), "Options"]))
         for name in sorted(sections, key=lambda n: order.index(n) if n in order else len(order)):
