@@ -14,9 +14,9 @@ from ..fleet import fleet_nodes, refuse_with_hosts, sweep_hosts
 from ..options import (F, MultiNodeOptions, SettingType, emit, html_option, library_errors, multinode_group,
                        option_group, refuse_remote_iotune, renamed_option, resumable, say, setting_help, setting_list,
                        write_html)
-from .groups import (ApplyOptions, DriveOptions, JobOptions, JournalOptions, OutputOptions, SweepCommand,
-                     apply_options, drive_options, job_options, journal_options, output_options,
-                     sections)
+from ..groups import FormatOutput, sections
+from .groups import (ApplyOptions, DriveOptions, JobOptions, JournalOptions, SweepCommand, apply_options, drive_options,
+                     job_options, journal_options, output_options)
 
 
 @dataclass(frozen=True)
@@ -116,11 +116,11 @@ def export_options(fn: F) -> F:
 
 MODEL_HELP = ("Confirm on this built-in model instead of your job, named on purpose (tiny, small, medium, wide, "
               "1b); without --steps-cmd the confirmation runs tiny. --apply needs --steps-cmd or --model.")
-AIO_SECTIONS = sections((DriveOptions, "Drive"), (SearchOptions, "aio search"),
-                        (ConfirmOptions, "Training steps (your job, or a built-in model)"),
-                        (JobOptions, "Training steps (your job, or a built-in model)"),
-                        (MultiNodeOptions, "Multi-node"), (JournalOptions, "Journal"),
-                        (ApplyOptions, "Apply"), (ExportOptions, "Output"), (OutputOptions, "Output"))
+AIO_SECTIONS = sections(("Drive", DriveOptions), ("aio search", SearchOptions),
+                        ("Training steps (your job, or a built-in model)", ConfirmOptions),
+                        ("Training steps (your job, or a built-in model)", JobOptions),
+                        ("Multi-node", MultiNodeOptions), ("Journal", JournalOptions),
+                        ("Apply", ApplyOptions), ("Output", ExportOptions), ("Output", FormatOutput))
 
 
 @click.command("aio", cls=SweepCommand, groups=AIO_SECTIONS)
@@ -140,7 +140,7 @@ AIO_SECTIONS = sections((DriveOptions, "Drive"), (SearchOptions, "aio search"),
 @library_errors
 def aio(drive: DriveOptions, search: SearchOptions, confirm: ConfirmOptions, job: JobOptions,
         nodes: MultiNodeOptions, journal: JournalOptions, apply: ApplyOptions, export: ExportOptions,
-        output: OutputOptions) -> None:
+        output: FormatOutput) -> None:
     """Tune DeepSpeed's aio block (block size, queue depth, threads, submit
     modes) for a drive, and hand over a config DeepSpeed accepts as pasted.
     Bare `iotune sweep` runs this.
@@ -215,7 +215,7 @@ def sweep_args(drive: DriveOptions, search: SearchOptions, journal: JournalOptio
                      out=journal.out, fresh=journal.fresh, bed=drive.bed, **steps)
 
 
-def finish(outcome: Any, target: Any, apply: ApplyOptions, export: ExportOptions, output: OutputOptions) -> None:
+def finish(outcome: Any, target: Any, apply: ApplyOptions, export: ExportOptions, output: FormatOutput) -> None:
     """Exports, --apply, the report and the exit status of one drive's aio sweep."""
     from .apply import apply_decision
 

@@ -13,9 +13,9 @@ from ...model.units import parse_size
 from ..options import (F, SettingType, csv_list, emit, library_errors, option_group, resumable, say, setting_help,
                        setting_list)
 from .apply import apply_decision
-from .groups import (ApplyOptions, DriveOptions, JobOptions, JournalOptions, OutputOptions, SweepCommand,
-                     apply_options, drive_options, job_options, journal_options, output_options,
-                     sections)
+from ..groups import FormatOutput, sections
+from .groups import (ApplyOptions, DriveOptions, JobOptions, JournalOptions, SweepCommand, apply_options, drive_options,
+                     job_options, journal_options, output_options)
 
 
 @dataclass(frozen=True)
@@ -62,9 +62,9 @@ def checkpoint_options(fn: F) -> F:
 
 MODEL_HELP = ("Instead of --steps-cmd: sweep a built-in model on purpose (tiny, small, medium, wide, 1b). "
               "Default without --steps-cmd and --ds-config: tiny.")
-CHECKPOINT_SECTIONS = sections((DriveOptions, "Drive"), (JobOptions, "Your job (or a built-in model)"),
-                               (CheckpointOptions, "Checkpoints"), (JournalOptions, "Journal"),
-                               (ApplyOptions, "Apply"), (OutputOptions, "Output"))
+CHECKPOINT_SECTIONS = sections(("Drive", DriveOptions), ("Your job (or a built-in model)", JobOptions),
+                               ("Checkpoints", CheckpointOptions), ("Journal", JournalOptions),
+                               ("Apply", ApplyOptions), ("Output", FormatOutput))
 
 
 @click.command("checkpoint", cls=SweepCommand, groups=CHECKPOINT_SECTIONS)
@@ -77,7 +77,7 @@ CHECKPOINT_SECTIONS = sections((DriveOptions, "Drive"), (JobOptions, "Your job (
 @output_options
 @library_errors
 def checkpoint(drive: DriveOptions, job: JobOptions, checkpoint: CheckpointOptions, journal: JournalOptions,
-               apply: ApplyOptions, output: OutputOptions) -> None:
+               apply: ApplyOptions, output: FormatOutput) -> None:
     """Tune how your job saves and loads its checkpoints: DeepSpeed's
     defaults, then the checkpoint writer (torch.save, the fast writer's
     buffers, the decoupled writer), each --checkpoint-dir, a writeback limit

@@ -5,7 +5,6 @@ subcommand, the subcommand that takes it."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,8 +14,8 @@ import click
 from ...errors import UsageError
 from ...sweep.space import TRIAL_TIMEOUT_S
 from ...volumes.beds import BEDS, DEFAULT_BED
-from ..options import (F, GroupedCommand, SettingType, chosen_format, format_option, option_group, out_option,
-                       setting_help)
+from ..groups import FormatOutput
+from ..options import F, GroupedCommand, SettingType, format_option, option_group, out_option, setting_help
 
 
 @dataclass(frozen=True)
@@ -69,18 +68,6 @@ class ApplyOptions:
             raise UsageError(f"--apply {self.apply_to} would write what a built-in model's trials chose into "
                              f"your config: give --steps-cmd (with --ds-config) so the trials run your own job, "
                              f"or name the built-in model with --model to apply its result on purpose")
-
-
-@dataclass(frozen=True)
-class OutputOptions:
-    """--format/--json: the report on stdout."""
-
-    fmt: str
-    as_json: bool
-
-    @property
-    def format(self) -> str:
-        return chosen_format(self.fmt, self.as_json)
 
 
 def drive_options(fn: F) -> F:
@@ -142,7 +129,7 @@ def apply_options(what: str) -> Any:
 
 
 def output_options(fn: F) -> F:
-    return option_group(OutputOptions, "output", format_option)(fn)
+    return option_group(FormatOutput, "output", format_option)(fn)
 
 
 # --- subcommands and the options of the others ---
@@ -155,12 +142,6 @@ HINTS = {
 }
 # The spellings of the single sweep command, now subcommands.
 OLD_MODE_FLAGS = {"--offload": "offload", "--checkpoint": "checkpoint", "--layouts": "layouts", "--netfs": "netfs"}
-
-
-def sections(*groups: tuple[type[Any], str]) -> dict[str, str]:
-    """The --help sections of GroupedCommand from option groups: each
-    dataclass field (an option's parameter name) under its group's title."""
-    return {f.name: title for cls, title in groups for f in dataclasses.fields(cls)}
 
 
 class SweepCommand(GroupedCommand):

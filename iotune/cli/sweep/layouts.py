@@ -13,8 +13,8 @@ from ...errors import UsageError
 from ..options import (F, csv_list, drive_cap_option, emit, html_option, library_errors, option_group, resumable,
                        say, write_html)
 from .aio import SearchOptions, search_options, sweep_args
-from .groups import DriveOptions, JournalOptions, OutputOptions, SweepCommand, journal_options, output_options, \
-    sections
+from ..groups import FormatOutput, sections
+from .groups import DriveOptions, JournalOptions, SweepCommand, journal_options, output_options
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,8 @@ def layout_options(fn: F) -> F:
 
 
 @click.command("layouts", cls=SweepCommand, groups=sections(
-    (LayoutOptions, "Layouts"), (SearchOptions, "aio search"), (JournalOptions, "Journal"),
-    (OutputOptions, "Output")))
+    ("Layouts", LayoutOptions), ("aio search", SearchOptions), ("Journal", JournalOptions),
+    ("Output", FormatOutput)))
 @layout_options
 @search_options
 @journal_options("Journal directory (default iotune-sweeps/<profile>-<executor>-layouts). An existing journal is "
@@ -50,7 +50,7 @@ def layout_options(fn: F) -> F:
 @output_options
 @html_option
 @library_errors
-def layouts(layout: LayoutOptions, search: SearchOptions, journal: JournalOptions, output: OutputOptions,
+def layouts(layout: LayoutOptions, search: SearchOptions, journal: JournalOptions, output: FormatOutput,
             html_path: Path | None) -> None:
     """Compare storage layouts for the swap: RAID0 over 1..N capped scratch
     drives, and with --filesystems the filesystem and its mount options,
@@ -73,7 +73,7 @@ def layouts(layout: LayoutOptions, search: SearchOptions, journal: JournalOption
 
 
 @click.command("netfs", cls=SweepCommand, groups=sections(
-    (SearchOptions, "aio search"), (JournalOptions, "Journal"), (OutputOptions, "Output")))
+    ("aio search", SearchOptions), ("Journal", JournalOptions), ("Output", FormatOutput)))
 @click.option("--path", "target_dir", type=click.Path(path_type=Path), required=True, metavar="DIR",
               help="A directory on the network filesystem to tune (Lustre or NFS).")
 @click.option("--dry-run", is_flag=True, help="Print every command it would run, run none.")
@@ -83,7 +83,7 @@ def layouts(layout: LayoutOptions, search: SearchOptions, journal: JournalOption
 @output_options
 @html_option
 @library_errors
-def netfs(target_dir: Path, dry_run: bool, search: SearchOptions, journal: JournalOptions, output: OutputOptions,
+def netfs(target_dir: Path, dry_run: bool, search: SearchOptions, journal: JournalOptions, output: FormatOutput,
           html_path: Path | None) -> None:
     """Tune the client knobs of the network filesystem holding --path:
     Lustre (max_rpcs_in_flight, max_pages_per_rpc, the swap directory's

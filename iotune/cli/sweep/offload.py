@@ -10,9 +10,9 @@ import click
 
 from ..options import SIZE, F, emit, library_errors, option_group, resumable, say
 from .apply import apply_decision
-from .groups import (ApplyOptions, DriveOptions, JobOptions, JournalOptions, OutputOptions, SweepCommand,
-                     apply_options, drive_options, job_options, journal_options, output_options,
-                     sections)
+from ..groups import FormatOutput, sections
+from .groups import (ApplyOptions, DriveOptions, JobOptions, JournalOptions, SweepCommand, apply_options, drive_options,
+                     job_options, journal_options, output_options)
 
 
 @dataclass(frozen=True)
@@ -58,9 +58,9 @@ def search_options(fn: F) -> F:
 MODEL_HELP = ("Instead of --steps-cmd: tune a built-in model on purpose (tiny, small, medium; wide: every weight "
               "larger than an 8 MiB aio block; 1b: Llama 3.2 1B). Default without --steps-cmd and --ds-config: "
               "small.")
-OFFLOAD_SECTIONS = sections((DriveOptions, "Drive"), (JobOptions, "Your job (or a built-in model)"),
-                            (SearchOptions, "Offload search"), (JournalOptions, "Journal"), (ApplyOptions, "Apply"),
-                            (OutputOptions, "Output"))
+OFFLOAD_SECTIONS = sections(("Drive", DriveOptions), ("Your job (or a built-in model)", JobOptions),
+                            ("Offload search", SearchOptions), ("Journal", JournalOptions), ("Apply", ApplyOptions),
+                            ("Output", FormatOutput))
 
 
 @click.command("offload", cls=SweepCommand, groups=OFFLOAD_SECTIONS)
@@ -73,7 +73,7 @@ OFFLOAD_SECTIONS = sections((DriveOptions, "Drive"), (JobOptions, "Your job (or 
 @output_options
 @library_errors
 def offload(drive: DriveOptions, job: JobOptions, search: SearchOptions, journal: JournalOptions,
-            apply: ApplyOptions, output: OutputOptions) -> None:
+            apply: ApplyOptions, output: FormatOutput) -> None:
     """Tune the whole offload block of YOUR job within the host's memory:
     where optimizer state and parameters live, sub_group_size, pipelining
     and the buffers each needs, parameter buffers.
