@@ -300,13 +300,11 @@ def finish_aio(o: dict[str, Any], outcome: Any, target: Any) -> None:
         say(f"{export_jobfiles(outcome.ranking, target, o['export_jobs'])} fio job files in {o['export_jobs']}")
     if o["apply_to"] is not None and outcome.fragment:
         from dataclasses import replace
-        from ..sweep.aio.recommend import DS_AIO_KEYS, apply_to_file
-        written, dropped = apply_to_file(o["apply_to"], outcome.fragment, o["in_place"])
-        say(f"wrote {written}")
-        if dropped:
-            say(f"left out aio keys DeepSpeed ignores: {', '.join(dropped)} "
-                f"(it reads {', '.join(DS_AIO_KEYS)})")
-        outcome = replace(outcome, applied_to=str(written), dropped_aio_keys=dropped)
+        from ..sweep.aio.recommend import aio_changes
+        from ..sweep.config import apply_to_config
+        applied = apply_to_config(o["apply_to"], aio_changes(outcome), o["in_place"])
+        say(applied.message())
+        outcome = replace(outcome, applied_to=str(applied.written))
     emit(outcome, o["fmt"])
     write_html(outcome, o["html_path"])
     if outcome.recommended is None or outcome.validation_error or outcome.confirm_error:

@@ -61,8 +61,8 @@ def run_offload_mode(opts: dict[str, Any]) -> None:
                        what_if=opts["what_if"])
     outcome = resumable(run_offload_command, args)
     if outcome.recommended:
-        from ..sweep.offload.search import write_dotted
-        apply_fragment(opts, write_dotted({}, outcome.recommended))
+        from ..sweep.offload.command import offload_changes
+        apply_fragment(opts, offload_changes(outcome))
     emit(outcome, opts["fmt"])
     what_if_ran = bool(outcome.what_if) and all(w.status == "ok" for w in outcome.what_if)
     if outcome.best is None and not outcome.recommended and not what_if_ran:
@@ -71,7 +71,7 @@ def run_offload_mode(opts: dict[str, Any]) -> None:
 
 def run_checkpoint_mode(opts: dict[str, Any]) -> None:
     """`sweep --checkpoint`: the options it takes, the sweep, --apply, the report."""
-    from ..sweep.checkpoint.command import CheckpointArgs, pick_fragment, run_checkpoint_command
+    from ..sweep.checkpoint.command import CheckpointArgs, checkpoint_changes, run_checkpoint_command
 
     refuse_given(set(GROUPS) - CHECKPOINT_TAKES - {"checkpoint"},
                  "do{es}n't apply to the checkpoint sweep: drop {them}, or drop --checkpoint")
@@ -84,7 +84,7 @@ def run_checkpoint_mode(opts: dict[str, Any]) -> None:
                           repeats=opts["repeats"] or 1, steps_timeout_s=opts["steps_timeout_s"], out=opts["out"],
                           fresh=opts["fresh"])
     outcome = resumable(run_checkpoint_command, args)
-    apply_fragment(opts, pick_fragment(outcome))
+    apply_fragment(opts, checkpoint_changes(outcome))
     emit(outcome, opts["fmt"])
     if outcome.best is None:
         sys.exit(1)
@@ -111,12 +111,11 @@ def resumable(run: Any, args: Any) -> Any:
         sys.exit(130)
 
 
-def apply_fragment(opts: dict[str, Any], fragment: dict[str, Any]) -> None:
-    """--apply: the fragment written into (a copy of) the user's config, when there is one."""
-    if opts["apply_to"] is not None and fragment:
-        from ..sweep.aio.recommend import apply_to_file
-        written, _ = apply_to_file(opts["apply_to"], fragment, opts["in_place"])
-        say(f"wrote {written}")
+def apply_fragment(opts: dict[str, Any], changes: dict[str, Any]) -> None:
+    """--apply: the keys the sweep tuned written into (a copy of) the user's config, and the diff."""
+    if opts["apply_to"] is not None and changes:
+        from ..sweep.config import apply_to_config
+        say(apply_to_config(opts["apply_to"], changes, opts["in_place"]).message())
 
 
 def refuse_given(names: set[str], verb: str) -> None:
