@@ -16,7 +16,8 @@ from iotune.model.aio import AioSettings
 from iotune.model.checkpoint import WriterSettings
 from iotune.model.checkpoint_sweep import CandidateResult, CheckpointCandidate, CheckpointOutcome, CheckpointRequest
 from iotune.sweep.checkpoint.journal import NAME, CheckpointJournal
-from iotune.sweep.checkpoint.command import CheckpointArgs, pick_fragment, place_journal, request_for
+from iotune.sweep.checkpoint.command import CheckpointArgs, checkpoint_changes, place_journal, request_for
+from iotune.sweep.config import REMOVE
 
 
 @pytest.mark.parametrize("argv,says", [
@@ -114,11 +115,14 @@ def test_apply_writes_the_writer_block_and_an_aio_block_of_its_own() -> None:
     fast = CheckpointCandidate(WriterSettings("fast", io_buffer_size=16 << 20, io_buffer_double=False),
                                target="/other", dirty_limit_bytes=32 << 20, aio=AioSettings(block_size=8 << 20))
     out = CheckpointOutcome(q, (), (), result(CheckpointCandidate()), result(fast))
-    assert pick_fragment(out) == {
-        "checkpoint": {"writer": {"type": "fast", "io_buffer_size": 16 << 20, "io_buffer_double": False,
-                                  "io_multiplier": 1}},
-        "aio": {"block_size": 8 << 20, "queue_depth": 8, "intra_op_parallelism": 1, "single_submit": False,
-                "overlap_events": True, "use_gds": False}}
-    # DeepSpeed's defaults (torch.save, the job's aio), or nothing that restores: nothing to write
-    assert pick_fragment(CheckpointOutcome(q, (), (), None, result(CheckpointCandidate()))) == {}
-    assert pick_fragment(CheckpointOutcome(q, (), (), None, None)) == {}
+    # dotted keys: the writer block, and the aio keys a sweep decides (never use_gds: the user's)
+    assert checkpoint_changes(out) == {
+        "checkpoint.writer": {"type": "fast", "io_buffer_size": 16 << 20, "io_buffer_double": False,
+                              "io_multiplier": 1},
+        "aio.block_size": 8 << 20, "aio.queue_depth": 8, "aio.intra_op_parallelism": 1, "aio.single_submit": False,
+        "aio.overlap_events": True}
+    # DeepSpeed's defaults (torch.save, the job's aio): a writer block in the config is removed, as the trial
+    # ran it, and nothing else; nothing that restores: nothing to write
+    assert checkpoint_changes(CheckpointOutcome(q, (), (), None, result(CheckpointCandidate()))) == {
+        "checkpoint.writer": REMOVE}
+    assert checkpoint_changes(CheckpointOutcome(q, (), (), None, None)) == {}

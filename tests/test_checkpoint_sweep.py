@@ -20,7 +20,9 @@ from iotune.model.checkpoint_sweep import (DEFAULTS, CandidateResult, Checkpoint
                                            CheckpointRequest, CheckpointTrial, RestoreCheck)
 from iotune.render.registry import render
 from iotune.sweep.checkpoint.sweep import better, run_checkpoint_sweep, summarize
-from iotune.sweep.checkpoint.trial import base_config, candidate_config, check_restore, restore_run, run_trial, save_run
+from iotune.sweep.checkpoint.trial import (base_config, candidate_changes, check_restore, restore_run, run_trial,
+                                          save_run)
+from iotune.sweep.config import candidate_config
 
 from .conftest import needs_deepspeed
 
@@ -136,7 +138,7 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[CheckpointRequest, 
     req = CheckpointRequest(swap_dir=str(tmp / "swap"), out_dir=str(tmp / "out"), measure_steps=1)
     (tmp / "swap").mkdir()
     (tmp / "swap" / "save").mkdir()
-    config = candidate_config(base_config(req), DEFAULTS, tmp / "swap" / "save")
+    config = candidate_config(base_config(req), candidate_changes(DEFAULTS), tmp / "swap" / "save")
     run = save_run(req, DEFAULTS, config, tmp / "work-save", tmp / "ckpt")
     assert run.job.returncode == 0, run.job.stderr
     return req, tmp, run
@@ -144,7 +146,7 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[CheckpointRequest, 
 
 def _restore(req: CheckpointRequest, tmp: Path, saved_run: object, name: str) -> RestoreCheck:
     (tmp / "swap" / name).mkdir()
-    config = candidate_config(base_config(req), DEFAULTS, tmp / "swap" / name)
+    config = candidate_config(base_config(req), candidate_changes(DEFAULTS), tmp / "swap" / name)
     run = restore_run(req, DEFAULTS, config, tmp / f"work-{name}", tmp / "ckpt")
     return check_restore(req, config, saved_run, run)  # type: ignore[arg-type]
 

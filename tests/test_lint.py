@@ -18,7 +18,8 @@ from iotune.analysis.lint import lint
 from iotune.cli import cli
 from iotune.model.lint import LintEnv, PathFacts
 from iotune.model.sweep import SweepPoint
-from iotune.sweep.aio.recommend import ds_fragment, merge
+from iotune.sweep.aio.recommend import ds_fragment
+from iotune.sweep.config import aio_block_changes, candidate_config
 from iotune.workloads.strategies import STRATEGIES, WorkloadSpec, ds_config
 
 GOOD_PATH = PathFacts(exists=True, writable=True, direct_io_problem=None, free_bytes=10**12)
@@ -156,9 +157,14 @@ def test_configs_iotune_generates_pass(tmp_path: Path) -> None:
         spec = WorkloadSpec(strategy=strategy, nvme_path=str(tmp_path),
                             precision="bf16" if strategy == "nvme-all" else "fp32")
         assert lint(ds_config(spec), env) == [], strategy
-    swept = merge(ds_config(WorkloadSpec(strategy="nvme-opt", nvme_path=str(tmp_path))),
-                  ds_fragment(SweepPoint(block_size=524288, queue_depth=16), str(tmp_path)))
-    assert lint(swept, env) == []
+    point = SweepPoint(block_size=524288, queue_depth=16)
+    base = ds_config(WorkloadSpec(strategy="nvme-opt", nvme_path=str(tmp_path)))
+    swept = candidate_config(base, aio_block_changes(point.aio()), None)          # what --apply writes
+    assert swept["aio"]["queue_depth"] == 16 and lint(swept, env) == []
+    fragment = ds_fragment(point, str(tmp_path))                                 # the report's, pasted key by key
+    pasted = {"aio": fragment["aio"], **{f"zero_optimization.offload_optimizer.{k}": v
+                                         for k, v in fragment["zero_optimization"]["offload_optimizer"].items()}}
+    assert lint(candidate_config(base, pasted, None), env) == []
 
 
 def test_malformed_json_names_line_and_column(tmp_path: Path) -> None:

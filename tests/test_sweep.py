@@ -18,7 +18,8 @@ from iotune.model.sweep import Measurement, SweepPoint, Trial
 from iotune.sweep.executor import Target, TrialFailed
 from iotune.sweep.fio_executor import FioExecutor, fio_jobfile, parse_fio_json
 from iotune.sweep.journal import Journal
-from iotune.sweep.aio.recommend import apply_to_file, ds_fragment, merge
+from iotune.sweep.aio.recommend import ds_fragment
+from iotune.sweep.config import aio_block_changes, apply_to_config
 from iotune.sweep.measure import Measurer
 from iotune.sweep.aio.pipeline import search
 from iotune.sweep.aio.rank import rank, summarize_trials
@@ -207,17 +208,20 @@ def test_fragment_merge_and_apply(tmp_path: Path) -> None:
                            "single_submit": False, "overlap_events": True, "use_gds": False}
     user = {"train_batch_size": 8, "aio": {"num_threads": 4},
             "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/mine"}}}
-    merged = merge(user, frag)
-    assert merged["zero_optimization"]["offload_optimizer"]["nvme_path"] == "/mine"
-    assert merged["zero_optimization"]["stage"] == 3 and merged["aio"]["queue_depth"] == 16
     cfg = tmp_path / "ds_config.json"
     cfg.write_text(json.dumps(user))
-    out, dropped = apply_to_file(cfg, frag, in_place=False)
+    # --apply writes the aio keys the sweep decided, not the fragment: nothing of its offload block
+    applied = apply_to_config(cfg, aio_block_changes(SweepPoint(block_size=512 << 10, queue_depth=16).aio()),
+                              in_place=False)
+    out = applied.written
     assert out.name == "ds_config.iotune.json" and json.loads(cfg.read_text()) == user   # original untouched
-    assert json.loads(out.read_text())["aio"] == frag["aio"] and dropped == ("num_threads",)
+    written = json.loads(out.read_text())
+    assert written["zero_optimization"] == user["zero_optimization"]          # nvme_path /mine, stage 3, as given
+    # the user's num_threads is kept as written (`iotune lint` says DeepSpeed ignores it); no use_gds added
+    assert written["aio"] == {"num_threads": 4, **{k: v for k, v in frag["aio"].items() if k != "use_gds"}}
     cfg.write_text("{ bad")
     with pytest.raises(UsageError, match=r"is not valid JSON \(line 1, column 3\)"):
-        apply_to_file(cfg, frag, in_place=False)
+        apply_to_config(cfg, {"aio.queue_depth": 16}, in_place=False)
 
 
 @needs_root

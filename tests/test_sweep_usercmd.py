@@ -26,7 +26,7 @@ from iotune.model.host_memory import host_memory
 from iotune.model.sweep import SweepPoint
 from iotune.model.sweep_result import Ranked, SweepOutcome
 from iotune.render.registry import render
-from iotune.sweep.user_job import trial_config
+from iotune.sweep.config import aio_block_changes, candidate_config
 from iotune.sweep.aio.threads import best_threads
 from iotune.workloads.presets import PRESETS, tensor_numels
 from iotune.workloads.strategies import WorkloadSpec, ds_config
@@ -75,9 +75,13 @@ def test_completed_steps_counts_the_slowest_process(tmp_path: Path) -> None:
 def test_trial_config_writes_the_aio_block_and_swaps_under_the_target() -> None:
     user = ds_config(WorkloadSpec(strategy="nvme-all", nvme_path="/elsewhere", precision="bf16"))
     user["aio"] = {"use_gds": True, "num_threads": 4, "queue_depth": 99}
-    out = trial_config(user, SweepPoint(block_size=256 << 10, queue_depth=4), Path("/mnt/p/iotune-swap-x"))
-    assert out["aio"] == {"block_size": 262144, "queue_depth": 4, "intra_op_parallelism": 1,
-                          "single_submit": False, "overlap_events": True, "use_gds": True, "num_threads": 4}
+    point = SweepPoint(block_size=256 << 10, queue_depth=4)
+    out = candidate_config(user, aio_block_changes(point.aio()), Path("/mnt/p/iotune-swap-x"))
+    assert out["aio"] == {"use_gds": True, "num_threads": 4, "queue_depth": 4, "block_size": 262144,
+                          "intra_op_parallelism": 1, "single_submit": False, "overlap_events": True}
+    # a config without use_gds gets none written: DeepSpeed's default (false) is the user's
+    del user["aio"]["use_gds"]
+    assert "use_gds" not in candidate_config(user, aio_block_changes(point.aio()), None)["aio"]
     zero = out["zero_optimization"]
     assert zero["offload_optimizer"]["nvme_path"] == zero["offload_param"]["nvme_path"] == "/mnt/p/iotune-swap-x"
     assert user["zero_optimization"]["offload_param"]["nvme_path"] == "/elsewhere"     # the user's dict untouched

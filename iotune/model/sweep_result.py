@@ -166,7 +166,7 @@ class SweepOutcome:
     journal: str
     step_gain: StepGain | None = None          # the steps' verdict on the best candidate vs the defaults
     applied_to: str = ""                       # --apply: the config written
-    dropped_aio_keys: tuple[str, ...] = ()     # --apply: the user's aio keys DeepSpeed ignores, left out
+    dropped_aio_keys: tuple[str, ...] = ()     # older --apply: the user's aio keys it left out (now kept as written)
     confirm_error: str = ""                    # every training-step trial failed: the first reason
     threads: list[Ranked] = field(default_factory=list)   # the recommendation at each OMP_NUM_THREADS
     omp_threads_best: int = 0                  # the thread count to use (0: not measured)

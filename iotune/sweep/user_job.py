@@ -2,7 +2,8 @@
 closed loop of a sweep (`iotune sweep --steps-cmd "..." --ds-config FILE`).
 
 Each trial writes a copy of the user's DeepSpeed config with the point's
-`aio` block, runs the command with `{config}` replaced by that copy's path,
+`aio` keys (sweep.config.candidate_config: nothing else of the user's
+config changes, use_gds included), runs the command with `{config}` replaced by that copy's path,
 and reads step and optimizer-step times back through the startup hook
 `iotune trace` uses (model.hook_events; the hook directory comes from
 iotune.resources, so nothing here imports trace):
@@ -34,7 +35,6 @@ iotune.resources, so nothing here imports trace):
 from __future__ import annotations
 
 import contextlib
-import copy
 import hashlib
 import json
 import os
@@ -69,10 +69,10 @@ from ..model.hook_events import (
 )
 from ..model.sweep import Measurement, SweepPoint
 from ..resources import inject_dir
+from .config import aio_block_changes, candidate_config, nvme_sections
 from .executor import Target, TrialFailed
 
 PLACEHOLDER = "{config}"
-OFFLOAD_SECTIONS = ("offload_optimizer", "offload_param")
 SWAP_PREFIX = "iotune-swap-"
 STOP_GRACE_S = 30.0
 POLL_S = 1.0
@@ -139,14 +139,6 @@ def parse_user_job(command: str, ds_config: Path | None, steps: int, timeout_s: 
     return UserJob(argv, ds_config, config, steps, timeout_s)
 
 
-def nvme_sections(config: dict[str, Any]) -> dict[str, str]:
-    """Offload sections that swap to NVMe -> their nvme_path ("" if none)."""
-    zero = config.get("zero_optimization")
-    zero = zero if isinstance(zero, dict) else {}
-    return {name: str(zero[name].get("nvme_path") or "") for name in OFFLOAD_SECTIONS
-            if isinstance(zero.get(name), dict) and zero[name].get("device") == "nvme"}
-
-
 def swap_note(job: UserJob, target_dir: Path) -> str:
     """What the trials do with the user's nvme_path, said once per sweep."""
     paths = sorted(set(nvme_sections(job.config).values()) - {""})
@@ -157,19 +149,6 @@ def swap_note(job: UserJob, target_dir: Path) -> str:
            "instead, since the sweep tunes the drive at --path (set your nvme_path there to use the result)")
     return (f"sweep: {where}: each trial's config copy swaps to a fresh directory {target_dir}/{SWAP_PREFIX}* "
             f"{why}; it is removed after every trial")
-
-
-def trial_config(config: dict[str, Any], point: SweepPoint, swap_dir: Path) -> dict[str, Any]:
-    """The user's config with the point's aio block and swap directory."""
-    out = copy.deepcopy(config)
-    aio = dict(out.get("aio") or {})
-    for key, value in point.aio().to_ds_json().items():
-        if key != "use_gds" or key not in aio:      # GPUDirect is the user's choice, not a sweep dimension
-            aio[key] = value
-    out["aio"] = aio
-    for name in nvme_sections(out):
-        out["zero_optimization"][name]["nvme_path"] = str(swap_dir)
-    return out
 
 
 @dataclass(frozen=True)
@@ -195,8 +174,9 @@ class CommandExecutor:
             work = temp_dir(stack, "iotune-cmd-")
             swap = temp_dir(stack, SWAP_PREFIX, target.files_dir)
             extra = {"OMP_NUM_THREADS": str(point.omp_threads)} if point.omp_threads else {}
-            argv, job = run_with_config(self.job, trial_config(self.job.config, point, swap), work, target.cgroup,
-                                        self.job.timeout_s, self.job.steps, extra)
+            config = candidate_config(self.job.config, aio_block_changes(point.aio()), swap)
+            argv, job = run_with_config(self.job, config, work, target.cgroup, self.job.timeout_s, self.job.steps,
+                                        extra)
             return self._measure(point, argv, job, work / "events", swap)
 
     def _measure(self, point: SweepPoint, argv: list[str], job: JobRun, events: Path,

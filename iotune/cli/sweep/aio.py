@@ -227,7 +227,9 @@ def finish(outcome: Any, target: Any, apply: ApplyOptions, export: ExportOptions
         from ...sweep.fio_executor import export_jobfiles
         say(f"{export_jobfiles(outcome.ranking, target, export.export_jobs)} fio job files in {export.export_jobs}")
     if outcome.fragment:
-        written = apply_decision(apply, outcome.fragment)
+        from ...sweep.aio.recommend import aio_changes
+
+        written = apply_decision(apply, aio_changes(outcome))
         if written is not None:
             outcome = replace(outcome, applied_to=str(written))
     emit(outcome, output.format)

@@ -1,8 +1,9 @@
-"""--apply, in every sweep subcommand: the decision written into (a copy
-of) the user's config."""
+"""--apply, in every sweep subcommand: the keys the sweep decided written
+into (a copy of) the user's config, and the change printed as a diff."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -10,12 +11,12 @@ from ..options import say
 from .groups import ApplyOptions
 
 
-def apply_decision(apply: ApplyOptions, fragment: dict[str, Any]) -> Path | None:
-    """The file written, or None when there is nothing to write or no --apply."""
-    if apply.apply_to is None or not fragment:
+def apply_decision(apply: ApplyOptions, changes: Mapping[str, Any]) -> Path | None:
+    """The file written, or None when there is no --apply or nothing was decided."""
+    if apply.apply_to is None or not changes:
         return None
-    from ...sweep.aio.recommend import apply_to_file
+    from ...sweep.config import apply_to_config
 
-    written, _ = apply_to_file(apply.apply_to, fragment, apply.in_place)
-    say(f"wrote {written}")
-    return written
+    applied = apply_to_config(apply.apply_to, changes, apply.in_place)
+    say(applied.message())
+    return applied.written

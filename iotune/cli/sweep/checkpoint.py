@@ -95,7 +95,7 @@ def checkpoint(drive: DriveOptions, job: JobOptions, checkpoint: CheckpointOptio
           --steps-cmd "deepspeed train.py --deepspeed_config {config}" --checkpoint-every 100
       sudo iotune sweep checkpoint --path /mnt/nvme/swap --checkpoint-dir /mnt/nvme2/ckpt --model tiny
     """
-    from ...sweep.checkpoint.command import CheckpointArgs, pick_fragment, run_checkpoint_command
+    from ...sweep.checkpoint.command import CheckpointArgs, checkpoint_changes, run_checkpoint_command
 
     drive.refuse_both()
     apply.refuse_inert()
@@ -108,7 +108,7 @@ def checkpoint(drive: DriveOptions, job: JobOptions, checkpoint: CheckpointOptio
                           fresh=journal.fresh)
     with resumable():
         outcome = run_checkpoint_command(args, say)
-    apply_decision(apply, pick_fragment(outcome))
+    apply_decision(apply, checkpoint_changes(outcome))
     emit(outcome, output.format)
     if outcome.best is None:
         sys.exit(1)

@@ -93,8 +93,7 @@ def offload(drive: DriveOptions, job: JobOptions, search: SearchOptions, journal
           --steps-cmd "deepspeed train.py --deepspeed_config {config}" --what-if grad_accum=1,4,8
       sudo iotune sweep offload --model small --max-host-memory 8GiB     a built-in model, on purpose
     """
-    from ...sweep.offload.command import OffloadArgs, run_offload_command
-    from ...sweep.offload.search import write_dotted
+    from ...sweep.offload.command import OffloadArgs, offload_changes, run_offload_command
 
     drive.refuse_both()
     apply.refuse_inert()
@@ -107,7 +106,7 @@ def offload(drive: DriveOptions, job: JobOptions, search: SearchOptions, journal
     with resumable():
         outcome = run_offload_command(args, say)
     if outcome.recommended:
-        apply_decision(apply, write_dotted({}, outcome.recommended))
+        apply_decision(apply, offload_changes(outcome))
     emit(outcome, output.format)
     what_if_ran = bool(outcome.what_if) and all(w.status == "ok" for w in outcome.what_if)
     if outcome.best is None and not outcome.recommended and not what_if_ran:

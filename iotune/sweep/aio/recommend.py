@@ -1,6 +1,7 @@
 """Stage 5 of a sweep, recommend: the point to use, as a DeepSpeed config
-fragment that DeepSpeed accepts as pasted, validated by DeepSpeed itself,
-and applied to a user's config (keeping only the `aio` keys DeepSpeed reads).
+fragment that DeepSpeed accepts as pasted, validated by DeepSpeed itself;
+--apply writes only the `aio` keys the sweep decided into a user's config
+(aio_changes, written by sweep.config.apply_to_config).
 
 When training steps were run, the recommendation is never slower than
 DeepSpeed's defaults beyond the measured noise: a candidate is recommended
@@ -18,16 +19,15 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import fields
-from pathlib import Path
 from typing import Any
 
 from ...opbuild.oplocks import BuildLockHang, hang_guard, release_locks_left_since
 from ...host.proc import run_in_own_group
-from ...dsconfig import read_ds_config
 from ...model.aio import AioSettings
 from ...model.sweep import SweepPoint, Trial
-from ...model.sweep_result import Ranked, StepGain
+from ...model.sweep_result import Ranked, StepGain, SweepOutcome
 from ...workloads.warmstart import WarmStarter, WarmStartUnavailable
+from ..config import aio_block_changes
 from ..sequential import SequentialRule, decide
 
 DS_AIO_KEYS = tuple(f.name for f in fields(AioSettings))   # what DeepSpeed 0.19's get_aio_config reads
@@ -82,8 +82,10 @@ def best_gain(gains: Sequence[StepGain | None]) -> StepGain | None:
 
 
 def ds_fragment(point: SweepPoint, nvme_path: str, pin_memory: bool = True) -> dict[str, Any]:
-    """The `aio` block (exactly the keys DeepSpeed reads, real booleans) and
-    the optimizer offload settings it goes with."""
+    """The paste-ready fragment the report shows and DeepSpeed validates: the
+    `aio` block (exactly the keys DeepSpeed reads, real booleans) and the
+    optimizer offload settings it goes with. --apply does not write it: it
+    writes aio_changes."""
     return {
         "aio": point.aio().to_ds_json(),
         "zero_optimization": {
@@ -93,41 +95,13 @@ def ds_fragment(point: SweepPoint, nvme_path: str, pin_memory: bool = True) -> d
     }
 
 
-def clean_aio(config: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """`config` with only the `aio` keys DeepSpeed reads, and the keys dropped
-    (a user's num_threads or thread_count, which DeepSpeed silently ignores)."""
-    aio = config.get("aio")
-    if not isinstance(aio, dict):
-        return config, ()
-    dropped = tuple(sorted(k for k in aio if k not in DS_AIO_KEYS))
-    return {**config, "aio": {k: v for k, v in aio.items() if k in DS_AIO_KEYS}}, dropped
-
-
-def merge(config: dict[str, Any], fragment: dict[str, Any]) -> dict[str, Any]:
-    """`config` with `fragment` merged in (nested dicts merged, values replaced).
-    An existing nvme_path is kept: the sweep's test directory is not the user's."""
-    out = dict(config)
-    for key, val in fragment.items():
-        if isinstance(val, dict) and isinstance(out.get(key), dict):
-            if key == "offload_optimizer" and "nvme_path" in out[key]:
-                val = {k: v for k, v in val.items() if k != "nvme_path"}
-            out[key] = merge(out[key], val)
-        else:
-            out[key] = val
-    return out
-
-
-def apply_to_file(config_path: Path, fragment: dict[str, Any], in_place: bool) -> tuple[Path, tuple[str, ...]]:
-    """Write the user's DeepSpeed config with the fragment applied: to
-    NAME.iotune.json beside it, or over it with in_place. Returns the file
-    written and the user's `aio` keys left out because DeepSpeed ignores them."""
-    config = read_ds_config(config_path)
-    out = config_path if in_place else config_path.with_name(config_path.stem + ".iotune.json")
-    if out.exists() and not in_place and out != config_path:
-        out.unlink()
-    cleaned, dropped = clean_aio(merge(config, fragment))
-    out.write_text(json.dumps(cleaned, indent=2) + "\n")
-    return out, dropped
+def aio_changes(outcome: SweepOutcome) -> dict[str, Any]:
+    """What --apply writes: the `aio` keys the sweep decided, as dotted keys
+    (block_size, queue_depth, intra_op_parallelism, single_submit,
+    overlap_events); none without a recommendation. Never use_gds, the
+    offload device, pin_memory or buffer_count, which the fragment above
+    shows for pasting: the sweep measured none of them."""
+    return aio_block_changes(outcome.recommended.aio()) if outcome.recommended is not None else {}
 
 
 def validate_with_deepspeed(fragment: dict[str, Any], timeout_s: float = 900,

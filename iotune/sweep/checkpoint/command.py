@@ -1,7 +1,7 @@
 """`iotune sweep checkpoint`: the options, parsed (CheckpointArgs), turned
 into a CheckpointRequest on the drive to tune (--path, or a test bed whose
 caps the trials' processes join), its journal placed and kept, the sweep
-run (iotune.sweep.checkpoint.sweep), and the pick's config fragment for --apply.
+run (iotune.sweep.checkpoint.sweep), and the pick's changes for --apply.
 
 Like `sweep offload`, it tunes the user's job (--steps-cmd with
 --ds-config) or a built-in model named on purpose (--model); never a
@@ -21,6 +21,7 @@ from ...model.checkpoint_sweep import CheckpointOutcome, CheckpointRequest
 from ...workloads.presets import get_preset
 from .sweep import run_checkpoint_sweep
 from .journal import NAME as JOURNAL_NAME
+from .trial import candidate_changes
 from ..journal import keep_aside
 from ..target import drive_of, sweep_target
 from ..space import RunSettings
@@ -98,20 +99,13 @@ def run_checkpoint_command(args: CheckpointArgs, say: Callable[[str], None]) -> 
         return run_checkpoint_sweep(request, say)
 
 
-def pick_fragment(outcome: CheckpointOutcome) -> dict[str, Any]:
-    """What of the pick goes into a DeepSpeed config: the writer block and an
-    aio block other than the job's (the directory and the writeback limit
-    are not config keys: the report says them)."""
-    if outcome.best is None:
-        return {}
-    c = outcome.best.candidate
-    fragment: dict[str, Any] = {}
-    writer = c.writer.to_ds_json()
-    if writer is not None:
-        fragment["checkpoint"] = {"writer": writer}
-    if c.aio is not None:
-        fragment["aio"] = c.aio.to_ds_json()
-    return fragment
+def checkpoint_changes(outcome: CheckpointOutcome) -> dict[str, Any]:
+    """What --apply writes: the pick's decisions as dotted keys, its
+    `checkpoint.writer` block (torch.save: a writer in your config removed)
+    and its aio keys when it has an aio block of its own; none when nothing
+    restored. The directory and the writeback limit are not config keys:
+    the report says them."""
+    return candidate_changes(outcome.best.candidate) if outcome.best is not None else {}
 
 
 def _digest(drive: dict[str, object], args: CheckpointArgs) -> str:

@@ -27,7 +27,6 @@ events) is removed when it ends.
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import os
 import sys
@@ -45,7 +44,8 @@ from ...model.checkpoint_sweep import CheckpointCandidate, CheckpointRequest, Ch
 from ...model.hook_events import hook_env, read_events, read_losses
 from ...resources import inject_dir
 from ...workloads.strategies import WorkloadSpec, ds_config
-from ..user_job import PLACEHOLDER, JobRun, nvme_sections, run_job
+from ..config import REMOVE, aio_block_changes, candidate_config
+from ..user_job import PLACEHOLDER, JobRun, run_job
 from ..executor import TrialFailed
 
 SWAP_PREFIX = "iotune-swap-"
@@ -60,25 +60,17 @@ def base_config(request: CheckpointRequest) -> dict[str, Any]:
                                   precision=request.precision))
 
 
-def candidate_config(base: dict[str, Any], candidate: CheckpointCandidate, swap: Path) -> dict[str, Any]:
-    """`base` with the candidate's writer block (none for torch.save), aio
-    block and a fresh swap directory for every NVMe offload."""
-    out = copy.deepcopy(base)
-    ckpt = dict(out.get("checkpoint") or {})
+def candidate_changes(candidate: CheckpointCandidate) -> dict[str, Any]:
+    """What the candidate decides, in DeepSpeed's dotted keys: its writer
+    block (torch.save: none, a writer in the job's config removed) and its
+    aio block's swept keys, if it has one of its own. A trial writes these
+    into the job's config (sweep.config.candidate_config); --apply writes
+    the pick's. The directory and the writeback limit are not config keys."""
     writer = candidate.writer.to_ds_json()
-    if writer is None:
-        ckpt.pop("writer", None)
-    else:
-        ckpt["writer"] = writer
-    if ckpt:
-        out["checkpoint"] = ckpt
-    else:
-        out.pop("checkpoint", None)
+    changes: dict[str, Any] = {"checkpoint.writer": REMOVE if writer is None else writer}
     if candidate.aio is not None:
-        out["aio"] = {**(out.get("aio") or {}), **candidate.aio.to_ds_json()}
-    for name in nvme_sections(out):
-        out["zero_optimization"][name]["nvme_path"] = str(swap)
-    return out
+        changes.update(aio_block_changes(candidate.aio))
+    return changes
 
 
 def accumulation(config: dict[str, Any]) -> int:
@@ -200,14 +192,14 @@ def run_trial(request: CheckpointRequest, candidate: CheckpointCandidate, repeat
         work = temp_dir(stack, "iotune-ckpt-work-")
         target = Path(candidate.target or (request.targets[0] if request.targets else request.swap_dir))
         ckpt = temp_dir(stack, CKPT_PREFIX, target) / "checkpoint"
-        base = base_config(request)
-        save_cfg = candidate_config(base, candidate, temp_dir(stack, SWAP_PREFIX, Path(request.swap_dir)))
+        base, changes = base_config(request), candidate_changes(candidate)
+        save_cfg = candidate_config(base, changes, temp_dir(stack, SWAP_PREFIX, Path(request.swap_dir)))
         try:
             saved = save_run(request, candidate, save_cfg, work / "save", ckpt)
             trial = _measured(request, candidate, repeat, saved)
             if trial.status != "ok":
                 return trial
-            restore_cfg = candidate_config(base, candidate, temp_dir(stack, SWAP_PREFIX, Path(request.swap_dir)))
+            restore_cfg = candidate_config(base, changes, temp_dir(stack, SWAP_PREFIX, Path(request.swap_dir)))
             restored = restore_run(request, candidate, restore_cfg, work / "restore", ckpt)
         except TrialFailed as e:
             return CheckpointTrial(candidate, repeat, "failed", str(e), raw=dict(e.raw))

@@ -24,6 +24,7 @@ from ...model.offload import DTYPE_BYTES, OffloadKnobs
 from ...model.offload_result import OffloadOutcome
 from ...workloads.presets import get_preset
 from ...workloads.strategies import WorkloadSpec, ds_config as builtin_config
+from ..config import OFFLOAD_SECTIONS
 from ..journal import open_journal
 from ..target import check_target, drive_of, sweep_target
 from .runner import BuiltinRunner, CommandRunner, Runner, TrialPlan
@@ -124,6 +125,27 @@ def run_offload_command(args: OffloadArgs, say: Callable[[str], None]) -> Offloa
                                plan, args.max_trials, max_pairs=args.max_pairs, what_if=what_if)
         check_deepspeed_ops_for_offload()
         return search_offload(search, target, journal, say)
+
+
+def offload_changes(outcome: OffloadOutcome) -> dict[str, Any]:
+    """What --apply writes: the recommended knob changes (dotted), and what
+    the recommended config needs for them to run, as its trials ran it: an
+    offload block moved to NVMe swaps to the recommended config's nvme_path
+    (your own, or the drive swept), and NVMe parameters keep its
+    stage3_prefetch_bucket_size (0 unless your config sets it). Nothing else
+    of the recommended config: the rest is your config as you wrote it."""
+    changes = dict(outcome.recommended)
+    zero = outcome.config.get("zero_optimization")
+    zero = zero if isinstance(zero, dict) else {}
+    for block in OFFLOAD_SECTIONS:
+        b = zero.get(block)
+        path = b.get("nvme_path") if isinstance(b, dict) else None
+        if changes.get(f"zero_optimization.{block}.device") == "nvme" and path:
+            changes[f"zero_optimization.{block}.nvme_path"] = path
+    prefetch = zero.get("stage3_prefetch_bucket_size")
+    if changes.get("zero_optimization.offload_param.device") == "nvme" and prefetch is not None:
+        changes["zero_optimization.stage3_prefetch_bucket_size"] = prefetch
+    return changes
 
 
 def check_deepspeed_ops_for_offload() -> None:

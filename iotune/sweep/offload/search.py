@@ -25,12 +25,12 @@ in the header) and a re-run takes what the journal has."""
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from ...errors import IotuneError, UsageError
@@ -41,13 +41,14 @@ from ...model.offload import JobShape, OffloadKnobs, measured_gain_split, step_s
 from ...model.offload_result import OffloadOutcome, OffloadTrial, Prediction, WhatIf, short_changes
 from ...model.offload_time import DriveRates, Reference, median_abs_error, predict_step_s
 from ...workloads.presets import PRESETS, tensor_numels
+from ..config import OFFLOAD_SECTIONS, REMOVE, candidate_config, nvme_sections
 from ..drive_rates import aio_point, measure_drive_rates
 from ..executor import Target
 from ..journal import Journal
 from .runner import BuiltinRunner, RunResult, Runner, TrialPlan, samples_per_step
 from .space import KEYS, Budget, candidates, dimensions, refusals
 from ..sequential import PairDecision, SequentialRule, decide
-from ..user_job import UserJob, nvme_sections, probe_shape
+from ..user_job import UserJob, probe_shape
 from .what_if import ZENFLOW_TOPK, ZENFLOW_WHAT_IF, what_if_plan, what_if_refusal
 
 ASSUMED_ERROR = 0.15       # the step-time model's error before any trial measured it (the wide grid: 0.17)
@@ -75,31 +76,30 @@ def knob_changes(base: OffloadKnobs, knobs: OffloadKnobs) -> dict[str, Any]:
     return {k: getattr(knobs, attr) for k, (attr, _, _) in KEYS.items() if getattr(knobs, attr) != getattr(base, attr)}
 
 
-def write_dotted(target: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
-    """`target` with each dotted key of `changes` (zero_optimization.sub_group_size) set, nested; returned."""
-    for key, value in changes.items():
-        where = target
-        *path, last = key.split(".")
-        for part in path:
-            where = where.setdefault(part, {})
-        where[last] = value
-    return target
-
-
-def apply_changes(cfg: dict[str, Any], changes: dict[str, Any], nvme_path: str) -> dict[str, Any]:
-    """A copy of `cfg` with `changes` written at their dotted keys; offload
-    blocks moved to NVMe get `nvme_path`, and a block with device none is dropped."""
-    out = write_dotted(copy.deepcopy(cfg), changes)
-    zero = out.setdefault("zero_optimization", {})
-    for block in ("offload_optimizer", "offload_param"):
-        b = zero.get(block)
-        if isinstance(b, dict) and b.get("device") == "nvme":
-            b["nvme_path"] = nvme_path
+def trial_changes(cfg: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """`changes` as a trial runs them on `cfg`: an offload block they leave
+    without a device (or at device none) is removed, and with a parameter
+    offload block stage3_prefetch_bucket_size is 0 unless `cfg` sets it
+    (DeepSpeed 0.19.8: prefetch breaks NVMe parameters)."""
+    zero = candidate_config(cfg, changes, None).get("zero_optimization")
+    zero = zero if isinstance(zero, dict) else {}
+    out = dict(changes)
+    for block in OFFLOAD_SECTIONS:
+        b, where = zero.get(block), f"zero_optimization.{block}"
         if isinstance(b, dict) and b.get("device") in (None, "none"):
-            zero.pop(block)
-    if isinstance(zero.get("offload_param"), dict):
-        zero.setdefault("stage3_prefetch_bucket_size", 0)      # DeepSpeed 0.19.8: prefetch breaks NVMe params
+            out = {k: v for k, v in out.items() if not k.startswith(where + ".")}
+            out[where] = REMOVE
+    if out.get("zero_optimization.offload_param") is not REMOVE and isinstance(zero.get("offload_param"), dict):
+        if "stage3_prefetch_bucket_size" not in zero:
+            out["zero_optimization.stage3_prefetch_bucket_size"] = 0
     return out
+
+
+def apply_changes(cfg: dict[str, Any], changes: Mapping[str, Any], nvme_path: str) -> dict[str, Any]:
+    """A candidate's config: `cfg` with the trial's changes (trial_changes)
+    written by the one writer of trial configs, its NVMe offload swapping to
+    `nvme_path`."""
+    return candidate_config(cfg, trial_changes(cfg, changes), Path(nvme_path))
 
 
 class Trials:
