@@ -340,7 +340,7 @@ def test_the_checkpoint_sweep_applies_its_writer_and_aio_keys_only(cfg: Path) ->
 def test_the_offload_mode_prints_wrote_and_the_diff_on_stderr(cfg: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     knobs = {"zero_optimization.sub_group_size": 250_000_000}
     monkeypatch.setattr("iotune.sweep.offload.command.run_offload_command", lambda args, say: offload_outcome(knobs))
-    r = CliRunner().invoke(cli, ["sweep", "--offload", "--model", "tiny", "--apply", str(cfg), "--json"])
+    r = CliRunner().invoke(cli, ["sweep", "offload", "--model", "tiny", "--apply", str(cfg), "--json"])
     assert r.exit_code == 0, r.output
     written = cfg.with_name("ds_config.iotune.json")
     assert r.stderr == (f"wrote {written}\n--- {cfg}\n+++ {written}\n@@ -11,7 +11,8 @@\n"
