@@ -8,6 +8,7 @@ taken from an outcome record of that mode."""
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections import Counter
 from pathlib import Path
@@ -354,3 +355,26 @@ def test_the_offload_mode_prints_wrote_and_the_diff_on_stderr(cfg: Path, monkeyp
                         '     "aio": {\n'
                         '         "use_gds": true,\n')
     assert json.loads(r.stdout)["recommended"] == knobs                     # stdout: the report only
+
+
+@pytest.mark.parametrize("mode", ["aio", "checkpoint", "offload"])
+def test_each_modes_apply_writes_only_its_tuned_keys_and_prints_exactly_that_diff(
+        mode: str, cfg: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the command line, each mode's sweep stood in by its outcome:
+    the written file equals the user's but for the mode's tuned keys, and
+    stderr carries `wrote PATH` and the diff of the two files, nothing else."""
+    fast = CheckpointCandidate(WriterSettings("fast", io_buffer_size=16 << 20), aio=AioSettings(block_size=8 << 20))
+    knobs = {"zero_optimization.sub_group_size": 250_000_000}
+    outcomes = {"aio": aio_outcome(AIO_PICK), "checkpoint": checkpoint_outcome(fast), "offload": offload_outcome(knobs)}
+    changes = {"aio": aio_changes, "checkpoint": checkpoint_changes, "offload": offload_changes}[mode](outcomes[mode])
+    monkeypatch.setattr("iotune.sweep.aio.command.run_sweep_command", lambda args, say, on_trial: (outcomes[mode], None))
+    monkeypatch.setattr("iotune.sweep.checkpoint.command.run_checkpoint_command", lambda args, say: outcomes[mode])
+    monkeypatch.setattr("iotune.sweep.offload.command.run_offload_command", lambda args, say: outcomes[mode])
+    r = CliRunner().invoke(cli, ["sweep", mode, "--model", "tiny", "--apply", str(cfg), "--json"])
+    assert r.exit_code == 0, r.output
+    written = cfg.with_name("ds_config.iotune.json")
+    assert_only(json.loads(written.read_text()), changes)
+    diff = "".join(difflib.unified_diff(cfg.read_text().splitlines(keepends=True),
+                                        written.read_text().splitlines(keepends=True), str(cfg), str(written)))
+    assert r.stderr == f"wrote {written}\n{diff}"
+    assert json.loads(r.stdout)                                             # stdout: the report only
