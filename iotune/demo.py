@@ -1,5 +1,10 @@
 """`iotune demo`: the main job on built-in defaults. Like cli.py, this module
-composes the layers (volumes + trace); nothing imports it but cli.py."""
+composes the layers (volumes + trace); nothing imports it but cli.py.
+
+The job's own output (DeepSpeed's messages, the workload's IOTUNE_STEP
+records, fio's) goes to its log, JOB_LOG in the run's directory, never to
+the terminal; the steps reach `on_step` (a progress display) from that log
+while the job runs."""
 
 from __future__ import annotations
 
@@ -15,6 +20,8 @@ from .host.proc import not_installed
 from .errors import IotuneError
 from .model import units
 from .model.run import TraceRun
+from .model.runfile import make_dirs
+from .model.steps import StepFollower, StepProgress
 from .trace.session import TraceOptions, trace_command
 from .volumes.beds import running_bed
 from .volumes.scratch import scratch_drive
@@ -22,6 +29,7 @@ from .volumes.scratch import scratch_drive
 SWAP_FILES = ("fp32.tensor.swp", "exp_avg.tensor.swp", "exp_avg_sq.tensor.swp")
 FILE_BYTES = 128 << 20
 BLOCK_BYTES = 512 << 10
+JOB_LOG = "job.log"
 
 
 def swap_like_fio(directory: Path) -> list[str]:
@@ -63,7 +71,11 @@ def demo_drive(workdir: Path | None, cap_bytes_per_s: int, bed: str | None,
 
 
 def run_demo(workdir: Path | None, cap_bytes_per_s: int, say: Callable[[str], None],
-             workload: str = "train", steps: int = 8, bed: str | None = None) -> TraceRun:
+             workload: str = "train", steps: int = 8, bed: str | None = None, log: Path | None = None,
+             on_step: Callable[[StepProgress], None] | None = None) -> TraceRun:
+    """The traced run of the demo's job. With `log`, the job's stdout and
+    stderr go to that file (its directory is made), and with `on_step` too,
+    a training job's steps are told to on_step as they finish."""
     if workload == "train" and importlib.util.find_spec("deepspeed") is None:
         raise IotuneError("the training demo needs DeepSpeed: run scripts/setup.sh (or use --workload fio)")
     if workload == "fio" and shutil.which("fio") is None:
@@ -77,6 +89,13 @@ def run_demo(workdir: Path | None, cap_bytes_per_s: int, say: Callable[[str], No
             say(f"demo: fio writes then reads {len(SWAP_FILES)} × {units.size(FILE_BYTES)} swap files "
                 f"in {units.size(BLOCK_BYTES)} O_DIRECT requests")
             argv = swap_like_fio(where)
+        if log is not None:
+            make_dirs(log.parent)
         opts = TraceOptions(devices=devices, stdout_to_stderr=True, inject=workload == "train",
-                            interval_s=0.01 if workload == "train" else 1.0, cgroup=cgroup)
-        return trace_command(argv, opts)
+                            interval_s=0.01 if workload == "train" else 1.0, cgroup=cgroup, log=log)
+        if log is None or on_step is None or workload != "train":
+            return trace_command(argv, opts)
+        follow = StepFollower(log, steps, on_step)
+        run = trace_command(argv, opts, lambda *_: follow.poll())
+        follow.poll()           # the steps logged after the last look
+        return run

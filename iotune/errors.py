@@ -51,3 +51,8 @@ class NoSpaceError(IotuneError):
 class WarmStartUnavailable(IotuneError):
     """The warm-start server (iotune.workloads.warmstart) could not start, or
     died; the caller runs the workload the ordinary way instead."""
+
+
+class JobFailed(IotuneError):
+    """A job iotune ran for the user (the demo's training run) failed; the
+    message names its log, whose last lines were shown."""

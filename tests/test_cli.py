@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,8 +17,9 @@ from click.testing import CliRunner
 from iotune.blockdev.devices import BlockDevice
 from iotune.cli import cli
 from iotune.model.runfile import load_run, save_run
+from iotune.model.steps import parse_steps
 
-from .conftest import needs_root
+from .conftest import needs_deepspeed, needs_root
 from .test_trace_cli import default_signals
 from .records import offload_run
 
@@ -221,13 +223,73 @@ def test_demo_traces_and_cleans_up(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert not [c for c in Path("/sys/fs/cgroup/blkio").glob(f"iotune-{os.getpid()}-*")]
 
 
+# A line DeepSpeed prints: its logger's (`[2026-11-28 21:23:10,226] [WARNING] [real_accelerator.py:213:
+# get_accelerator] Setting accelerator to CPU. ...`), its op builders' (` [WARNING]  async_io: ...`), the
+# message of an op it loads (`DeepSpeed deepspeed.ops.comm.deepspeed_shm_comm_op built successfully`).
+DEEPSPEED_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+\] \[(?:DEBUG|INFO|WARNING|ERROR)\] "
+                            r"|^ *\[(?:INFO|WARNING)\] |^DeepSpeed \S+ built successfully")
+
+
+@needs_root
+@needs_deepspeed
+def test_training_demo_shows_its_steps_and_keeps_deepspeed_in_its_log(tmp_path: Path) -> None:
+    """The training demo with stderr a pipe: one plain line per step (3
+    asked, 3 lines, each with the loss and time the workload logged), none
+    of DeepSpeed's messages and no raw IOTUNE_STEP record (both are in the
+    run's job.log), no escape codes; stdout is the report alone."""
+    out = tmp_path / "run"
+    r = subprocess.run([*IOTUNE, "demo", "--dir", str(tmp_path), "--steps", "3", "-o", str(out), "--json"],
+                       capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["run"]["outcome"] == "completed"
+    log = (out / "job.log").read_text()
+    records = parse_steps(log)
+    assert [s.step for s in records] == [1, 2, 3]
+    shown = [line for line in r.stderr.splitlines() if line.startswith("training step ")]
+    assert len(shown) == 3, r.stderr
+    for line, rec in zip(shown, records):
+        assert re.fullmatch(rf"training step {rec.step}/3: loss {rec.loss:.4f}, step {rec.step_s:.3f} s, "
+                            rf"ETA \d+:\d\d", line), (line, rec)
+    assert shown[-1].endswith(", ETA 0:00")
+    assert "IOTUNE_STEP" not in r.stderr and "\x1b[" not in r.stderr
+    assert [line for line in log.splitlines() if DEEPSPEED_LINE.search(line)], \
+        "DeepSpeed logged nothing into job.log: this test cannot tell where its output goes"
+    assert [line for line in r.stderr.splitlines() if DEEPSPEED_LINE.search(line)] == []
+
+
+@needs_root
+@needs_deepspeed
+def test_a_failing_training_demo_shows_the_tail_of_its_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The workload refuses its input (an unknown model size, given last so
+    it wins): the report of the failed run, then job.log's last lines, then
+    the error naming the log; exit status 1."""
+    import iotune.demo as demo
+    from iotune.workloads.presets import PRESETS
+
+    real = demo.training_argv
+    monkeypatch.setattr(demo, "training_argv", lambda where, steps: [*real(where, steps), "--size", "nope"])
+    out = tmp_path / "run"
+    r = invoke("demo", "--dir", str(tmp_path), "--steps", "3", "-o", str(out))
+    log = out / "job.log"
+    lines = log.read_text().splitlines()
+    assert lines[-1] == f"iotune-train: error: unknown size 'nope': choose one of {', '.join(PRESETS)}"
+    assert r.exit_code == 1, r.output
+    assert r.stderr.endswith(f"--- the last {len(lines)} line{'s' * (len(lines) != 1)} of {log} ---\n"
+                             + "".join(line + "\n" for line in lines[-40:])
+                             + f"--- end of {log} ---\n"
+                             f"Error: the demo's training run failed (exit 2): the last lines of its log {log} are "
+                             f"above; `iotune doctor` checks what the demo needs\n"), r.stderr
+    assert "training step " not in r.stderr
+    assert load_run(out).outcome == "failed"
+
+
 @pytest.mark.parametrize("cap", ["200MB/s", "200MB", "200000000"])
 def test_demo_cap_takes_a_rate(cap: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from iotune.errors import IotuneError
 
     seen = []
 
-    def run_demo(workdir, cap_bytes_per_s, say, workload, steps, bed=None):
+    def run_demo(workdir, cap_bytes_per_s, say, workload, steps, bed=None, **kw):
         seen.append(cap_bytes_per_s)
         raise IotuneError("stopped here")
 

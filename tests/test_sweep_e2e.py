@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from iotune.cli import cli
+from iotune.model.steps import StepProgress
 from iotune.model.sweep import SweepPoint
 from iotune.sweep.executor import Target
 from iotune.sweep.journal import Journal
@@ -85,8 +86,10 @@ def test_a_steps_trial_runs_with_the_recommended_settings(tmp_path: Path) -> Non
     subprocess.run(["mkfs.ext4", "-q", "-F", "-E", "nodiscard", loop], check=True)
     subprocess.run(["mount", loop, str(mnt)], check=True)
     ex = StepsExecutor(steps=3)
+    told: list[StepProgress] = []
     try:
-        m, raw = ex.run(SweepPoint(block_size=512 << 10, queue_depth=16, omp_threads=1), Target(mnt))
+        m, raw = ex.run(SweepPoint(block_size=512 << 10, queue_depth=16, omp_threads=1),
+                        Target(mnt, on_step=told.append))
     finally:
         ex.close()
         subprocess.run(["umount", str(mnt)], check=False)
@@ -94,6 +97,8 @@ def test_a_steps_trial_runs_with_the_recommended_settings(tmp_path: Path) -> Non
     assert len(raw["steps"]) == 3 and m.step_s > 0 and 0 < m.optimizer_step_s < m.step_s
     assert [s["omp_threads"] for s in raw["steps"]] == [1, 1, 1]       # the optimizer ran with what was asked
     assert ex.notes == []                                               # started warm
+    # a progress display was told the run started, then each step as the workload logged it
+    assert told == [StepProgress(0, 3)] + [StepProgress(s["step"], 3, s["step_s"], s["loss"]) for s in raw["steps"]]
 
 
 @needs_root

@@ -21,6 +21,7 @@ from iotune.model.attribution import Attribution, PhaseSpan
 from iotune.model.hook_events import completed_steps, step_timings
 from iotune.model.journal import read_journal
 from iotune.model.steps import parse_steps
+from iotune.render.progress import clock
 from iotune.model.offload import JobShape, OffloadKnobs
 from iotune.model.host_memory import host_memory
 from iotune.model.sweep import SweepPoint
@@ -245,6 +246,13 @@ def test_user_command_loop_on_a_plain_deepspeed_script(ext4_dir: Path, tmp_path:
     expected = {CANDIDATE.key(), DEFAULT.key()}                        # one pair
     cmd = [t for t in journal.trials if t.executor == "cmd"]
     assert {t.point.key() for t in cmd} == expected and len(cmd) == len(expected)
+    # the progress on stderr (not a terminal): one plain line per trial, none of the job's own output
+    m = [t.measurement for t in cmd]
+    assert [line for line in r.stderr.splitlines() if line.startswith("[") and " cmd " in line] == [
+        f"[1/2] cmd bs=256 KiB qd=8 t=1 rep 0: step {m[0].step_s:.3f} s, optimizer {m[0].optimizer_step_s:.3f} s "
+        f"(ETA {clock(cmd[0].seconds)})",
+        f"[2/2] cmd bs=1 MiB qd=8 t=1 rep 0: step {m[1].step_s:.3f} s, optimizer {m[1].optimizer_step_s:.3f} s"]
+    assert "step 2 loss" not in r.stderr and "[WARNING]" not in r.stderr
     for t in cmd:
         assert t.status == "ok", t.error
         assert len(t.raw["steps"]) == 3 and "step 2 loss" not in t.raw["stdout_tail"]
@@ -309,6 +317,28 @@ def test_builtin_script_takes_a_ds_config_and_refuses_contradicting_options(tmp_
     assert r.returncode == 2
     assert r.stderr == (f"iotune-train: error: --strategy, --aio-queue-depth cannot be combined with --ds-config: "
                         f"the config file decides them; edit {cfg} instead\n")
+
+
+def test_each_step_the_hook_reports_is_told_with_its_time(tmp_path: Path) -> None:
+    """A job whose hook reports 3 steps (forward 0-100 ms, optimizer 200-500
+    ms, a second apart): told that it started, then steps 1-3 of 3 with the
+    slowest rank's step times (0.5 s from its first phase, then 1 s each),
+    no loss (the hook does not see it)."""
+    from iotune.model.steps import StepProgress
+    from iotune.sweep.user_job import run_job
+
+    events = tmp_path / "events"
+    events.mkdir()
+    ms = 1_000_000
+    lines = ['{"k":"proc","pid":1,"rank":0}'] + [
+        json.dumps({"k": "phase", "n": name, "s": step, "t0": (1000 * step + t0) * ms, "t1": (1000 * step + t1) * ms})
+        for step in range(3) for name, t0, t1 in (("forward", 0, 100), ("optimizer", 200, 500))]
+    code = f"open({str(events / 'events-1.jsonl')!r}, 'w').write({chr(10).join(lines) + chr(10)!r})"
+    told: list[StepProgress] = []
+    job = run_job([sys.executable, "-c", code], {"PATH": "/usr/bin:/bin"}, None, 30, tmp_path, events, 3,
+                  on_step=told.append)
+    assert job.returncode == 0, job.stderr
+    assert told == [StepProgress(0, 3), StepProgress(1, 3, 0.5), StepProgress(2, 3, 1.0), StepProgress(3, 3, 1.0)]
 
 
 def _alive(marker: str) -> list[int]:

@@ -18,7 +18,7 @@ import pytest
 
 from iotune.host.cgroup import Throttle, blkio_cgroup
 from iotune.host.proc import run_in_own_group
-from iotune.model.steps import parse_steps
+from iotune.model.steps import StepProgress, parse_steps
 from iotune.model.sweep import SweepPoint
 from iotune.sweep.executor import Target
 from iotune.sweep.aio import recommend
@@ -125,10 +125,13 @@ def test_a_dead_server_costs_no_trial_the_executor_runs_cold(tmp_path: Path) -> 
         first, _ = ex.run(SweepPoint(block_size=1 << 20, queue_depth=8), Target(tmp_path))
         assert ex.warm is not None and ex.notes == []
         os.kill(ex.warm.server.pid, signal.SIGKILL)  # type: ignore[union-attr]
-        second, raw = ex.run(SweepPoint(block_size=1 << 20, queue_depth=8), Target(tmp_path))
+        told: list[StepProgress] = []
+        second, raw = ex.run(SweepPoint(block_size=1 << 20, queue_depth=8), Target(tmp_path, on_step=told.append))
     finally:
         ex.close()
     assert first.optimizer_step_s > 0 and second.optimizer_step_s > 0 and len(raw["steps"]) == 2
+    # the cold run's steps reach a progress display too
+    assert told == [StepProgress(0, 2)] + [StepProgress(s["step"], 2, s["step_s"], s["loss"]) for s in raw["steps"]]
     assert ex.warm is None
     assert len(ex.notes) == 1 and ex.notes[0].startswith("the warm-start server failed")
     assert ex.notes[0].endswith("training runs start cold from here on")

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
-from ..errors import IotuneError, UsageError
+from ..errors import IotuneError, JobFailed, UsageError
 from ..model.runfile import check_can_save, default_run_dir, give_to_sudo_user
 from ..volumes.beds import BEDS
 from .options import (chosen_format, drive_cap_option, emit, format_option, given, library_errors, out_option,
@@ -42,8 +43,14 @@ def demo(workdir: Path | None, drive_cap: float, out: Path | None, workload: str
     attribution, and prints the report with its verdict; the run and an HTML
     report (report.html, open it in any browser, offline) are saved together.
     Everything else it creates is removed afterwards, also on Ctrl-C.
+
+    The job's own output (DeepSpeed's messages, its step records) goes to
+    job.log in the run's directory; stderr shows the steps as they finish (a
+    live bar on a terminal, else one line per step). When the job fails, the
+    last 40 lines of job.log are shown and the exit status is 1.
     """
-    from ..demo import run_demo
+    from ..demo import JOB_LOG, run_demo
+    from ..render.progress import step_progress
 
     from ..model.verdict import DeviceCeiling, VerdictInputs
     from .verdict_inputs import trace_report
@@ -57,8 +64,10 @@ def demo(workdir: Path | None, drive_cap: float, out: Path | None, workload: str
                          "or use --workload train")
     cap = drive_cap
     check_can_save(out or RUNS_ROOT, or_else="")     # before the training run, not after it
-    run = run_demo(workdir, int(cap), say, workload, steps, bed=bed)
     where = out or default_run_dir("demo")
+    log = where / JOB_LOG
+    with step_progress("training") as on_step:
+        run = run_demo(workdir, int(cap), say, workload, steps, bed=bed, log=log, on_step=on_step)
     unsaved = save_and_say(run, where)   # the message when the run went elsewhere (docs/faults.md)
     # the scratch drive's ceiling is its cap, known exactly (a test bed's is not passed on here)
     known = tuple(DeviceCeiling(d.name, cap, "the scratch drive's blkio cap (--drive-cap), each direction", cap, cap)
@@ -68,5 +77,23 @@ def demo(workdir: Path | None, drive_cap: float, out: Path | None, workload: str
         write_html(judged, where / "report.html")
         give_to_sudo_user(where)
     emit(judged, chosen_format(fmt, as_json), width, block_size or 512 * 1024)
+    if run.outcome == "failed":
+        fail_with_log(run.exit_status, workload, log, unsaved)
     if unsaved is not None:
         raise IotuneError(unsaved)
+
+
+def fail_with_log(status: int | None, workload: str, log: Path, unsaved: str | None) -> NoReturn:
+    """After the report of a failed job: the last lines of its log, then the error."""
+    from ..host.proc import tail_lines
+    from ..render.progress import TAIL_LINES, log_tail
+
+    lines = tail_lines(log, TAIL_LINES)
+    if lines:
+        say(log_tail(lines, str(log)))
+    if unsaved is not None:
+        say(f"Error: {unsaved}")
+    job = "training run" if workload == "train" else "fio job"
+    raise JobFailed(f"the demo's {job} failed (exit {status})"
+                    + (f": the last lines of its log {log} are above" if lines else f", and its log {log} is empty")
+                    + "; `iotune doctor` checks what the demo needs")

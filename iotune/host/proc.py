@@ -33,6 +33,22 @@ def last_line(text: str | bytes, empty: str = "(nothing)") -> str:
     return lines[-1] if lines else empty
 
 
+def tail_lines(path: Path, n: int, max_bytes: int = 256 << 10) -> list[str]:
+    """The last `n` lines of a log file (read from its last `max_bytes`);
+    [] when it is missing or empty."""
+    try:
+        with path.open("rb") as fh:
+            start = max(0, path.stat().st_size - max_bytes - 1)
+            fh.seek(start)
+            data = fh.read()
+    except FileNotFoundError:
+        return []
+    if start > 0:                  # what precedes the first newline is a part of a line (or nothing)
+        data = data.split(b"\n", 1)[1] if b"\n" in data else b""
+    lines = data.decode(errors="replace").splitlines()
+    return lines[-n:] if n > 0 else []
+
+
 def run(argv: list[str], timeout_s: float | None = None) -> str:
     """Run a system command to completion; its stdout, or IotuneError saying
     what failed (the command line and its last line of stderr)."""

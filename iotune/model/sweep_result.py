@@ -9,6 +9,7 @@ from typing import Any
 
 from .offload import GainSplit
 from .record import from_fields
+from .steps import StepProgress
 from .sweep import SweepPoint, Trial
 
 
@@ -221,13 +222,27 @@ def gain(best: Ranked | None, default: Ranked | None) -> float | None:
 
 
 @dataclass(frozen=True)
+class Running:
+    """The trial being run now, and how far its training job is (None: not
+    a training trial, or no step reported yet)."""
+
+    executor: str
+    point: SweepPoint
+    repeat: int
+    steps: StepProgress | None = None
+
+
+@dataclass(frozen=True)
 class Progress:
-    """One trial done (or taken from the journal), for progress displays."""
+    """For progress displays: one trial done (or taken from the journal),
+    or, with `trial` None, one started or one of its steps finished
+    (`running` says which)."""
 
     done: int
     planned: int
-    trial: Trial
-    reused: bool          # taken from the journal, not run now
+    trial: Trial | None
+    reused: bool = False          # taken from the journal, not run now
+    running: Running | None = None
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import IotuneError
+from ..model.steps import StepProgress
 from ..model.sweep import Measurement, SweepPoint
 
 
@@ -52,6 +53,9 @@ class Target:
     # where the trials' files go, inside `directory`: a directory the ledger records, so a sweep killed
     # outright leaves nothing in the user's own directory (None: `directory` itself, a test bed's)
     scratch: Path | None = None
+    # while a trial trains: told when its job starts and as each step finishes (a progress display's;
+    # None: nobody listens)
+    on_step: Callable[[StepProgress], None] | None = field(default=None, compare=False, repr=False)
 
     @property
     def files_dir(self) -> Path:

@@ -7,9 +7,10 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from ..model.sweep import Proposal, SweepPoint, Trial
-from ..model.sweep_result import Progress
+from ..model.sweep_result import Progress, Running
 from .executor import DriveGone, Executor, SweepStopped, Target, TrialFailed
 from .journal import Journal
 
@@ -31,13 +32,15 @@ class Measurer:
 
     def measure(self, point: SweepPoint, repeat: int = 0) -> Trial:
         """The trial of (point, repeat): from the journal if there is one,
-        else run now and journaled. Progress is reported once per trial."""
+        else run now and journaled. Progress is reported once per trial,
+        and while one runs, at its start and at each of its training steps."""
         found = self.journal.done(self.executor.name, point.key(), repeat)
         if found is not None and (point.key(), repeat) in self._seen:
             return found
         self._seen.add((point.key(), repeat))
         reused = found is not None
         if found is None:
+            self._tell(Running(self.executor.name, point, repeat))
             found = self._run(point, repeat)
             self.journal.record(found)
         self.done += 1
@@ -52,8 +55,10 @@ class Measurer:
         started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         t0 = time.perf_counter()
         name = self.executor.name
+        target = self.target if self.on_trial is None else replace(
+            self.target, on_step=lambda s: self._tell(Running(name, point, repeat, s)))
         try:
-            m, raw = self.executor.run(point, self.target)
+            m, raw = self.executor.run(point, target)
             return Trial(name, point, repeat, "ok", m, "", started, time.perf_counter() - t0, raw)
         except OSError:
             # the executor's own files on a drive that died (EIO, an ext4 gone read-only): the drive is
@@ -65,6 +70,10 @@ class Measurer:
             if e.stops_sweep:
                 self._stop = str(e)
             return Trial(name, point, repeat, "failed", None, str(e), started, time.perf_counter() - t0, e.raw)
+
+    def _tell(self, running: Running) -> None:
+        if self.on_trial:
+            self.on_trial(Progress(self.done, max(self.planned, self.done + 1), None, running=running))
 
     def _stop_if_the_drive_is_gone(self, point: SweepPoint, repeat: int) -> None:
         """DriveGone, naming the drive, when the trial failed because the drive

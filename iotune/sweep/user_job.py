@@ -27,6 +27,9 @@ iotune.resources, so nothing here imports trace):
   the trial within seconds, failed with the lock named, and stops the
   sweep: the job would wait on it until the time limit, and so would every
   later trial.
+- progress: each step the hook reports reaches the target's on_step (a
+  progress display; no loss: the hook times steps, it does not see the
+  loss); the job's output stays in the trial's stdout.log and stderr.log.
 - omp_threads: sets OMP_NUM_THREADS; a job that overrides it in its ranks
   (e.g. the launcher's --bind_cores_to_rank) fails the trial instead of being
   measured at a thread count it did not run.
@@ -67,6 +70,7 @@ from ..model.hook_events import (
     read_tensors,
     step_timings,
 )
+from ..model.steps import StepProgress
 from ..model.sweep import Measurement, SweepPoint
 from ..resources import inject_dir
 from .config import aio_block_changes, candidate_config, nvme_sections
@@ -176,7 +180,7 @@ class CommandExecutor:
             extra = {"OMP_NUM_THREADS": str(point.omp_threads)} if point.omp_threads else {}
             config = candidate_config(self.job.config, aio_block_changes(point.aio()), swap)
             argv, job = run_with_config(self.job, config, work, target.cgroup, self.job.timeout_s, self.job.steps,
-                                        extra)
+                                        extra, on_step=target.on_step)
             return self._measure(point, argv, job, work / "events", swap)
 
     def _measure(self, point: SweepPoint, argv: list[str], job: JobRun, events: Path,
@@ -258,12 +262,14 @@ def _swap_bytes(att: Any) -> dict[str, int]:
 
 def run_with_config(job: UserJob, config: dict[str, Any], work: Path, cgroup: str | None, timeout_s: float,
                     steps: int, extra_env: dict[str, str] | None = None,
-                    enough: Callable[[Path], bool] | None = None, shape_only: bool = False) -> tuple[list[str], JobRun]:
+                    enough: Callable[[Path], bool] | None = None, shape_only: bool = False,
+                    on_step: Callable[[StepProgress], None] | None = None) -> tuple[list[str], JobRun]:
     """The user's command with `config` written into `work` (under the name
     of their config file) in place of {config}, the startup hook writing its
     events to work/events; stopped after `steps` optimizer steps, or sooner
     when `enough(events)` says so (with `shape_only`: at deepspeed.initialize,
-    once the hook reported the model's tensors). (argv, run)."""
+    once the hook reported the model's tensors); `on_step` is told each step.
+    (argv, run)."""
     path = work / (job.config_path.name if job.config_path.suffix == ".json" else "ds_config.json")
     path.write_text(json.dumps(config, indent=2) + "\n")
     events = work / "events"
@@ -271,7 +277,7 @@ def run_with_config(job: UserJob, config: dict[str, Any], work: Path, cgroup: st
     argv = [a.replace(PLACEHOLDER, str(path)) for a in job.argv]
     env = private_tmp({**hook_env(dict(os.environ), inject_dir(), events, steps, shape_only), **(extra_env or {})},
                       work / "tmp")
-    return argv, run_job(argv, env, cgroup, timeout_s, work, events, steps, enough)
+    return argv, run_job(argv, env, cgroup, timeout_s, work, events, steps, enough, on_step)
 
 
 def probe_shape(job: UserJob, config: dict[str, Any], work: Path, cgroup: str | None, timeout_s: float,
@@ -287,13 +293,15 @@ def probe_shape(job: UserJob, config: dict[str, Any], work: Path, cgroup: str | 
 
 
 def run_job(argv: list[str], env: dict[str, str], cgroup: str | None, timeout_s: float, logs: Path,
-            events: Path, steps: int, enough: Callable[[Path], bool] | None = None) -> JobRun:
+            events: Path, steps: int, enough: Callable[[Path], bool] | None = None,
+            on_step: Callable[[StepProgress], None] | None = None) -> JobRun:
     """Run the job as its own process group, output to files in `logs`.
     Killed (the whole group) at the time limit, or STOP_GRACE_S after every
     rank completed `steps` steps, or as soon as `enough(events)` holds after
     a step (ended_by "enough": its steps agree, more would tell nothing), or
     as soon as it waits, before its first step, on a build lock nobody
-    holds; any interruption kills it too."""
+    holds; any interruption kills it too. `on_step` is told each step the
+    hook reports, as it is seen (every POLL_S)."""
     out_path, err_path = logs / "stdout.log", logs / "stderr.log"
     t0 = time.monotonic()
     with out_path.open("wb") as out, err_path.open("wb") as err:
@@ -304,6 +312,7 @@ def run_job(argv: list[str], env: dict[str, str], cgroup: str | None, timeout_s:
             raise TrialFailed(f"cannot run {argv[0]}: {e.strerror}") from None
     ended_by, done_at, seen = "", None, 0
     locks, hang = LockWatch(env), None
+    tell = _step_teller(events, steps, on_step) if on_step is not None else None
     try:
         while True:
             try:
@@ -313,6 +322,8 @@ def run_job(argv: list[str], env: dict[str, str], cgroup: str | None, timeout_s:
                 pass
             now = time.monotonic()
             done = completed_steps(events)
+            if tell is not None:
+                tell(done)
             if done > seen and done < steps and enough is not None and enough(events):
                 ended_by = "enough"
                 kill_group(proc)
@@ -336,10 +347,29 @@ def run_job(argv: list[str], env: dict[str, str], cgroup: str | None, timeout_s:
         kill_group(proc)      # ranks a launcher left behind, and on any interruption
         kill_session(proc.pid)     # and what left the group (ninja's compilers of an op build)
         proc.wait()
+    if tell is not None:
+        tell(completed_steps(events))      # those after the last look
     return JobRun(proc.returncode, round(time.monotonic() - t0, 3), ended_by, _tail(out_path), _tail(err_path),
                   hang_note(hang, f"The trial's job ({argv[0]}) had not completed a training step after "
                                   f"{time.monotonic() - t0:.0f} s: it waits on this lock, as would every later "
                                   f"trial.") if hang else "", hang.path if hang else "")
+
+
+def _step_teller(events: Path, steps: int, on_step: Callable[[StepProgress], None]) -> Callable[[int], None]:
+    """tell(done): `on_step` each step up to `done` (of `steps`) not told
+    yet, with its time (the slowest rank's); made: the job started."""
+    told = 0
+    on_step(StepProgress(0, steps))
+
+    def tell(done: int) -> None:
+        nonlocal told
+        if done <= told:
+            return
+        timings = step_timings(read_events(events))[:min(done, steps)]
+        for n, t in enumerate(timings[told:], told + 1):
+            on_step(StepProgress(n, steps, t.step_s))
+        told = max(told, len(timings))
+    return tell
 
 
 def _tail(path: Path) -> str:

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..host.cgroup import join_cgroup_preexec
 from ..errors import CommandNotExecutable, CommandNotFound, UsageError
@@ -37,9 +38,12 @@ def sudo_user() -> RunAs | None:
 
 
 def start(argv: list[str], run_as: RunAs | None, stdout_to_stderr: bool,
-          cgroup: str | None = None, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+          cgroup: str | None = None, env: dict[str, str] | None = None,
+          log: Path | None = None) -> subprocess.Popen[bytes]:
     """Start the traced command. With `cgroup` (a cgroup v1 directory), the
-    child joins it before exec, so all of its I/O is governed by it.
+    child joins it before exec, so all of its I/O is governed by it. With
+    `log`, its stdout and stderr go to that file (made anew) instead of going
+    to ours (`stdout_to_stderr` then does not matter).
 
     Interactive (stdin is a terminal): the child shares our process group, so
     Ctrl-C reaches it and everything it started, as without iotune. Otherwise
@@ -59,6 +63,9 @@ def start(argv: list[str], run_as: RunAs | None, stdout_to_stderr: bool,
     if cgroup is not None:
         kwargs["preexec_fn"] = join_cgroup_preexec(cgroup)
     try:
+        if log is not None:
+            with log.open("wb") as out:
+                return subprocess.Popen(argv, env=env, stdout=out, stderr=out, **kwargs)  # type: ignore[call-overload]
         return subprocess.Popen(
             argv, env=env, stdout=2 if stdout_to_stderr else None, **kwargs  # type: ignore[call-overload]
         )

@@ -40,6 +40,7 @@ class TraceOptions:
     interval_s: float = 1.0
     run_as: childproc.RunAs | None = None
     stdout_to_stderr: bool = False          # keep stdout clean for --json
+    log: Path | None = None                 # the command's stdout and stderr go to this file, not ours
     linger_s: float = 0.0                   # keep tracing after the command ends
     cgroup: str | None = None               # run the command in this cgroup (v1 dir)
     inject: bool = False                    # attribution hooks in Python children
@@ -104,7 +105,7 @@ def _start(argv: list[str], opts: TraceOptions, env: dict[str, str] | None,
     if app is not None:
         app.launcher(os.getpid())
     try:
-        return childproc.start(argv, opts.run_as, opts.stdout_to_stderr, opts.cgroup, env)
+        return childproc.start(argv, opts.run_as, opts.stdout_to_stderr, opts.cgroup, env, opts.log)
     finally:
         if app is not None:
             app.launched(os.getpid())

@@ -12,6 +12,9 @@ Each optimizer step prints one machine-readable line on stdout:
 
     IOTUNE_STEP {"step": 1, "loss": 6.93, "step_s": 0.41, "optimizer_step_s": 0.22, ...}
 
+and with --step-log FILE appends the same line to FILE, which iotune
+follows for its progress display while the run goes.
+
 With --ds-config the DeepSpeed config is read from that file instead of
 being generated (the model, data and step loop stay the same): micro-batch,
 gradient accumulation, bf16 and the strategy are taken from the config.
@@ -78,6 +81,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="restore the checkpoint DIR holds (its `latest`) before training, and go on from its "
                         "step with the batches an uninterrupted run would see next")
     p.add_argument("--print-config", action="store_true", help="print the DeepSpeed config and exit")
+    p.add_argument("--step-log", default=None, metavar="FILE",
+                   help="also append each step's IOTUNE_STEP line to FILE (for a progress display)")
     p.add_argument("--no-zenflow-workaround", action="store_true",
                    help="do not repair DeepSpeed 0.19.8's ZenFlow weight layout (the run then stops "
                         "with an error instead of training on corrupted weights)")
@@ -195,14 +200,18 @@ def build_model(spec: WorkloadSpec, seed: int, config: dict[str, Any]) -> Any:
     return model
 
 
-def emit(record: dict[str, Any]) -> None:
-    sys.stdout.write(STEP_PREFIX + json.dumps(record) + "\n")
+def emit(record: dict[str, Any], step_log: str | None = None) -> None:
+    line = STEP_PREFIX + json.dumps(record) + "\n"
+    sys.stdout.write(line)
     sys.stdout.flush()
+    if step_log:
+        with open(step_log, "a") as fh:          # one write of one whole line
+            fh.write(line)
 
 
 def train(spec: WorkloadSpec, steps: int, seed: int, checkpoint_dir: str | None,
           zenflow_workaround: bool = True, config: dict[str, Any] | None = None,
-          plan: CheckpointPlan | None = None) -> None:
+          plan: CheckpointPlan | None = None, step_log: str | None = None) -> None:
     import deepspeed
     import torch
 
@@ -244,7 +253,7 @@ def train(spec: WorkloadSpec, steps: int, seed: int, checkpoint_dir: str | None,
                   "optimizer_step_s": round(opt_s, 6), "strategy": spec.strategy, "size": spec.size,
                   "params": shape.param_count(), "seq_len": seq_len, "grad_accum": spec.grad_accum,
                   "omp_threads": omp_threads,
-                  **process_memory()})
+                  **process_memory()}, step_log)
         if checkpoint_dir and step == plan.save_at:
             engine.save_checkpoint(checkpoint_dir, client_state={"iotune_micro": micro})
     if checkpoint_dir and plan.save_at is None:
@@ -289,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         single_process_env()
         train(spec, args.steps, args.seed, args.checkpoint_dir, not args.no_zenflow_workaround, config,
-              CheckpointPlan(args.save_at, args.load_checkpoint))
+              CheckpointPlan(args.save_at, args.load_checkpoint), args.step_log)
     except IotuneError as e:
         sys.stderr.write(f"iotune-train: error: {e}\n")
         return e.exit_code

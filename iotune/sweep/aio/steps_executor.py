@@ -10,6 +10,10 @@ run instead of ~20 s here; each fork is still a process of its own, in the
 target's cgroup. If the warm-start server cannot start, runs are exec'd as
 before and the executor says so once.
 
+While a run trains, its steps reach the target's on_step (a progress
+display) through the workload's --step-log file, read every WATCH_EVERY_S;
+the run's own output stays captured, off the terminal.
+
 A run that waits on a DeepSpeed op-build lock nobody holds or builds under
 (opbuild.oplocks.LockWatch, checked every WATCH_EVERY_S) is stopped within
 seconds and fails with the lock named; that failure stops the sweep, since
@@ -23,7 +27,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from ...errors import WarmStartUnavailable
@@ -32,7 +38,7 @@ from ...host.ledger import private_tmp, temp_dir
 from ...opbuild.oplocks import BuildLockHang, hang_guard, release_locks_left_since
 from ...host.proc import last_line, run_in_own_group
 from ...model.offload import GainSplit, JobShape, OffloadKnobs, gain_split
-from ...model.steps import parse_steps
+from ...model.steps import StepFollower, parse_steps
 from ...model.sweep import Measurement, SweepPoint
 from ...workloads.presets import PRESETS, tensor_numels
 from ...workloads.warmstart import WarmStarter
@@ -49,14 +55,16 @@ class StepsExecutor:
         self.warm: WarmStarter | None = WarmStarter() if warm else None
         self.notes: list[str] = []          # what the caller should tell the user (a cold fallback)
 
-    def train_args(self, point: SweepPoint, target: Target) -> list[str]:
+    def train_args(self, point: SweepPoint, target: Target, step_log: Path | None = None) -> list[str]:
         return ["--strategy", self.strategy, "--size", self.size, "--steps", str(self.steps),
                 "--nvme-path", str(target.files_dir), "--aio-block-size", str(point.block_size),
                 "--aio-queue-depth", str(point.queue_depth),
-                "--aio-intra-op-parallelism", str(point.intra_op_parallelism)]
+                "--aio-intra-op-parallelism", str(point.intra_op_parallelism),
+                *(["--step-log", str(step_log)] if step_log else [])]
 
-    def argv(self, point: SweepPoint, target: Target) -> list[str]:
-        return [sys.executable, "-W", "ignore", "-m", "iotune.workloads.train", *self.train_args(point, target)]
+    def argv(self, point: SweepPoint, target: Target, step_log: Path | None = None) -> list[str]:
+        return [sys.executable, "-W", "ignore", "-m", "iotune.workloads.train",
+                *self.train_args(point, target, step_log)]
 
     def gain_split(self, reference: SweepPoint, candidate: SweepPoint, speedup: float) -> GainSplit | None:
         """The candidate's gain by cause: the built-in workload's tensors are
@@ -73,17 +81,21 @@ class StepsExecutor:
         if self.warm is not None:
             self.warm.close()
 
-    def _start(self, point: SweepPoint, target: Target, env: dict[str, str]) -> subprocess.CompletedProcess:  # type: ignore[type-arg]
+    def _start(self, point: SweepPoint, target: Target, env: dict[str, str],
+               follow: StepFollower | None = None) -> subprocess.CompletedProcess:  # type: ignore[type-arg]
         watch = hang_guard(env, "The training run")
+        step_log = None
+        if follow is not None:
+            watch, step_log = _watching(watch, follow), follow.path
         if self.warm is not None:
             try:
-                return self.warm.run(self.train_args(point, target), self.timeout_s, target.cgroup, env,
+                return self.warm.run(self.train_args(point, target, step_log), self.timeout_s, target.cgroup, env,
                                      watch=watch)
             except WarmStartUnavailable as e:
                 self.warm.close()
                 self.warm = None
                 self.notes.append(f"{e}; training runs start cold from here on")
-        return run_in_own_group(self.argv(point, target), self.timeout_s,
+        return run_in_own_group(self.argv(point, target, step_log), self.timeout_s,
                                 join_cgroup_preexec(target.cgroup), env=env, watch=watch)
 
     def run(self, point: SweepPoint, target: Target) -> tuple[Measurement, dict[str, Any]]:
@@ -93,7 +105,11 @@ class StepsExecutor:
         started = time.time()
         try:
             with contextlib.ExitStack() as stack:    # the run's temporary files go with a recorded directory
-                proc = self._start(point, target, private_tmp(env, temp_dir(stack, "iotune-run-")))
+                tmp = temp_dir(stack, "iotune-run-")
+                follow = StepFollower(tmp / "steps.log", self.steps, target.on_step) if target.on_step else None
+                proc = self._start(point, target, private_tmp(env, tmp), follow)
+                if follow is not None:
+                    follow.poll()           # the steps logged after the last look
         except BuildLockHang as e:
             raise TrialFailed(str(e), {"build_lock": e.lock.path}, stops_sweep=True) from None
         except subprocess.TimeoutExpired:
@@ -114,3 +130,10 @@ class StepsExecutor:
         return Measurement(step_s=statistics.median(r.step_s for r in steady),
                            optimizer_step_s=statistics.median(r.optimizer_step_s for r in steady)), raw
 
+
+def _watching(watch: Callable[[], None], follow: StepFollower) -> Callable[[], None]:
+    """`watch`, then the steps the run logged since the last call."""
+    def check() -> None:
+        watch()
+        follow.poll()
+    return check
