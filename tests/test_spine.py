@@ -15,10 +15,15 @@ import pytest
 from iotune.analysis.lint.memory import memory_rules
 from iotune.doctor import job as doctor_job
 from iotune.doctor import jobfacts
+from iotune.model.checkpoint_sweep import CheckpointRequest
 from iotune.model.host_memory import FIT_MARGIN, TIGHT_SHARE, HostContext, HostFit, host_fit, host_memory
 from iotune.model.lint import LintEnv
 from iotune.model.offload import JobShape, OffloadKnobs
+from iotune.model.sweep import TRIAL_TIMEOUT_S
+from iotune.sweep.offload.runner import TrialPlan
 from iotune.sweep.offload.space import Budget, host_fit_of, refusals
+from iotune.sweep.space import RunSettings
+from iotune.sweep.user_job import UserJob
 
 # -- one verdict on the host's memory ----------------------------------------------------------------------------------
 
@@ -83,3 +88,13 @@ def test_lint_doctor_and_the_offload_search_give_the_same_verdict(monkeypatch: p
     for budget, expected in cases.items():
         got = (lint_verdict(budget), doctor_verdict(budget, monkeypatch), offload_verdict(budget))
         assert got == (expected,) * 3, (budget, peak, got)
+
+
+# -- one trial time limit ----------------------------------------------------------------------------------------------
+
+
+def test_one_trial_time_limit() -> None:
+    assert TRIAL_TIMEOUT_S == 1800.0
+    assert RunSettings().steps_timeout_s == TrialPlan().timeout_s == TRIAL_TIMEOUT_S
+    assert CheckpointRequest(swap_dir="/s", out_dir="/o").timeout_s == TRIAL_TIMEOUT_S
+    assert UserJob(argv=("x",), config_path=Path("c.json")).timeout_s == TRIAL_TIMEOUT_S

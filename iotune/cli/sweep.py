@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from ..errors import UsageError
+from ..model.sweep import TRIAL_TIMEOUT_S
 from ..model.units import parse_size
 from ..volumes.beds import BEDS, DEFAULT_BED
 from .fleet import fleet_nodes, refuse_with_hosts, sweep_hosts
@@ -63,7 +64,7 @@ from .options import (SIZE, GroupedCommand, SettingType, chosen_format, csv_list
 @click.option("--steps-timeout", "steps_timeout_s", type=SettingType("steps_timeout_s"), default=None,
               metavar="SECONDS",
               help=setting_help("steps_timeout_s", "Wall-clock limit of one training-step trial; the job's process "
-                                                   "group is killed after it (default: 1800)."))
+                                                   f"group is killed after it (default: {TRIAL_TIMEOUT_S:g})."))
 @click.option("--steps-cmd", default=None, metavar="CMD",
               help="Confirm on YOUR training job instead of the built-in one, e.g. "
                    "\"deepspeed train.py --deepspeed_config {config}\": each candidate's aio block is written into "

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..model.sweep import TRIAL_TIMEOUT_S
 from ..resources import profile_names, profile_path
 from .bounds import check_setting
 
@@ -40,7 +41,7 @@ class RunSettings:
     noise_floor: float = 0.05         # steps: the smallest gain worth reporting (the rule's bound must clear it)
     runtime_s: float = 0.0            # fio: time-based trials of this length per direction (0: size-based)
     ramp_s: float = 0.0               # fio: excluded from the start of each direction
-    steps_timeout_s: float = 1800.0   # wall-clock limit of one training-step trial
+    steps_timeout_s: float = TRIAL_TIMEOUT_S   # wall-clock limit of one training-step trial
 
 
 @dataclass(frozen=True)

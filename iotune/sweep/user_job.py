@@ -67,7 +67,7 @@ from ..model.hook_events import (
     read_tensors,
     step_timings,
 )
-from ..model.sweep import Measurement, SweepPoint
+from ..model.sweep import TRIAL_TIMEOUT_S, Measurement, SweepPoint
 from ..resources import inject_dir
 from .executor import Target, TrialFailed
 
@@ -87,7 +87,7 @@ class UserJob:
     config_path: Path
     config: dict[str, Any] = field(default_factory=dict)
     steps: int = 6                       # optimizer steps per trial
-    timeout_s: float = 1800.0            # wall-clock limit per trial
+    timeout_s: float = TRIAL_TIMEOUT_S   # wall-clock limit per trial
 
     def identity(self) -> dict[str, Any]:
         """What the trials depend on (journal header): a journal resumes

@@ -18,6 +18,7 @@ from typing import Any
 
 from ...model.aio import AioSettings
 from ...model.checkpoint_sweep import CheckpointOutcome, CheckpointRequest
+from ...model.sweep import TRIAL_TIMEOUT_S
 from ...workloads.presets import get_preset
 from .sweep import run_checkpoint_sweep
 from .journal import NAME as JOURNAL_NAME
@@ -55,7 +56,7 @@ def request_for(args: CheckpointArgs, swap_dir: Path, cgroup: str | None, out: P
     """The library's request: the user's job, or the built-in model named."""
     user = ()
     if args.steps_cmd:
-        job = parse_user_job(args.steps_cmd, args.ds_config, args.steps or 2, args.steps_timeout_s or 1800.0,
+        job = parse_user_job(args.steps_cmd, args.ds_config, args.steps or 2, args.steps_timeout_s or TRIAL_TIMEOUT_S,
                              need_nvme=False)
         user = job.argv
     else:
@@ -67,7 +68,7 @@ def request_for(args: CheckpointArgs, swap_dir: Path, cgroup: str | None, out: P
         save_at=args.save_at, measure_steps=steps, interval_steps=args.every, restore_steps=args.restore_steps,
         repeats=args.repeats, dirty_limits=args.dirty_limits,
         aio_candidates=tuple(AioSettings(block_size=b) for b in args.block_sizes),
-        timeout_s=args.steps_timeout_s or 1800.0, cgroup=cgroup or "")
+        timeout_s=args.steps_timeout_s or TRIAL_TIMEOUT_S, cgroup=cgroup or "")
 
 
 def place_journal(out: Path, request: CheckpointRequest, fresh: bool, say: Callable[[str], None]) -> None:
