@@ -23,6 +23,7 @@ from iotune.model.sweep import TRIAL_TIMEOUT_S
 from iotune.sweep.offload.runner import TrialPlan
 from iotune.sweep.offload.space import Budget, host_fit_of, refusals
 from iotune.sweep.space import RunSettings
+from iotune.sweep.target import SWEEPS_DIR, default_out
 from iotune.sweep.user_job import UserJob
 
 # -- one verdict on the host's memory ----------------------------------------------------------------------------------
@@ -98,3 +99,19 @@ def test_one_trial_time_limit() -> None:
     assert RunSettings().steps_timeout_s == TrialPlan().timeout_s == TRIAL_TIMEOUT_S
     assert CheckpointRequest(swap_dir="/s", out_dir="/o").timeout_s == TRIAL_TIMEOUT_S
     assert UserJob(argv=("x",), config_path=Path("c.json")).timeout_s == TRIAL_TIMEOUT_S
+
+
+# -- one default output directory --------------------------------------------------------------------------------------
+
+
+def test_every_default_output_directory_is_named_by_one_function() -> None:
+    drive = {"fs": "uuid-1"}
+    digest = hashlib.sha1(json.dumps(drive, sort_keys=True).encode()).hexdigest()[:8]
+    # the aio sweep's and the offload search's names are what they were: their journals resume
+    assert default_out("default", drive, "fio") == Path("iotune-sweeps") / f"default-fio-{digest}"
+    job = {"model": "tiny", "seq_len": 128, "steps": 4}
+    with_job = hashlib.sha1(json.dumps([drive, job], sort_keys=True).encode()).hexdigest()[:8]
+    assert default_out("offload", drive, job=job) == SWEEPS_DIR / f"offload-{with_job}"
+    assert default_out("checkpoint", drive, job=job) == SWEEPS_DIR / f"checkpoint-{with_job}"
+    assert default_out("quick", None, "fio", "layouts") == SWEEPS_DIR / "quick-fio-layouts"     # iotune's own drives
+    assert default_out("quick", drive, "fio", "netfs") == SWEEPS_DIR / f"quick-fio-netfs-{digest}"

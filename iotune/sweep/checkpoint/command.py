@@ -9,7 +9,6 @@ built-in model with the user's config."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from ...workloads.presets import get_preset
 from .sweep import run_checkpoint_sweep
 from .journal import NAME as JOURNAL_NAME
 from ..journal import keep_aside
-from ..target import drive_of, sweep_target
+from ..target import default_out, drive_of, sweep_target
 from ..space import RunSettings
 from ..user_job import parse_user_job, refuse_other_models
 
@@ -92,7 +91,8 @@ def run_checkpoint_command(args: CheckpointArgs, say: Callable[[str], None]) -> 
     drive = drive_of(args)
     with sweep_target(args, RunSettings(), say) as (target, _):
         swap = target.files_dir
-        out = args.out or Path("iotune-sweeps") / f"checkpoint-{_digest(drive, args)}"
+        job = {"cmd": args.steps_cmd, "config": str(args.ds_config or ""), "model": args.model}
+        out = args.out or default_out("checkpoint", drive, job=job)
         request = request_for(args, swap, target.cgroup, out)
         place_journal(out, request, args.fresh, say)
         say(f"checkpoint sweep: journal {out / JOURNAL_NAME}")
@@ -114,7 +114,3 @@ def pick_fragment(outcome: CheckpointOutcome) -> dict[str, Any]:
         fragment["aio"] = c.aio.to_ds_json()
     return fragment
 
-
-def _digest(drive: dict[str, object], args: CheckpointArgs) -> str:
-    job = {"cmd": args.steps_cmd, "config": str(args.ds_config or ""), "model": args.model}
-    return hashlib.sha1(json.dumps([drive, job], sort_keys=True, default=str).encode()).hexdigest()[:10]
