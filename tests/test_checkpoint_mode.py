@@ -15,9 +15,10 @@ from iotune.cli import cli
 from iotune.model.aio import AioSettings
 from iotune.model.checkpoint import WriterSettings
 from iotune.model.checkpoint_sweep import CandidateResult, CheckpointCandidate, CheckpointOutcome, CheckpointRequest
-from iotune.sweep.checkpoint.journal import NAME, CheckpointJournal
-from iotune.sweep.checkpoint.command import CheckpointArgs, checkpoint_changes, place_journal, request_for
+from iotune.sweep.checkpoint.command import CheckpointArgs, checkpoint_changes, request_for
+from iotune.sweep.checkpoint.sweep import open_checkpoint_journal
 from iotune.sweep.config import REMOVE
+from iotune.sweep.journal import NAME
 
 
 @pytest.mark.parametrize("argv,says", [
@@ -91,19 +92,18 @@ def test_a_users_job_goes_into_the_request_as_its_argv(tmp_path: Path) -> None:
 def test_the_journal_is_kept_aside_on_fresh_and_for_another_sweep(tmp_path: Path) -> None:
     said: list[str] = []
     q = CheckpointRequest(swap_dir=str(tmp_path), out_dir=str(tmp_path))
-    CheckpointJournal(tmp_path, q)                        # the header of q
-    place_journal(tmp_path, q, False, said.append)        # the same sweep: resumed, nothing said
+    open_checkpoint_journal(q, False, said.append)        # the header of q
+    open_checkpoint_journal(q, False, said.append)        # the same sweep: resumed, nothing said
     assert said == [] and [p.name for p in tmp_path.glob("*.jsonl")] == [NAME]
-    place_journal(tmp_path, CheckpointRequest(swap_dir=str(tmp_path), out_dir=str(tmp_path), save_at=5), False,
-                  said.append)
-    kept = sorted(p.name for p in tmp_path.glob("checkpoint-journal.*.jsonl"))
-    assert len(kept) == 1 and not (tmp_path / NAME).exists()
-    assert said == [f"checkpoint sweep: it was recorded for another checkpoint sweep: starting a new journal in "
-                    f"{tmp_path} (the old one is kept as {kept[0]})"]
-    CheckpointJournal(tmp_path, q)
-    place_journal(tmp_path, q, True, said.append)
-    assert len(list(tmp_path.glob("checkpoint-journal.*.jsonl"))) == 2 and said[-1].startswith(
-        "checkpoint sweep: --fresh: starting a new journal")
+    open_checkpoint_journal(CheckpointRequest(swap_dir=str(tmp_path), out_dir=str(tmp_path), save_at=5), False,
+                            said.append)
+    kept = sorted(p.name for p in tmp_path.glob("journal.*.jsonl"))
+    assert len(kept) == 1 and (tmp_path / NAME).exists()
+    assert len(said) == 1 and said[0].startswith(f"sweep: the journal in {tmp_path} was recorded with request ")
+    assert said[0].endswith(f": starting a new one (the old one is kept as {kept[0]})")
+    open_checkpoint_journal(q, True, said.append)
+    assert len(list(tmp_path.glob("journal.*.jsonl"))) == 2 and said[-1].startswith(
+        "sweep: --fresh: starting a new journal")
 
 
 def result(candidate: CheckpointCandidate) -> CandidateResult:

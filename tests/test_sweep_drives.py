@@ -27,10 +27,10 @@ needs_loops = needs_root_for("loop devices and mount")
 def test_the_built_in_drive_is_keyed_by_its_limits() -> None:
     drive = drive_of(SweepArgs(target_dir=None))
     assert drive == {"emulated": BUILTIN_LIMITS.to_json()}
-    out = default_out("default", "fio", drive)
+    out = default_out("default", drive, "fio")
     assert out.parent == Path("iotune-sweeps") and out.name.startswith("default-fio-") and len(out.name) == 20
-    assert default_out("default", "fio", dict(drive)) == out
-    assert default_out("default", "fio", {"emulated": {**BUILTIN_LIMITS.to_json(), "iops": 1}}) != out
+    assert default_out("default", dict(drive), "fio") == out
+    assert default_out("default", {"emulated": {**BUILTIN_LIMITS.to_json(), "iops": 1}}, "fio") != out
 
 
 @pytest.fixture

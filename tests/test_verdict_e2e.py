@@ -172,7 +172,7 @@ def test_a_sweep_journal_of_the_same_drive_gives_its_ceiling(drive: Any, tmp_pat
 
     identity = drive_identity(str(drive.mount_point))
     assert "filesystem_uuid" in identity
-    out = tmp_path / default_out("default", "fio", identity)
+    out = tmp_path / default_out("default", identity, "fio")
     j = open_journal(out, fresh=False)
     j.start(SweepEnv(executor="fio", drive=identity))
     j.record(Trial("fio", SweepPoint(), 0, "ok", Measurement(41e6, 39e6)))

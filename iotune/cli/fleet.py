@@ -100,13 +100,14 @@ def sweep_hosts(hosts: tuple[str, ...], transport: Transport, args: SweepArgs, r
     from ..render.registry import render
     from ..sweep.aio.command import build_profile
     from ..sweep.aio.fleet import FleetSweepOptions, sweep_fleet
+    from ..sweep.target import default_out
 
     if args.target_dir is None:
         raise UsageError("a multi-node sweep needs --path P: the directory on each host's drive to tune "
                          "(e.g. the job's nvme_path)")
     prof = build_profile(args)       # the options are checked here before any host is contacted
     now = dt.datetime.now(dt.timezone.utc)
-    out = (args.out or Path("iotune-sweeps") / f"fleet-{prof.name}-{now:%Y%m%d-%H%M%S}").absolute()
+    out = (args.out or default_out("fleet", None, prof.name, f"{now:%Y%m%d-%H%M%S}")).absolute()
     opts = FleetSweepOptions(hosts=hosts, remote_iotune=remote_iotune or default_remote_iotune(), out_dir=out,
                              transport=transport)
     t0 = time.monotonic()

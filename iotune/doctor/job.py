@@ -19,6 +19,7 @@ from ..opbuild import oplocks
 from ..fs.directio import direct_io_problem
 from ..model import units
 from ..model.checks import CheckResult
+from ..model.host_memory import host_fit
 from ..host.memory import ram_bytes
 from ..model.lint import LintEnv, PathFacts
 from ..model.offload import OffloadKnobs, nvme_space
@@ -32,6 +33,7 @@ AIO_FIX = ("apt-get install libaio-dev (RHEL: yum install libaio-devel), then th
            "elsewhere: set CFLAGS=-I<prefix>/include LDFLAGS=-L<prefix>/lib; or prebuild it: "
            "DS_BUILD_AIO=1 DS_BUILD_PIN_MEMORY=1 LDFLAGS='-Wl,--no-as-needed -laio' pip install --force-reinstall "
            "--no-deps --no-build-isolation --no-cache-dir deepspeed (or iotune's scripts/setup.sh)")
+DOCTOR_STATUS = {"fits": "ok", "tight": "warn", "over": "fail"}      # host_fit's verdict as a check's status
 LINT_OWN = ("nvme-path-", "pinned-", "checkpoint-dir-", "checkpoint-space")   # lint rules doctor answers itself
 
 
@@ -219,7 +221,7 @@ def check_memory(job: Job, env: LintEnv) -> list[CheckResult]:
     text = (f"{units.mib(host)} of host memory at the peak for {ranks} rank(s) ({memory.peak_phase()}: "
             f"{describe([i for i in memory.items if i.phase in ('resident', memory.peak_phase())])}){assumed} "
             f"against {units.mib(limit)}, {which}")
-    status = "fail" if host > limit else "warn" if host > 0.9 * limit else "ok"
+    status = DOCTOR_STATUS[host_fit(host, limit).verdict]
     out.append(CheckResult("host memory", status, text, "lower sub_group_size (the optimizer's swap buffers and "
                            "step-1 moments scale with the largest sub-group) or the buffer counts, or raise the "
                            "memory limit; `iotune sweep offload` searches what fits"))

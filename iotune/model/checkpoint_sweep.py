@@ -39,6 +39,7 @@ from typing import Any
 
 from .aio import AioSettings
 from .checkpoint import WriterSettings
+from .sweep import TRIAL_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ class CheckpointRequest:
     writers: tuple[WriterSettings, ...] = ()       # writer candidates (default: the space's)
     dirty_limits: tuple[int, ...] = ()             # writeback candidates, bytes (empty: not varied)
     aio_candidates: tuple[AioSettings, ...] = ()   # other aio blocks to try with the best writer
-    timeout_s: float = 1800.0
+    timeout_s: float = TRIAL_TIMEOUT_S
     seed: int = 1234
     accelerator: str = "cpu"                       # DeepSpeed's accelerator where the job runs
     cgroup: str = ""                               # a blkio cgroup the trials' processes join ("" : none)

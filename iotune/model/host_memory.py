@@ -1,7 +1,8 @@
 """The host memory of a ZeRO-3 offload job, one rank, predicted before it
 runs from its config (iotune.model.offload.OffloadKnobs) and its parameter
 tensors (JobShape): what `plan`, `lint`, `doctor --ds-config` and
-`sweep offload` all check against MemAvailable and ulimit -l.
+`sweep offload` all check against MemAvailable and ulimit -l, the peak
+through one verdict (host_fit: fits, tight or over).
 
 Each item is something DeepSpeed 0.19.8 allocates (paths under
 deepspeed/runtime/), resident for the whole run or transient in one phase;
@@ -49,8 +50,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
+from . import units
 from .offload import (DTYPE_BYTES, JobShape, OffloadKnobs, aligned, pages, sub_groups, swap_split)
+from .record import JsonRecord
 
 PHASES = ("resident", "initialize", "forward/backward", "step 1")
 
@@ -223,14 +227,53 @@ def swap_split_groups(knobs: OffloadKnobs, shape: JobShape) -> list[int]:
     return [g for g in sub_groups(knobs, shape) if 4 * g >= knobs.min_swap_bytes]
 
 
-def fits(memory: HostMemory, host_bytes: int | None, memlock_bytes: int | None) -> list[str]:
-    """Why `memory` does not fit the host (empty: it fits)."""
-    out = []
-    if memlock_bytes is not None and memory.locked_bytes > memlock_bytes:
-        out.append(f"locks {memory.locked_bytes:,} B, over ulimit -l {memlock_bytes:,} B")
-    if host_bytes is not None and memory.peak_bytes > host_bytes:
-        out.append(f"peaks at {memory.peak_bytes:,} B, over {host_bytes:,} B")
-    return out
+# Whether a peak fits the host, decided here for `plan`, `lint`, `doctor --ds-config` and `sweep offload`:
+FIT_MARGIN = 0.0        # admitted when peak x (1 + margin) <= the budget (0.0: up to the budget itself)
+TIGHT_SHARE = 0.9       # an admitted peak above this share of the budget is tight (doctor and lint warn)
+
+
+@dataclass(frozen=True)
+class HostFit(JsonRecord):
+    """A host-memory peak against a budget (RAM, MemAvailable, a container's
+    limit, --max-host-memory): `over` is refused, `tight` admitted with a
+    warning, `fits` admitted; `clause` says how, with the numbers."""
+
+    verdict: str                 # fits | tight | over
+    peak_bytes: int
+    budget_bytes: int
+    margin: float = FIT_MARGIN
+    clause: str = ""             # what follows the peak: "over 1.0 MiB (--max-host-memory)"
+
+    @property
+    def admitted(self) -> bool:
+        return self.verdict != "over"
+
+    @property
+    def sentence(self) -> str:
+        return f"peaks at {units.mib(self.peak_bytes)}, {self.clause}"
+
+
+def host_fit(peak_bytes: int, budget_bytes: int, margin: float = FIT_MARGIN, budget_label: str = "") -> HostFit:
+    """The one verdict on whether `peak_bytes` fits `budget_bytes`: over when
+    peak x (1 + margin) exceeds the budget, tight when it is admitted but
+    above TIGHT_SHARE of the budget, else fits. `budget_label` follows the
+    budget's figure in the clause (" of RAM", " (MemAvailable)")."""
+    budget = f"{units.mib(budget_bytes)}{budget_label}"
+    if peak_bytes * (1 + _exact(margin)) > budget_bytes:
+        return HostFit("over", peak_bytes, budget_bytes, margin,
+                       f"over {budget}" + (f" with a {margin * 100:g} % margin" if margin else ""))
+    if peak_bytes > _exact(TIGHT_SHARE) * budget_bytes:
+        return HostFit("tight", peak_bytes, budget_bytes, margin,
+                       f"{peak_bytes / budget_bytes * 100:.0f} % of {budget}: above {TIGHT_SHARE * 100:.0f} %, "
+                       f"little is left for the page cache and other processes")
+    return HostFit("fits", peak_bytes, budget_bytes, margin,
+                   f"{units.mib(budget_bytes - peak_bytes)} to spare of {budget}")
+
+
+def _exact(fraction: float) -> Fraction:
+    """0.9 as 9/10, not as the float nearest it: a peak exactly at a threshold
+    gets the same verdict whatever the magnitudes."""
+    return Fraction(repr(fraction))
 
 
 def ceil_div(a: int, b: int) -> int:

@@ -3,20 +3,23 @@ it, analysis exports it).
 
 An append-only JSON-lines file. Line 1 is a header:
 {"kind": "header", "version": 1, "env": {...}}; every later line is a
-trial: {"kind": "trial", ...Trial.to_json()} for the aio sweep's, or
+trial: {"kind": "trial", ...Trial.to_json()} for the aio sweep's,
 {"kind": "offload-trial", ...OffloadTrial.to_json()} for the whole-offload
-search's. A crash or Ctrl-C leaves at most a partial last line, which
-reading skips.
+search's, or {"kind": "checkpoint-trial", ...CheckpointTrial.to_json()} for
+the checkpoint sweep's. A crash or Ctrl-C leaves at most a partial last
+line, which reading skips.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import RecordError
+from .checkpoint_sweep import CheckpointTrial
 from .offload_result import OffloadTrial
 from .record import from_fields
 from .sweep import Trial
@@ -32,7 +35,7 @@ class SweepEnv:
     otherwise the sweep starts a new one and keeps the old."""
 
     RESUME_FIELDS: ClassVar[tuple[str, ...]] = ("mode", "drive", "executor", "file_bytes", "files", "runtime_s",
-                                                "steps_cmd", "config_sha1", "iotune_version")
+                                                "steps_cmd", "config_sha1", "iotune_version", "request")
 
     kernel: str = ""
     target: str = ""                                    # the directory trials ran in
@@ -46,9 +49,12 @@ class SweepEnv:
     runtime_s: float | None = None
     started_at: str = ""
     steps_cmd: dict[str, Any] = field(default_factory=dict)   # --steps-cmd's job ({}: the built-in workload)
-    mode: str = "aio"                                   # aio | offload
+    mode: str = "aio"                                   # aio | offload | checkpoint
     config_sha1: str = ""                               # the DeepSpeed config the trials start from
     iotune_version: str = ""
+    # what else the trials depend on: the checkpoint sweep's request (CheckpointRequest.identity) less where
+    # it swaps ({}: a mode whose other fields say it all)
+    request: dict[str, Any] = field(default_factory=dict)
 
     def differs_from(self, other: SweepEnv) -> tuple[str, object, object] | None:
         """The first resume field whose value differs: (name, ours, theirs)."""
@@ -70,6 +76,15 @@ class JournalContents:
     env: SweepEnv | None = None          # None: the file has no header yet
     trials: tuple[Trial, ...] = ()
     offload_trials: tuple[OffloadTrial, ...] = ()
+    checkpoint_trials: tuple[CheckpointTrial, ...] = ()
+
+
+# each trial's kind of record: (its reader, what a damaged line is not)
+TRIAL_KINDS: dict[str, tuple[Callable[[dict[str, Any]], Any], str]] = {
+    "trial": (Trial.from_json, "a trial record"),
+    "offload-trial": (OffloadTrial.from_json, "an offload trial record"),
+    "checkpoint-trial": (CheckpointTrial.from_json, "a checkpoint trial record"),
+}
 
 
 def read_journal(path: Path) -> JournalContents:
@@ -84,8 +99,7 @@ def read_journal(path: Path) -> JournalContents:
 
 def read_journal_lines(lines: list[str], path: Path) -> JournalContents:
     env: SweepEnv | None = None
-    trials: list[Trial] = []
-    offload: list[OffloadTrial] = []
+    trials: dict[str, list[Any]] = {kind: [] for kind in TRIAL_KINDS}
     for n, line in enumerate(lines, 1):
         try:
             rec = json.loads(line)
@@ -93,24 +107,26 @@ def read_journal_lines(lines: list[str], path: Path) -> JournalContents:
             continue     # a partial line left by a crash
         if not isinstance(rec, dict):
             raise _corrupt(path, n, "not a JSON object")
-        if rec.get("kind") == "header":
-            version = rec.get("version", 1)
-            if not isinstance(version, int) or version > JOURNAL_VERSION:
-                raise RecordError(f"{path}:{n}: journal version {version!r} was written by a newer iotune "
-                                  f"(this one reads version {JOURNAL_VERSION}): upgrade iotune, or start a new "
-                                  f"journal with --fresh (the old one is kept) or another --out")
-            env = SweepEnv.from_json(rec.get("env") or {})
-        elif rec.get("kind") == "trial":
+        kind = rec.get("kind")
+        if kind == "header":
+            env = _header(rec, path, n)
+        elif kind in TRIAL_KINDS:
+            read, what = TRIAL_KINDS[kind]
             try:
-                trials.append(Trial.from_json(rec))
+                trials[kind].append(read(rec))
             except (KeyError, TypeError, ValueError, AttributeError) as e:
-                raise _corrupt(path, n, f"not a trial record ({type(e).__name__}: {e})") from None
-        elif rec.get("kind") == "offload-trial":
-            try:
-                offload.append(OffloadTrial.from_json(rec))
-            except (TypeError, ValueError) as e:
-                raise _corrupt(path, n, f"not an offload trial record ({type(e).__name__}: {e})") from None
-    return JournalContents(env, tuple(trials), tuple(offload))
+                raise _corrupt(path, n, f"not {what} ({type(e).__name__}: {e})") from None
+    return JournalContents(env, tuple(trials["trial"]), tuple(trials["offload-trial"]),
+                           tuple(trials["checkpoint-trial"]))
+
+
+def _header(rec: dict[str, Any], path: Path, n: int) -> SweepEnv:
+    version = rec.get("version", 1)
+    if not isinstance(version, int) or version > JOURNAL_VERSION:
+        raise RecordError(f"{path}:{n}: journal version {version!r} was written by a newer iotune "
+                          f"(this one reads version {JOURNAL_VERSION}): upgrade iotune, or start a new "
+                          f"journal with --fresh (the old one is kept) or another --out")
+    return SweepEnv.from_json(rec.get("env") or {})
 
 
 def _corrupt(path: Path, line: int, why: str) -> RecordError:

@@ -11,6 +11,10 @@ from typing import Any
 from .aio import AioSettings
 from .record import JsonRecord
 
+# The wall-clock limit of one trial that runs training steps, in every kind of sweep (--steps-timeout's
+# default): the job's process group is killed after it and the trial recorded as failed.
+TRIAL_TIMEOUT_S = 1800.0
+
 
 @dataclass(frozen=True)
 class SweepPoint(JsonRecord):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..model.sweep import TRIAL_TIMEOUT_S
 from ..model.units import parse_size
 
 SECTOR = 4096      # O_DIRECT alignment of the swap files and of each request
@@ -121,7 +122,7 @@ BOUNDS: dict[str, Bound] = {b.key: b for b in (
     Bound("noise_floor", "run", "float", min=0, max=1, max_open=True, example="0.05"),
     Bound("runtime_s", "run", "float", min=0, example="2.0"),
     Bound("ramp_s", "run", "float", min=0, example="0.5"),
-    Bound("steps_timeout_s", "run", "float", min=1, flag="--steps-timeout", example="1800"),
+    Bound("steps_timeout_s", "run", "float", min=1, flag="--steps-timeout", example=f"{TRIAL_TIMEOUT_S:g}"),
 )}
 
 

@@ -27,8 +27,8 @@ from ..model.sweep import SweepPoint, Trial
 from ..model.verdict import DeviceCeiling
 from .executor import Target
 from .fio_executor import FioExecutor
+from .target import SWEEPS_DIR
 
-SWEEPS_DIR = Path("iotune-sweeps")
 PROBE_POINT = SweepPoint(block_size=1 << 20, queue_depth=32, intra_op_parallelism=1)
 PROBE_FILES = 2
 PROBE_FILE_BYTES = 64 << 20

@@ -1,7 +1,8 @@
-"""The sweep journal, written: each trial appended (and fsync'ed) the moment
-it ends. Re-running a sweep replays it and skips completed trials: the aio
-sweep's (executor, point, repeat) triples, the offload search's (changes,
-role, round). The file format and its reader are model.journal's.
+"""The sweep journal of every kind of sweep, written: each trial appended (and
+fsync'ed) the moment it ends. Re-running a sweep replays it and skips
+completed trials: the aio sweep's (executor, point, repeat) triples, the
+offload search's (changes, role, round), the checkpoint sweep's (candidate,
+repeat). The file format and its reader are model.journal's.
 
 A journal belongs to one identity (its header, model.journal.SweepEnv: the
 mode, the drive, the command, the config's hash, iotune's version): a sweep
@@ -18,12 +19,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import NoSpaceError
 from collections.abc import Callable
 
-from ..model.journal import JOURNAL_VERSION, SweepEnv, read_journal
+from ..errors import NoSpaceError
+from ..model.checkpoint_sweep import CheckpointCandidate, CheckpointTrial
+from ..model.journal import JOURNAL_VERSION, TRIAL_KINDS, SweepEnv, read_journal
 from ..model.offload_result import OffloadTrial
 from ..model.sweep import Trial
+
+NAME = "journal.jsonl"          # in the sweep's output directory (-o/--out)
 
 class Journal:
     def __init__(self, path: Path) -> None:
@@ -32,6 +36,7 @@ class Journal:
         self.env: SweepEnv | None = contents.env if contents else None
         self.trials: list[Trial] = list(contents.trials) if contents else []
         self.offload_trials: list[OffloadTrial] = list(contents.offload_trials) if contents else []
+        self.checkpoint_trials: list[CheckpointTrial] = list(contents.checkpoint_trials) if contents else []
 
     def start(self, env: SweepEnv) -> None:
         """Write the header of a new journal (no-op when resuming)."""
@@ -66,6 +71,14 @@ class Journal:
         self._append({"kind": "offload-trial", **trial.to_json()})
         self.offload_trials.append(trial)
 
+    def find_checkpoint(self, candidate: CheckpointCandidate, repeat: int) -> CheckpointTrial | None:
+        """The checkpoint trial journaled for this candidate and repeat, if any."""
+        return next((t for t in self.checkpoint_trials if t.candidate == candidate and t.repeat == repeat), None)
+
+    def record_checkpoint(self, trial: CheckpointTrial) -> None:
+        self._append({"kind": "checkpoint-trial", **trial.to_json()})
+        self.checkpoint_trials.append(trial)
+
     def _append(self, rec: dict[str, Any]) -> None:
         try:
             append_record(self.path, rec)
@@ -75,10 +88,11 @@ class Journal:
             raise
 
     def _full(self, rec: dict[str, Any], why: str) -> str:
-        trial = rec.get("kind") == "trial"
+        trial = rec.get("kind") in TRIAL_KINDS
         what = "the trial that just ended" if trial else "its header"
+        done = len(self.trials) + len(self.offload_trials) + len(self.checkpoint_trials)
         return (f"disk full: the sweep journal {self.path} cannot take {what} ({why}); it keeps the "
-                f"{len(self.trials)} trial(s) completed before it, every line whole"
+                f"{done} trial(s) completed before it, every line whole"
                 f"{', and that trial runs again on resume' if trial else ''}: free space on that drive (or give "
                 f"-o/--out a directory on another drive, with the journal moved there), then run the same command "
                 f"again to resume")
@@ -114,13 +128,16 @@ def open_journal(out_dir: Path, fresh: bool, env: SweepEnv | None = None,
     """The journal in out_dir, its header written for `env` (when given).
     With `fresh`, or when the journal there was recorded under another
     identity than `env`, the old one is renamed journal.<timestamp>.jsonl
-    (kept, never deleted) and a new one started; the latter is said."""
-    path = out_dir / "journal.jsonl"
+    (kept, never deleted) and a new one started, and said. The one identity
+    check of every kind of sweep (model.journal.SweepEnv.differs_from)."""
+    path = out_dir / NAME
     journal = Journal(path) if path.exists() else None
     diff = journal.env.differs_from(env) if journal and journal.env and env else None
     if path.exists() and (fresh or diff):
         kept = keep_aside(path)
-        if diff and not fresh:
+        if fresh:
+            say(f"sweep: --fresh: starting a new journal in {out_dir} (the old one is kept as {kept.name})")
+        elif diff:
             key, recorded, now = diff
             say(f"sweep: the journal in {out_dir} was recorded with {key} {_short(recorded)}, not {_short(now)}: "
                 f"starting a new one (the old one is kept as {kept.name})")

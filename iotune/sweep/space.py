@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..model.sweep import TRIAL_TIMEOUT_S
 from ..resources import profile_names, profile_path
 from .bounds import check_setting
 
 
-TRIAL_TIMEOUT_S = 1800.0    # the wall-clock limit of one training-step trial, unless the user sets one
 
 @dataclass(frozen=True)
 class SearchSpace:

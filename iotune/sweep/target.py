@@ -1,14 +1,14 @@
 """The drive a sweep runs on, for every kind of sweep: the user's directory
 (--path) or a built-in test bed (--bed), its identity (which journal it
-resumes), the default output directory named from it, and the checks a
-target directory must pass."""
+resumes), the default output directory of every kind of sweep named from
+it (default_out), and the checks a target directory must pass."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -30,6 +30,7 @@ BUILTIN_LIMITS: DriveLimits = bed_spec(BUILTIN_BED).member
 BUILTIN_SIZE = bed_spec(BUILTIN_BED).size_bytes
 BUILTIN_RUNTIME_S = 2.0     # used when the profile sets none
 BUILTIN_RAMP_S = 0.5
+SWEEPS_DIR = Path("iotune-sweeps")      # where every sweep's default output directory is
 
 
 class OnDrive(Protocol):
@@ -85,10 +86,20 @@ def drive_of(args: OnDrive) -> dict[str, object]:
     return drive_identity(str(args.target_dir))
 
 
-def default_out(profile: str, executor: str, drive: dict[str, object]) -> Path:
-    """iotune-sweeps/<profile>-<executor>-<drive hash>: each drive resumes its own journal."""
-    digest = hashlib.sha1(json.dumps(drive, sort_keys=True).encode()).hexdigest()[:8]
-    return Path("iotune-sweeps") / f"{profile}-{executor}-{digest}"
+def default_out(kind: str, drive: Mapping[str, object] | None, *parts: str, job: object = None) -> Path:
+    """The default output directory of every kind of sweep, one per drive:
+    SWEEPS_DIR/<kind>-<parts>-<hash>, the hash of the drive's identity (with
+    the job's, where given: another job on the same drive journals apart).
+    `kind` is the mode (offload, checkpoint, fleet) or the aio sweep's
+    profile. `drive` None: no drive of the user's to name it by (--layouts'
+    scratch drives are iotune's own, named inside it; a fleet's run is
+    named by its time, in `parts`), and no hash is added."""
+    name = "-".join((kind, *parts))
+    if drive is None:
+        return SWEEPS_DIR / name
+    what = dict(drive) if job is None else [dict(drive), job]
+    digest = hashlib.sha1(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    return SWEEPS_DIR / f"{name}-{digest}"
 
 
 def check_target(directory: Path) -> None:

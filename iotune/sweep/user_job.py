@@ -71,7 +71,7 @@ from ..model.hook_events import (
     step_timings,
 )
 from ..model.steps import StepProgress
-from ..model.sweep import Measurement, SweepPoint
+from ..model.sweep import TRIAL_TIMEOUT_S, Measurement, SweepPoint
 from ..resources import inject_dir
 from .config import aio_block_changes, candidate_config, nvme_sections
 from .executor import Target, TrialFailed
@@ -91,7 +91,7 @@ class UserJob:
     config_path: Path
     config: dict[str, Any] = field(default_factory=dict)
     steps: int = 6                       # optimizer steps per trial
-    timeout_s: float = 1800.0            # wall-clock limit per trial
+    timeout_s: float = TRIAL_TIMEOUT_S   # wall-clock limit per trial
 
     def identity(self) -> dict[str, Any]:
         """What the trials depend on (journal header): a journal resumes

@@ -12,7 +12,7 @@ leave open said as assumptions:
 
 Two rules: the locked part against ulimit -l (swap buffers are mlock'd
 whatever pin_memory says, since DeepSpeed 0.19.4), and the peak against
-the host's RAM.
+the host's RAM (iotune.model.host_memory.host_fit: over, or tight).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...model import units
-from ...model.host_memory import HostContext, HostMemory, MemoryItem, host_memory
+from ...model.host_memory import HostContext, HostMemory, MemoryItem, host_fit, host_memory
 from ...model.lint import LintEnv, LintFinding
 from ...model.offload import ASSUMED_LARGEST, JobShape, OffloadKnobs
 from .view import AUTO, aio_block, finding, offload, zero
@@ -96,13 +96,22 @@ def memory_rules(cfg: dict[str, Any], env: LintEnv) -> list[LintFinding]:
         sev = "error" if exact and need > env.ram_bytes else "warning"
         out.append(finding("pinned-ram", sev, where, f"{head}, of {units.mib(env.ram_bytes)} RAM",
                            "lower buffer_count, buffer_size (e.g. 1e7) or sub_group_size"))
-    if env.ram_bytes and (env.params or env.numels) and memory.peak_bytes > env.ram_bytes:
-        out.append(finding("host-memory", "error" if exact else "warning", "zero_optimization",
-                           f"one rank peaks at {units.mib(memory.peak_bytes)} of host memory ({memory.peak_phase()}: "
-                           f"{describe([i for i in memory.items if i.phase in ('resident', memory.peak_phase())])})"
-                           f"{assumed}, over {units.mib(env.ram_bytes)} of RAM: the kernel's OOM killer ends it",
-                           "lower sub_group_size (the optimizer's swap buffers and step-1 moments scale with the "
-                           "largest sub-group) or the buffer counts, or offload less to the CPU; `iotune sweep "
-                           "offload` searches what fits"))
+    if env.ram_bytes and (env.params or env.numels):
+        out += host_memory_rule(memory, env.ram_bytes, exact, assumed)
     return out
 
+
+def host_memory_rule(memory: HostMemory, ram_bytes: int, exact: bool, assumed: str) -> list[LintFinding]:
+    """One rank's peak against the RAM, by host_fit's verdict: over is an
+    error (a warning where the model's size was assumed), tight a warning."""
+    fit = host_fit(memory.peak_bytes, ram_bytes, budget_label=" of RAM")
+    if fit.verdict == "fits":
+        return []
+    peak = (f"one rank peaks at {units.mib(memory.peak_bytes)} of host memory ({memory.peak_phase()}: "
+            f"{describe([i for i in memory.items if i.phase in ('resident', memory.peak_phase())])}){assumed}")
+    severity = "error" if fit.verdict == "over" and exact else "warning"
+    killed = ": the kernel's OOM killer ends it" if fit.verdict == "over" else ""
+    return [finding("host-memory", severity, "zero_optimization", f"{peak}, {fit.clause}{killed}",
+                    "lower sub_group_size (the optimizer's swap buffers and step-1 moments scale with the largest "
+                    "sub-group) or the buffer counts, or offload less to the CPU; `iotune sweep offload` searches "
+                    "what fits")]

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from ...errors import UsageError
-from ...sweep.space import TRIAL_TIMEOUT_S
+from ...model.sweep import TRIAL_TIMEOUT_S
 from ...volumes.beds import BEDS, DEFAULT_BED
 from ..groups import FormatOutput
 from ..options import F, GroupedCommand, SettingType, format_option, option_group, out_option, setting_help

@@ -117,8 +117,8 @@ def run_sweep_command(args: SweepArgs, say: Callable[[str], None],
     job = user_job(args, prof)
     drive = drive_of(args)
     model = args.model or "tiny"
-    out = args.out or default_out(prof.name, args.executor + ("-cmd" if job else "" if model == "tiny" else f"-{model}"),
-                                  drive)
+    out = args.out or default_out(prof.name, drive, args.executor + ("-cmd" if job else "" if model == "tiny" else
+                                                                     f"-{model}"))
     with sweep_target(args, prof.run, say) as (target, ceiling):
         req = SweepRequest(profile=prof, executor=args.executor, out_dir=out, fresh=args.fresh,
                            ceiling_bytes_per_s=ceiling, drive=drive, user_job=job, model=model)
@@ -159,7 +159,7 @@ def run_layouts_command(args: SweepArgs, drives: int, cap_bytes_per_s: int, say:
     prof = build_profile(args)
     refuse_steps(args, prof, "--layouts runs none (it sweeps scratch drives with the aio search only)")
     prof = quick_profile(prof)
-    out = args.out or Path("iotune-sweeps") / f"{prof.name}-{args.executor}-layouts"
+    out = args.out or default_out(prof.name, None, args.executor, "layouts")
     results = sweep_layouts(prof, args.executor, drives, cap_bytes_per_s, out, ("noatime", "nodatacow"),
                             args.fresh, say, on_trial, filesystems)
     return LayoutSweep(tuple(results), effects(results))
@@ -177,6 +177,6 @@ def run_netfs_command(args: SweepArgs, say: Callable[[str], None],
     prof = build_profile(args)
     refuse_steps(args, prof, "--netfs runs none (the aio search in each variant)")
     prof = quick_profile(prof)
-    out = args.out or Path("iotune-sweeps") / f"{prof.name}-{args.executor}-netfs"
+    out = args.out or default_out(prof.name, drive_of(args), args.executor, "netfs")
     results = sweep_netfs(prof, args.executor, args.target_dir, out, args.fresh, say, on_trial)
     return LayoutSweep(tuple(results), effects(results))

@@ -32,7 +32,7 @@ from ..user_job import CommandExecutor, UserJob, swap_note
 from .confirm import confirm_on_steps
 from ..executor import Executor, Target
 from ..fio_executor import FioExecutor
-from ..target import check_target
+from ..target import SWEEPS_DIR, check_target
 from ..journal import open_journal
 from ..measure import Measurer
 from .propose import default_point, planned_trials, propose
@@ -58,7 +58,7 @@ EXECUTORS: dict[str, Callable[[], Executor]] = {"fio": FioExecutor, "aio": _aio}
 class SweepRequest:
     profile: Profile
     executor: str = "fio"
-    out_dir: Path = Path("iotune-sweeps/default")
+    out_dir: Path = SWEEPS_DIR / "default"
     fresh: bool = False
     validate: bool = True
     ceiling_bytes_per_s: float | None = None     # known limits of the drive, if any

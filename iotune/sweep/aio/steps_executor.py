@@ -39,7 +39,7 @@ from ...opbuild.oplocks import BuildLockHang, hang_guard, release_locks_left_sin
 from ...host.proc import last_line, run_in_own_group
 from ...model.offload import GainSplit, JobShape, OffloadKnobs, gain_split
 from ...model.steps import StepFollower, parse_steps
-from ...model.sweep import Measurement, SweepPoint
+from ...model.sweep import TRIAL_TIMEOUT_S, Measurement, SweepPoint
 from ...workloads.presets import PRESETS, tensor_numels
 from ...workloads.warmstart import WarmStarter
 from ..executor import Target, TrialFailed
@@ -50,7 +50,7 @@ class StepsExecutor:
     what = "training steps each"
 
     def __init__(self, steps: int = 6, size: str = "tiny", strategy: str = "nvme-opt",
-                 timeout_s: float = 1800.0, warm: bool = True) -> None:
+                 timeout_s: float = TRIAL_TIMEOUT_S, warm: bool = True) -> None:
         self.steps, self.size, self.strategy, self.timeout_s = steps, size, strategy, timeout_s
         self.warm: WarmStarter | None = WarmStarter() if warm else None
         self.notes: list[str] = []          # what the caller should tell the user (a cold fallback)

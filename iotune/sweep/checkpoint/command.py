@@ -1,7 +1,8 @@
 """`iotune sweep checkpoint`: the options, parsed (CheckpointArgs), turned
 into a CheckpointRequest on the drive to tune (--path, or a test bed whose
-caps the trials' processes join), its journal placed and kept, the sweep
-run (iotune.sweep.checkpoint.sweep), and the pick's changes for --apply.
+caps the trials' processes join), the sweep run (iotune.sweep.checkpoint.sweep)
+with its journal in -o/--out (default: iotune-sweeps/checkpoint-<hash of the
+drive and the job>), and the pick's changes for --apply.
 
 Like `sweep offload`, it tunes the user's job (--steps-cmd with
 --ds-config) or a built-in model named on purpose (--model); never a
@@ -9,8 +10,6 @@ built-in model with the user's config."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,12 +17,12 @@ from typing import Any
 
 from ...model.aio import AioSettings
 from ...model.checkpoint_sweep import CheckpointOutcome, CheckpointRequest
+from ...model.sweep import TRIAL_TIMEOUT_S
 from ...workloads.presets import get_preset
 from .sweep import run_checkpoint_sweep
-from .journal import NAME as JOURNAL_NAME
 from .trial import candidate_changes
-from ..journal import keep_aside
-from ..target import drive_of, sweep_target
+from ..journal import NAME as JOURNAL_NAME
+from ..target import default_out, drive_of, sweep_target
 from ..space import RunSettings
 from ..user_job import parse_user_job, refuse_other_models
 
@@ -56,7 +55,7 @@ def request_for(args: CheckpointArgs, swap_dir: Path, cgroup: str | None, out: P
     """The library's request: the user's job, or the built-in model named."""
     user = ()
     if args.steps_cmd:
-        job = parse_user_job(args.steps_cmd, args.ds_config, args.steps or 2, args.steps_timeout_s or 1800.0,
+        job = parse_user_job(args.steps_cmd, args.ds_config, args.steps or 2, args.steps_timeout_s or TRIAL_TIMEOUT_S,
                              need_nvme=False)
         user = job.argv
     else:
@@ -68,35 +67,18 @@ def request_for(args: CheckpointArgs, swap_dir: Path, cgroup: str | None, out: P
         save_at=args.save_at, measure_steps=steps, interval_steps=args.every, restore_steps=args.restore_steps,
         repeats=args.repeats, dirty_limits=args.dirty_limits,
         aio_candidates=tuple(AioSettings(block_size=b) for b in args.block_sizes),
-        timeout_s=args.steps_timeout_s or 1800.0, cgroup=cgroup or "")
-
-
-def place_journal(out: Path, request: CheckpointRequest, fresh: bool, say: Callable[[str], None]) -> None:
-    """With --fresh, or when the journal in `out` was recorded for another
-    sweep, the old one is renamed aside (kept, never deleted), and said."""
-    path = out / JOURNAL_NAME
-    if not path.exists():
-        return
-    try:
-        header = json.loads(path.read_text().splitlines()[0]).get("request")
-    except (IndexError, ValueError, AttributeError):
-        header = None
-    if fresh or header != json.loads(json.dumps(request.identity())):
-        kept = keep_aside(path)
-        why = "--fresh" if fresh else "it was recorded for another checkpoint sweep"
-        say(f"checkpoint sweep: {why}: starting a new journal in {out} (the old one is kept as {kept.name})")
+        timeout_s=args.steps_timeout_s or TRIAL_TIMEOUT_S, cgroup=cgroup or "")
 
 
 def run_checkpoint_command(args: CheckpointArgs, say: Callable[[str], None]) -> CheckpointOutcome:
     refuse_other_models(args.ds_config, args.steps_cmd, args.model)
     drive = drive_of(args)
+    job = {"cmd": args.steps_cmd, "config": str(args.ds_config or ""), "model": args.model}
     with sweep_target(args, RunSettings(), say) as (target, _):
-        swap = target.files_dir
-        out = args.out or Path("iotune-sweeps") / f"checkpoint-{_digest(drive, args)}"
-        request = request_for(args, swap, target.cgroup, out)
-        place_journal(out, request, args.fresh, say)
+        out = args.out or default_out("checkpoint", drive, job=job)
+        request = request_for(args, target.files_dir, target.cgroup, out)
         say(f"checkpoint sweep: journal {out / JOURNAL_NAME}")
-        return run_checkpoint_sweep(request, say)
+        return run_checkpoint_sweep(request, say, fresh=args.fresh, drive=drive)
 
 
 def checkpoint_changes(outcome: CheckpointOutcome) -> dict[str, Any]:
@@ -107,7 +89,3 @@ def checkpoint_changes(outcome: CheckpointOutcome) -> dict[str, Any]:
     the report says them."""
     return candidate_changes(outcome.best.candidate) if outcome.best is not None else {}
 
-
-def _digest(drive: dict[str, object], args: CheckpointArgs) -> str:
-    job = {"cmd": args.steps_cmd, "config": str(args.ds_config or ""), "model": args.model}
-    return hashlib.sha1(json.dumps([drive, job], sort_keys=True, default=str).encode()).hexdigest()[:10]

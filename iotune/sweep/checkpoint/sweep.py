@@ -6,23 +6,28 @@ lowest interval cost (iotune.model.checkpoint_sweep) among those whose
 checkpoint restores. DeepSpeed's defaults are always measured; a candidate
 replaces the best so far only when it is cheaper.
 
-Every trial is appended to REQUEST.out_dir/checkpoint-journal.jsonl the
-moment it ends (fsync'ed, one whole line); the same request resumes from it,
-skipping completed trials. A trial that fails is recorded, never fatal.
+Every trial is appended to the sweep journal, REQUEST.out_dir/journal.jsonl
+(iotune.sweep.journal, as a "checkpoint-trial" record), the moment it ends
+(fsync'ed, one whole line); the same request on the same drive resumes from
+it, skipping completed trials, and another one keeps it aside and starts
+anew, as every sweep does. A trial that fails is recorded, never fatal.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from ... import __version__
 from ...errors import UsageError
 from ...fs.directio import direct_io_problem
 from ...model.checkpoint_io import OFFLOADED
 from ...model.checkpoint_sweep import (DEFAULTS, CandidateResult, CheckpointCandidate, CheckpointOutcome,
                                       CheckpointRequest, CheckpointTrial)
-from .journal import CheckpointJournal
+from ...model.journal import SweepEnv
+from ..journal import NAME as JOURNAL_NAME, Journal, keep_aside, open_journal
 from .space import aio_stage, refusal, target_stage, writeback_stage, writer_stage
 from .trial import base_config, run_trial
 from ..user_job import PLACEHOLDER
@@ -58,33 +63,67 @@ def check_request(request: CheckpointRequest) -> None:
                              "candidate's checkpoint settings go")
 
 
+LEGACY_JOURNAL = "checkpoint-journal.jsonl"        # iotune before the one sweep journal: not resumed
+
+
+def checkpoint_env(request: CheckpointRequest, drive: Mapping[str, object] | None = None) -> SweepEnv:
+    """The journal's identity: the drive (default: the swap directory, as
+    named), the request less where it swaps (a fresh directory each run)
+    and writes its journal, and iotune's version."""
+    request_id = json.loads(json.dumps(request.identity()))
+    request_id.pop("swap_dir", None)
+    on = json.loads(json.dumps(dict(drive) if drive is not None else {"path": request.swap_dir}, default=str))
+    return SweepEnv(target=request.swap_dir, executor="checkpoint", drive=on, mode="checkpoint",
+                    iotune_version=__version__, request=request_id)
+
+
+def open_checkpoint_journal(request: CheckpointRequest, fresh: bool, say: Say,
+                            drive: Mapping[str, object] | None = None) -> Journal:
+    """The sweep journal in REQUEST.out_dir, for this request on this drive.
+    A checkpoint journal of an older iotune there is refused (kept aside
+    with `fresh`): its trials were recorded without the drive's identity."""
+    out = Path(request.out_dir)
+    legacy = out / LEGACY_JOURNAL
+    if legacy.exists() and not fresh:
+        raise UsageError(f"{legacy} is the journal of an older iotune's checkpoint sweep, which this one does not "
+                         f"resume (its trials now go into {out / JOURNAL_NAME}, with the drive's identity): run "
+                         f"again with --fresh to start a new journal (the old one is kept beside it, renamed), or "
+                         f"give another -o/--out")
+    if legacy.exists():
+        say(f"checkpoint sweep: --fresh: the older journal {legacy.name} is kept as {keep_aside(legacy).name}")
+    return open_journal(out, fresh, checkpoint_env(request, drive), say)
+
+
 class Search:
     """The stages, the journal, and the trials run so far."""
 
     def __init__(self, request: CheckpointRequest, say: Say,
-                 runner: Callable[[CheckpointRequest, CheckpointCandidate, int], CheckpointTrial]) -> None:
-        self.request, self.say, self.runner = request, say, runner
-        self.journal = CheckpointJournal(Path(request.out_dir), request)
+                 runner: Callable[[CheckpointRequest, CheckpointCandidate, int], CheckpointTrial],
+                 journal: Journal) -> None:
+        self.request, self.say, self.runner, self.journal = request, say, runner, journal
         self.config = base_config(request)
         self.tried: list[CheckpointCandidate] = []
+
+    def trials_of(self, candidate: CheckpointCandidate) -> list[CheckpointTrial]:
+        return [t for t in self.journal.checkpoint_trials if t.candidate == candidate]
 
     def measure(self, candidate: CheckpointCandidate) -> CandidateResult:
         if candidate not in self.tried:
             self.tried.append(candidate)
         why = refusal(self.request, candidate, self.config)
         for repeat in range(self.request.repeats):
-            if self.journal.done(candidate, repeat) is not None:
+            if self.journal.find_checkpoint(candidate, repeat) is not None:
                 continue
             if why:
                 trial = CheckpointTrial(candidate, repeat, "refused", why)
             else:
                 self.say(f"checkpoint: {candidate.label()} (repeat {repeat + 1}/{self.request.repeats})")
                 trial = self.runner(self.request, candidate, repeat)
-            self.journal.record(trial)
+            self.journal.record_checkpoint(trial)
             self.say(f"  {_said(trial, self.request.interval_steps)}")
             if why:
                 break
-        return summarize(candidate, self.journal.trials_of(candidate), self.request.interval_steps)
+        return summarize(candidate, self.trials_of(candidate), self.request.interval_steps)
 
     def stage(self, best: CandidateResult, candidates: list[CheckpointCandidate]) -> CandidateResult:
         for c in candidates:
@@ -96,21 +135,23 @@ class Search:
 
 def run_checkpoint_sweep(request: CheckpointRequest, say: Say = lambda _: None,
                          runner: Callable[[CheckpointRequest, CheckpointCandidate, int], CheckpointTrial]
-                         = run_trial) -> CheckpointOutcome:
+                         = run_trial, fresh: bool = False,
+                         drive: Mapping[str, object] | None = None) -> CheckpointOutcome:
     """Measure DeepSpeed's defaults, then each stage; the outcome names the
-    cheapest candidate whose checkpoint restores (None when none does)."""
+    cheapest candidate whose checkpoint restores (None when none does).
+    `fresh` starts a new journal (the old one kept aside); `drive` is the
+    identity of the drive swapped to (default: the swap directory)."""
     check_request(request)
-    s = Search(request, say, runner)
+    s = Search(request, say, runner, open_checkpoint_journal(request, fresh, say, drive))
     defaults = s.measure(DEFAULTS)
     best = s.stage(defaults, writer_stage(request, DEFAULTS))
     best = s.stage(best, target_stage(request, best.candidate))
-    best = s.stage(best, writeback_stage(request, best.candidate, offloaded_share(s.journal.trials_of(
-        best.candidate))))
+    best = s.stage(best, writeback_stage(request, best.candidate, offloaded_share(s.trials_of(best.candidate))))
     with_job_aio = best
     best = s.stage(best, aio_stage(request, best.candidate))
-    results = tuple(summarize(c, s.journal.trials_of(c), request.interval_steps) for c in s.tried)
+    results = tuple(summarize(c, s.trials_of(c), request.interval_steps) for c in s.tried)
     pick = best if best.restores else None
-    return CheckpointOutcome(request, tuple(s.journal.trials), results, defaults, pick,
+    return CheckpointOutcome(request, tuple(s.journal.checkpoint_trials), results, defaults, pick,
                              aio_statement(request, with_job_aio, best, results), tuple(notes(defaults, pick)))
 
 

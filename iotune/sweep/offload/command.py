@@ -26,7 +26,7 @@ from ...workloads.presets import get_preset
 from ...workloads.strategies import WorkloadSpec, ds_config as builtin_config
 from ..config import OFFLOAD_SECTIONS
 from ..journal import open_journal
-from ..target import check_target, drive_of, sweep_target
+from ..target import check_target, default_out, drive_of, sweep_target
 from .runner import BuiltinRunner, CommandRunner, Runner, TrialPlan
 from .search import OffloadSearch, search_offload
 from .what_if import parse_what_if
@@ -119,7 +119,7 @@ def run_offload_command(args: OffloadArgs, say: Callable[[str], None]) -> Offloa
         config_sha1 = hashlib.sha1(json.dumps(_portable(base), sort_keys=True).encode()).hexdigest()[:12]
         env = SweepEnv(target=str(target.directory), executor="offload", drive=dict(drive), steps_cmd=identity,
                        mode="offload", config_sha1=config_sha1, iotune_version=__version__)
-        out = args.out or Path("iotune-sweeps") / f"offload-{_digest(drive, identity)}"
+        out = args.out or default_out("offload", drive, job=identity)
         journal = open_journal(out, args.fresh, env, say)
         search = OffloadSearch(base, runner, fixes, host_budget(args.max_host_memory), host_context(runner, base),
                                plan, args.max_trials, max_pairs=args.max_pairs, what_if=what_if)
@@ -165,8 +165,4 @@ def _portable(cfg: dict[str, Any]) -> dict[str, Any]:
         if isinstance(b, dict):
             b.pop("nvme_path", None)
     return out
-
-
-def _digest(drive: dict[str, object], identity: dict[str, Any]) -> str:
-    return hashlib.sha1(json.dumps([drive, identity], sort_keys=True).encode()).hexdigest()[:8]
 

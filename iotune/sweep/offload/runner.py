@@ -25,6 +25,7 @@ from typing import Any, NamedTuple, Protocol
 from ...host.proc import last_line
 from ...model.hook_events import (JobTensors, read_events, read_io_waits, read_memory, read_tensors,
                                  step_timings)
+from ...model.sweep import TRIAL_TIMEOUT_S
 from ...workloads.presets import PRESETS
 from ..user_job import PLACEHOLDER, UserJob, run_with_config
 
@@ -38,7 +39,7 @@ class TrialPlan:
     steps: int = 4
     min_steps: int = 3
     agree: float = 0.05
-    timeout_s: float = 1800.0
+    timeout_s: float = TRIAL_TIMEOUT_S
 
 
 class RunResult(NamedTuple):

@@ -20,7 +20,7 @@ from typing import Any
 
 from ...errors import UsageError
 from ...model import units
-from ...model.host_memory import HostContext, host_memory
+from ...model.host_memory import HostContext, HostFit, HostMemory, host_fit, host_memory
 from ...model.offload import JobShape, OffloadKnobs, sub_groups, violations
 from ...model.offload_result import Dimension, Refused
 
@@ -178,6 +178,13 @@ def _meaningful(knobs: OffloadKnobs, shape: JobShape, fixes: dict[str, Any], bas
     return knobs
 
 
+def host_fit_of(mem: HostMemory, budget: Budget) -> HostFit | None:
+    """host_fit's verdict on `mem`'s peak against the budget (None: no budget)."""
+    if budget.host_bytes is None:
+        return None
+    return host_fit(mem.peak_bytes, budget.host_bytes, budget_label=f" ({budget.source})" if budget.source else "")
+
+
 def refusals(knobs: OffloadKnobs, shape: JobShape, budget: Budget,
              context: HostContext = HostContext()) -> tuple[str, ...]:
     """Why `knobs` cannot run here: DeepSpeed's bounds, then the host's memory."""
@@ -186,9 +193,10 @@ def refusals(knobs: OffloadKnobs, shape: JobShape, budget: Budget,
     if budget.memlock_bytes is not None and mem.locked_bytes > budget.memlock_bytes:
         out.append(f"locks {units.mib(mem.locked_bytes)} of swap buffers, over ulimit -l "
                    f"{units.mib(budget.memlock_bytes)}")
-    if budget.host_bytes is not None and mem.peak_bytes > budget.host_bytes:
+    fit = host_fit_of(mem, budget)
+    if fit is not None and not fit.admitted:
         items = "; ".join(f"{i.label} {units.mib(i.nbytes)}" for i in mem.items if i.phase in ("resident",
                                                                                             mem.peak_phase()))
         out.append(f"needs {units.mib(mem.peak_bytes)} of host memory at its peak ({mem.peak_phase()}: {items}), "
-                   f"over {units.mib(budget.host_bytes)}" + (f" ({budget.source})" if budget.source else ""))
+                   f"{fit.clause}")
     return tuple(out)
