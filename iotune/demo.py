@@ -44,14 +44,14 @@ def swap_like_fio(directory: Path) -> list[str]:
             "--name=swap-in", "--stonewall", "--rw=read", *common]
 
 
-def training_argv(directory: Path, steps: int) -> list[str]:
+def training_argv(directory: Path, steps: int, precision: str) -> list[str]:
     """The built-in workload: ZeRO-3 with the optimizer state on the scratch
     drive, DeepSpeed's aio block at 512 KiB (as in Xinnor's published offload benchmark)."""
     swap = directory / "swap"
     swap.mkdir(exist_ok=True)
     return [sys.executable, "-W", "ignore", "-m", "iotune.workloads.train", "--strategy", "nvme-opt",
             "--size", "tiny", "--steps", str(steps), "--nvme-path", str(swap),
-            "--aio-block-size", str(BLOCK_BYTES)]
+            "--aio-block-size", str(BLOCK_BYTES), "--precision", precision]
 
 
 @contextlib.contextmanager
@@ -82,9 +82,13 @@ def run_demo(workdir: Path | None, cap_bytes_per_s: int, say: Callable[[str], No
         raise IotuneError(not_installed("fio"))
     with demo_drive(workdir, cap_bytes_per_s, bed, say) as (where, devices, cgroup):
         if workload == "train":
+            from .workloads.precision import machine_precision
+
+            precision, why = machine_precision()
             say(f"demo: {steps} steps of the built-in tiny Llama with ZeRO-3, optimizer state on the drive "
-                f"(aio block {units.size(BLOCK_BYTES)}), traced with phase and swap attribution")
-            argv = training_argv(where, steps)
+                f"(aio block {units.size(BLOCK_BYTES)}), in {precision} ({why}), traced with phase and swap "
+                f"attribution")
+            argv = training_argv(where, steps, precision)
         else:
             say(f"demo: fio writes then reads {len(SWAP_FILES)} × {units.size(FILE_BYTES)} swap files "
                 f"in {units.size(BLOCK_BYTES)} O_DIRECT requests")

@@ -267,7 +267,8 @@ def test_a_failing_training_demo_shows_the_tail_of_its_log(tmp_path: Path, monke
     from iotune.workloads.presets import PRESETS
 
     real = demo.training_argv
-    monkeypatch.setattr(demo, "training_argv", lambda where, steps: [*real(where, steps), "--size", "nope"])
+    monkeypatch.setattr(demo, "training_argv", lambda where, steps, precision: [*real(where, steps, precision), "--size",
+                                                                             "nope"])
     out = tmp_path / "run"
     r = invoke("demo", "--dir", str(tmp_path), "--steps", "3", "-o", str(out))
     log = out / "job.log"

@@ -55,7 +55,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "gradient accumulation, bf16 and offload settings are used")
     p.add_argument("--size", default="tiny", help=f"model size preset: {', '.join(PRESETS)}")
     p.add_argument("--nvme-path", default=None, help="swap directory for the nvme strategies")
-    p.add_argument("--precision", default=None, help="fp32 or bf16 (default: bf16 for nvme-all, else fp32)")
+    p.add_argument("--precision", "--dtype", dest="precision", choices=("auto", "fp32", "bf16"), default=None,
+                   help="fp32, bf16, or auto (the default): bf16 where the machine has native bf16 (a CUDA device, "
+                        "or a CPU with AMX or AVX-512 BF16), fp32 elsewhere; the choice and why are printed")
     p.add_argument("--steps", type=int, default=5, help="optimizer steps")
     p.add_argument("--micro-batch", type=int, default=4)
     p.add_argument("--seq-len", type=int, default=None, metavar="TOKENS",
@@ -104,7 +106,12 @@ def spec_from_args(a: argparse.Namespace) -> WorkloadSpec:
     if a.ds_config:
         return spec_from_ds_config(a, read_ds_config(Path(a.ds_config)))
     strategy = a.strategy or "nvme-opt"
-    precision = a.precision or ("bf16" if strategy == "nvme-all" else "fp32")
+    precision = a.precision or "auto"
+    if precision == "auto":
+        from .precision import machine_precision
+
+        precision, why = machine_precision()
+        print(f"iotune-train: precision {precision} (auto: {why})", file=sys.stderr, flush=True)
     aio = AioSettings(**{key: getattr(a, opt) for opt, key in AIO_OPTIONS.items() if getattr(a, opt) is not None})
     spec = WorkloadSpec(strategy=strategy, size=a.size, nvme_path=a.nvme_path, precision=precision,
                         micro_batch=a.micro_batch, grad_accum=a.grad_accum, seq_len=a.seq_len,
@@ -123,7 +130,7 @@ def spec_from_ds_config(a: argparse.Namespace, config: dict[str, Any]) -> Worklo
     strategy, precision, batch and offload; options that would contradict
     it are refused rather than ignored."""
     given = [f"--{opt.replace('_', '-')}" for opt in ("strategy", "nvme_path", "precision", *AIO_OPTIONS)
-             if getattr(a, opt) is not None]
+             if getattr(a, opt) not in (None, "auto")]
     if given:
         raise UsageError(f"{', '.join(given)} cannot be combined with --ds-config: the config file decides "
                          f"them; edit {a.ds_config} instead")
