@@ -154,6 +154,8 @@ def test_apply_writes_beside_the_config_and_in_place_over_it(work: Path) -> None
     cfg = work / "ds_config.json"
     cfg.write_text(json.dumps(user))
     r = sweep(work, "--grid", "--apply", str(cfg))
+    assert r.exit_code == 2 and "--apply" in r.stderr and not (work / "ds_config.iotune.json").exists()
+    r = sweep(work, "--grid", "--model", "tiny", "--apply", str(cfg))        # the built-in model, named on purpose
     doc = ok(r)
     beside = work / "ds_config.iotune.json"
     assert f"wrote {beside}\n" in r.stderr and json.loads(cfg.read_text()) == user     # original untouched
@@ -169,7 +171,7 @@ def test_apply_writes_beside_the_config_and_in_place_over_it(work: Path) -> None
     assert f"wrote {beside}\n--- {cfg}\n+++ {beside}\n" in r.stderr
     assert f"\n-{json.dumps(user)}\n+{beside.read_text()}\n" in r.stderr        # its one line, edited in place
     beside.unlink()
-    r = sweep(work, "--grid", "--apply", str(cfg), "--in-place")
+    r = sweep(work, "--grid", "--model", "tiny", "--apply", str(cfg), "--in-place")
     assert ok(r)["fragment"] == doc["fragment"] and f"wrote {cfg}\n" in r.stderr
     assert json.loads(cfg.read_text()) == applied and not beside.exists()
 
