@@ -16,9 +16,10 @@ DeepSpeed's default aio settings, warm starts) runs in one or the other:
 - A/A: the candidate and the defaults both in "base";
 - gain: the candidate in "fast", the defaults in "base".
 
-Each decision runs pairs one at a time, candidate then defaults, with the
+Each decision runs pairs one at a time, in the order the rule gives (the
+candidate first in even pairs, the defaults first in odd ones), with the
 aio sweep's own loop and rule (iotune.sweep.aio.confirm.run_pairs and the
-default profile's rule) until the rule decides. A/A and gain decisions
+default profile's rule) until the rule decides or the profile's maximum. A/A and gain decisions
 alternate, so machine load falls on both alike. The cap is low (40 MB/s)
 on purpose: the blkio throttle works in slices of about 100 ms, so an
 optimizer step whose I/O lasts 0.4 s (the bed's own 200 MB/s) moves in
@@ -93,22 +94,21 @@ def trial(ex: StepsExecutor, target: Target, point: SweepPoint, repeat: int) -> 
 def one_decision(ex: StepsExecutor, cand: Target, base: Target, steps_log: list[dict[str, Any]]) -> dict[str, Any]:
     """Pairs (candidate in `cand`, defaults in `base`) until the default profile's rule decides."""
     rule = confirm_rule(load_profile("default").run)
-    calls = {"n": 0}
 
-    def measure(point: SweepPoint, repeat: int) -> Trial:
-        role = "candidate" if calls["n"] % 2 == 0 else "defaults"
-        calls["n"] += 1
+    def measure(point: SweepPoint, repeat: int, order: str) -> Trial:
+        role = "candidate" if point == CANDIDATE else "defaults"
         t, opt = trial(ex, cand if role == "candidate" else base, point, repeat)
-        steps_log.append({"role": role, "status": t.status, "optimizer_step_s": opt,
+        steps_log.append({"role": role, "order": order, "status": t.status, "optimizer_step_s": opt,
                           "median_s": t.measurement.optimizer_step_s if t.measurement else None})
         return t
 
     t0, (b0, j0), load0 = time.monotonic(), cpu_jiffies(), os.getloadavg()[0]
     pairs = run_pairs([CANDIDATE], DEFAULTS, rule, measure)[CANDIDATE.key()]
     b1, j1 = cpu_jiffies()
-    d = decide(pair_ratios(pairs), rule, final=True)
+    d = decide(pair_ratios(pairs), rule)
     return {"verdict": d.verdict, "pairs": len(pairs), "usable_pairs": d.pairs, "ratios": pair_ratios(pairs),
-            "median": d.median, "lower": d.lower, "upper": d.upper, "spread_measured": d.measured,
+            "center": d.center, "lower": d.lower, "upper": d.upper if math.isfinite(d.upper) else None,
+            "more_pairs_needed": d.more_pairs_needed, "noisy": d.noisy, "spread_measured": d.measured,
             "wall_s": round(time.monotonic() - t0, 1), "load_1min": [round(load0, 2), round(os.getloadavg()[0], 2)],
             "cpu_busy": round((b1 - b0) / max(1, j1 - j0), 3)}
 
@@ -141,7 +141,8 @@ def summarize(res: dict[str, Any]) -> dict[str, Any]:
             continue
         n = [d["pairs"] for d in ds]
         out[kind] = {"decisions": len(ds), "faster": sum(d["verdict"] == "faster" for d in ds),
-                     "verdicts": {v: sum(d["verdict"] == v for d in ds) for v in ("faster", "slower", "within noise")},
+                     "verdicts": {v: sum(d["verdict"] == v for d in ds)
+                                  for v in ("faster", "slower", "within noise", "undecided")},
                      "pairs_median": statistics.median(n), "pairs_max": max(n), "pairs_mean": statistics.mean(n),
                      "wall_s": round(sum(d["wall_s"] for d in ds), 1)}
     if res["aa"]:
@@ -179,8 +180,8 @@ def run(a: argparse.Namespace, res: dict[str, Any], save: Callable[[], None]) ->
                 res[kind].append(d)
                 res["summary"] = summarize(res)
                 save()
-                say(f"{kind} {i + 1}/{a.decisions}: {d['verdict']} after {d['pairs']} pair(s), median "
-                    f"{d['median']:.3f} [{d['lower']:.3f}-{d['upper']:.3f}], {d['wall_s']:.0f} s, "
+                say(f"{kind} {i + 1}/{a.decisions}: {d['verdict']} after {d['pairs']} pair(s), geometric mean "
+                    f"{d['center']:.3f} [{d['lower']:.3f}-{d['upper'] or math.inf:.3f}], {d['wall_s']:.0f} s, "
                     f"load {d['load_1min'][1]}")
         res["notes"] = ex.notes
 

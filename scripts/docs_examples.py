@@ -140,7 +140,8 @@ def offload_outcome(name: str) -> Any:
         trials, best, tuple(d["ratios"]), d["verdict"], d["journal"], d["config"], d["reasons"],
         tuple(from_fields(WhatIf, w) for w in d["what_if"]), gain, d["reference_changes"], tuple(d["base_over"]),
         tuple(from_fields(Prediction, p) for p in d["predictions"]), d["recommended"], d["step_error"],
-        d["trials_run_now"], d.get("decision", ""))
+        d["trials_run_now"], d.get("decision", ""), d.get("tie_break", ""), d.get("more_pairs", 0),
+        d.get("more_s", 0.0))
 
 
 def fleet_sweep(name: str) -> Any:

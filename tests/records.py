@@ -141,9 +141,9 @@ def sweep_outcome(confirmed: bool = True) -> SweepOutcome:
     ranking.append(ranked(SweepPoint(block_size=1024 * KiB, queue_depth=8, intra_op_parallelism=2), 170))
     best, default = ranking[0], next(r for r in ranking if r.point == SweepPoint())
     d = decide((2.06, 2.1, 2.16))                                      # the confirmation rule's defaults
-    gain = StepGain(best.point, (2.06, 2.1, 2.16), 2.1, 2.06, 2.16, 3, d.upper / d.median - 1, d.verdict, 0.5, 1.05,
+    gain = StepGain(best.point, (2.06, 2.1, 2.16), 2.1, 2.06, 2.16, 3, d.upper / d.center - 1, d.verdict, 0.5, 1.05,
                     lower=d.lower, upper=d.upper, spread_measured=d.measured, spread_assumed=d.assumed, floor=d.floor,
-                    max_pairs=d.max_pairs)
+                    max_pairs=d.max_pairs, center=d.center, resolvable=d.resolvable, alpha=d.alpha)
     steps = [ranked(best.point, 2.0, "steps", 1.0), ranked(default.point, 1.0, "steps", 2.1)]
     threads = [ranked(SweepPoint(block_size=best.point.block_size, queue_depth=32, omp_threads=n), 1.0, "steps", s)
                for n, s in ((1, 1.4), (2, 1.0))]

@@ -184,7 +184,7 @@ def test_the_fleet_sweep_flags_the_low_capped_node(nodebed: NodeBed, remote_iotu
     assert json.loads((saved / "fleet-sweep.json").read_text()) == doc
     for host in bed.hosts:                        # each node's own `iotune sweep --json`, and its journal
         node_doc = json.loads((saved / "nodes" / host / "sweep.json").read_text())
-        conforms("sweep-1", node_doc)
+        conforms("sweep-2", node_doc)
         assert node_doc["target"] == str(bed.shared_path) and len(node_doc["ranking"]) >= 2
         assert (saved / "nodes" / host / "journal" / "journal.jsonl").is_file()
     assert f"{slow}: [" in proc.stderr             # the nodes' progress lines, with their host

@@ -204,9 +204,10 @@ def test_a_sweep_plots_the_block_size_by_queue_depth_heatmap_and_the_confirmatio
     heat = specs[0][0][0]
     assert (heat["x"], heat["y"]) == (["4", "8", "32"], ["256 KiB", "1 MiB"])
     assert heat["z"] == [[120.0, 180.0, 190.0], [150.0, 195.0, 199.0]]     # 1M qd8: best of 1 and 2 threads
-    assert ("optimizer step 2.1× faster than DeepSpeed&#x27;s defaults (median of 3 pairs [2.1–2.2]; at least 2.00× "
-            "within the noise bound, above the 5% worth reporting)") in page
-    assert "How: decided on the median of the pairs&#x27; ratios: its bound 2.00–2.21× allows for ±2.9%" in page
+    assert ("optimizer step 2.1× faster than DeepSpeed&#x27;s defaults (geometric mean of 3 pairs [2.1–2.2]; at "
+            "least 1.86× by the rule&#x27;s interval, above the 5% worth reporting)") in page
+    assert ("How: decided on the mean of the pairs&#x27; log ratios with a 95% confidence sequence (Student&#x27;s "
+            "t, valid however many pairs are looked at) allowing for ±2.4%") in page
     assert "CPU threads (OMP_NUM_THREADS)" in page and "use this" in page
     unconfirmed = render(sweep_outcome(confirmed=False), "html")
     assert charts(unconfirmed) == 1 and "Confirmation on training steps" not in unconfirmed

@@ -88,8 +88,8 @@ def strict_json(text: str) -> Any:
 
 
 def test_every_schema_is_a_valid_draft_2020_12_schema() -> None:
-    assert schema_names() == ["fleet-1", "fleet-report-1", "fleet-sweep-1", "plan-1", "run-1", "sweep-1",
-                              "sweep-layouts-1", "sweep-offload-2", "trace-report-1"]
+    assert schema_names() == ["fleet-1", "fleet-report-1", "fleet-sweep-1", "plan-1", "run-1", "sweep-2",
+                              "sweep-layouts-2", "sweep-offload-3", "trace-report-1"]
     for name in schema_names():
         s = schema(name)
         Draft202012Validator.check_schema(s)
@@ -106,7 +106,7 @@ def test_shared_definitions_are_the_same_in_every_schema() -> None:
             for key in defs[a].keys() & defs[b].keys():
                 assert defs[a][key] == defs[b][key], f"$defs/{key} differs between {a} and {b}"
     assert set(defs["run-1"]) <= set(defs["trace-report-1"])
-    assert set(defs["sweep-1"]) <= set(defs["sweep-layouts-1"])
+    assert set(defs["sweep-2"]) <= set(defs["sweep-layouts-2"])
 
 
 def test_enums_and_versions_are_the_codes() -> None:
@@ -289,11 +289,11 @@ def test_a_real_sweep_and_a_layout_sweep_of_it_conform(tmp_path: Path, monkeypat
     assert r.exit_code == 0, r.stderr[-2000:]
     doc = strict_json(r.stdout)
     assert len(doc["ranking"]) == 4 and doc["recommended"] is not None
-    conforms("sweep-1", doc)
+    conforms("sweep-2", doc)
     [outcome] = outcomes
     results = [LayoutResult("xfs-1", 1, "single", "one drive", outcome, "xfs", ("noatime",)),
                LayoutResult("md-raid0-2", 2, "md", "md RAID0 over 2 drives", outcome, "xfs", ("noatime",))]
-    conforms("sweep-layouts-1", strict_json(render(LayoutSweep(tuple(results), effects(results)), "json")))
+    conforms("sweep-layouts-2", strict_json(render(LayoutSweep(tuple(results), effects(results)), "json")))
 
 
 @pytest.mark.parametrize("name", ["sweep_bed-latency-bound-2026-11-23.json", "sweep_bed-bandwidth-only-2026-11-23.json"])
@@ -302,9 +302,9 @@ def test_recorded_sweep_outcomes_conform(name: str) -> None:
     training steps: step_gain, confirmed rows and the defaults filled in."""
     doc = json.loads((ROOT / "benchmarks" / "results" / name).read_text())
     assert doc["step_gain"] is not None and doc["confirmed"]
-    # recorded before step_gain.split and the confirmation rule's bound existed
-    conforms("sweep-1", doc, optional={"split", "lower", "upper", "spread_measured", "spread_assumed", "floor",
-                                       "max_pairs", "noisy"})
+    # recorded before step_gain.split, the confirmation rule's bound and its confidence sequence existed
+    conforms("sweep-2", doc, optional={"split", "lower", "upper", "spread_measured", "spread_assumed", "floor",
+                                       "max_pairs", "noisy", "center", "more_pairs", "more_s", "resolvable", "alpha"})
 
 
 def test_schema_command_lists_prints_and_validates(tmp_path: Path) -> None:
@@ -324,5 +324,5 @@ def test_schema_command_lists_prints_and_validates(tmp_path: Path) -> None:
         f"  {good}: at /: 'started_at' is a required property\n  {good}: at /: 'duration_s' is a required property\n")
     r = CliRunner().invoke(cli, ["schema", "runs"])
     assert r.exit_code == 2 and r.stderr == (
-        "Error: no JSON Schema named runs: choose one of fleet-1, fleet-report-1, fleet-sweep-1, plan-1, run-1, sweep-1, "
-        "sweep-layouts-1, sweep-offload-2, trace-report-1\n")
+        "Error: no JSON Schema named runs: choose one of fleet-1, fleet-report-1, fleet-sweep-1, plan-1, run-1, sweep-2, "
+        "sweep-layouts-2, sweep-offload-3, trace-report-1\n")

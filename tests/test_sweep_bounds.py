@@ -113,7 +113,7 @@ def test_the_schemas_admit_every_value_the_table_accepts() -> None:
     are not generated from the table, and may be looser, never stricter."""
     points = {name: defs["point"]["properties"] for name in schema_names()
               if "point" in (defs := json.loads(schema_path(name).read_text()).get("$defs", {}))}
-    assert sorted(points) == ["sweep-1", "sweep-layouts-1"]
+    assert sorted(points) == ["sweep-2", "sweep-layouts-2"]
     for name, point in points.items():
         for key, prop in point.items():
             b = BOUNDS[key]

@@ -107,11 +107,12 @@ def test_a_steps_trial_runs_with_the_recommended_settings(tmp_path: Path) -> Non
 def test_real_steps_decide_in_alternating_pairs_against_the_defaults(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """--confirm 1 on the built-in emulated drive, at most 2 pairs of 3
-    steps (the rule's minimum follows the maximum down to 2): the
-    executor's best and DeepSpeed's defaults alternate on real training
-    steps, each trial journaled; the outcome carries the paired gain and the
-    rule's bound, and recommends the candidate only when the rule says faster.
-    (DeepSpeed's check of the fragment has its own test above.)"""
+    steps: the executor's best and DeepSpeed's defaults run back to back on
+    real training steps, the candidate first in pair 0 and the defaults
+    first in pair 1, each trial journaled with its order; two pairs are
+    fewer than the rule's first look (3), so the outcome carries the paired
+    ratios, no interval yet and the pairs the rule would need, and keeps
+    the defaults. (DeepSpeed's check of the fragment has its own test above.)"""
     from .test_emulated_drive import _FUSE_MISSING
 
     if _FUSE_MISSING:
@@ -126,27 +127,27 @@ def test_real_steps_decide_in_alternating_pairs_against_the_defaults(tmp_path: P
     r = CliRunner().invoke(cli, ["sweep", "--profile", str(tmp_path / "p.toml"), "--confirm", "1", "-o", str(out),
                                  "--json"])
     assert r.exit_code == 0, r.stderr[-3000:]
-    assert ("confirming 1 candidate(s) against DeepSpeed's defaults with 3 training steps each, in alternating "
-            "pairs until the confirmation rule decides (2 to 2 pair(s) each)\n") in r.stderr
+    assert ("confirming 1 candidate(s) against DeepSpeed's defaults with 3 training steps each, in pairs of "
+            "alternating order until the confirmation rule decides (at most 2 each, fewer than the 3 it decides "
+            "from: it will say how many more it needs)\n") in r.stderr
     doc = json.loads(r.stdout)
     default = SweepPoint(block_size=1 << 20, queue_depth=8)          # DeepSpeed's aio defaults
     candidate = SweepPoint(block_size=256 << 10, queue_depth=8)
     steps = [t for t in Journal(out / "journal.jsonl").trials if t.executor == "steps"]
-    assert [(t.point, t.repeat) for t in steps] == [(candidate, 0), (default, 0), (candidate, 1), (default, 1)]
+    assert [(t.point, t.repeat) for t in steps] == [(candidate, 0), (default, 0), (default, 1), (candidate, 1)]
+    assert [t.pair_order for t in steps] == ["candidate-first"] * 2 + ["reference-first"] * 2
     assert all(t.status == "ok" and len(t.raw["steps"]) == 3 for t in steps), [t.error for t in steps]
     opt = [t.measurement.optimizer_step_s for t in steps]
     gain = doc["step_gain"]
     assert gain["candidate"] == candidate.to_json() and gain["pairs"] == 2
-    assert gain["ratios"] == pytest.approx([opt[1] / opt[0], opt[3] / opt[2]])
-    assert gain["min"] <= gain["median"] <= gain["max"] and gain["lower"] < gain["median"] < gain["upper"]
+    assert gain["ratios"] == pytest.approx([opt[1] / opt[0], opt[2] / opt[3]])
+    assert gain["min"] <= gain["median"] <= gain["max"] and gain["min"] <= gain["center"] <= gain["max"]
     decided = decide(gain["ratios"], SequentialRule(noise_floor=0.05, max_pairs=2))     # the same rule, by hand
-    assert (gain["verdict"], gain["lower"], gain["upper"]) == (decided.verdict, decided.lower, decided.upper)
+    assert (gain["verdict"], gain["more_pairs"]) == (decided.verdict, decided.more_pairs_needed) and \
+        decided.verdict == "undecided" and gain["more_pairs"] >= 1
+    assert (gain["lower"], gain["upper"], gain["noisy"]) == (0.0, 0.0, True)       # 2 pairs resolve nothing
     assert (gain["floor"], gain["max_pairs"]) == (0.05, 2)
-    faster = gain["verdict"] == "faster"
-    assert doc["recommended"] == (candidate if faster else default).to_json()
-    assert {"faster": "faster than DeepSpeed's defaults", "slower": "no candidate beat DeepSpeed's defaults",
-            "within noise": "the defaults already saturate this drive; nothing to gain"}[gain["verdict"]] \
-        in gain["sentence"]
+    assert doc["recommended"] == default.to_json() and "undecided on real steps" in gain["sentence"]
     assert {c["key"] for c in doc["confirmed"]} == {candidate.key(), default.key()}
     for c in doc["confirmed"]:
         assert c["executor"] == "steps" and len(c["scores"]) == 2 and 0 < c["optimizer_step_s"] < c["step_s"]

@@ -113,7 +113,7 @@ def test_a_zenflow_job_is_measured_at_each_update_interval_and_nothing_is_applie
                                  "--what-if", "update_interval=1,3", "-o", str(tmp_path / "journal"), "--json"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    conforms("sweep-offload-2", doc)
+    conforms("sweep-offload-3", doc)
     assert doc["searched"] == [] and doc["recommended"] == {}
     assert doc["config"]["zero_optimization"]["zenflow"]["update_interval"] == 4          # not applied
     trials = {t["changes"][ZENFLOW_UPDATE]: t for t in doc["trials"] if t["role"] == "what-if"}

@@ -35,7 +35,7 @@ class NodeSweep:
     scores: dict[str, float] = field(default_factory=dict)   # point key -> median score, every ranked point
     gain_over_default: float | None = None        # the recommendation against DeepSpeed's defaults (executor)
     step_gain: float | None = None                # median optimizer-step ratio vs the defaults (None: not measured)
-    step_verdict: str = ""                        # faster | within noise | slower ("": not measured)
+    step_verdict: str = ""                        # faster | within noise | slower | undecided ("": not measured)
     fragment: dict[str, Any] = field(default_factory=dict)
     validation_error: str | None = None
     journal: str = ""

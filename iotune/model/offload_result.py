@@ -41,7 +41,7 @@ class OffloadTrial:
     predicted_locked_bytes: int = 0
     rss_bytes: int = 0
     seconds: float = 0.0
-    role: str = "search"              # search | pair-candidate | pair-base | what-if
+    role: str = "search"              # reference | search | pair-candidate | pair-base | what-if
     tokens_per_s: float = 0.0         # samples/s x sequence length, where it is known (the built-in model); else 0
     swap_bytes: dict[str, int] = field(default_factory=dict)   # category -> bytes swapped per steady step (hook)
     predicted_swap_bytes: int = 0     # the offload model's bytes per steady step (optimizer state and gradients)
@@ -52,6 +52,7 @@ class OffloadTrial:
     peak_rss_bytes: int = 0           # VmHWM of the job after its steps (the largest rank)
     predicted_host_bytes: int = 0     # the host-memory model's peak for one rank
     drive_rates: dict[str, float] = field(default_factory=dict)   # the reference: the drive's rates it was predicted at
+    pair_order: str = ""              # a pair's trial: candidate-first | reference-first, as the rule ordered it
 
     @property
     def swapped_bytes(self) -> int:
@@ -110,7 +111,7 @@ class OffloadOutcome:
     trials: tuple[OffloadTrial, ...]
     best: OffloadTrial | None                 # the fastest search trial
     ratios: tuple[float, ...]                 # candidate / reference samples per second, per pair
-    verdict: str                              # faster | within noise | slower | none
+    verdict: str                              # faster | within noise | slower | undecided | none
     journal: str
     config: dict[str, Any] = field(default_factory=dict)     # the recommended config (the base if none)
     reasons: dict[str, str] = field(default_factory=dict)    # changed key -> why
@@ -123,6 +124,9 @@ class OffloadOutcome:
     step_error: float | None = None           # median |predicted - measured| / measured step time over the trials
     trials_run_now: int = 0
     decision: str = ""                        # the sequential rule's account of the pairs, in words
+    tie_break: str = ""                       # equal within noise: which of the two was kept, and why
+    more_pairs: int = 0                       # undecided: about this many more pairs would settle it
+    more_s: float = 0.0                       # and their time at the pairs' measured trial times
 
     @property
     def recommended(self) -> dict[str, Any]:
@@ -138,4 +142,5 @@ class OffloadOutcome:
                 "gain": {**asdict(self.gain), "sentence": self.gain.sentence()} if self.gain else None,
                 "reference_changes": self.reference_changes, "base_over": list(self.base_over),
                 "predictions": [asdict(p) for p in self.predictions], "step_error": self.step_error,
-                "trials_run_now": self.trials_run_now, "decision": self.decision}
+                "trials_run_now": self.trials_run_now, "decision": self.decision, "tie_break": self.tie_break,
+                "more_pairs": self.more_pairs, "more_s": self.more_s}

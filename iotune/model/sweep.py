@@ -98,6 +98,7 @@ class Trial:
     started_at: str = ""
     seconds: float = 0.0
     raw: dict[str, Any] = field(default_factory=dict)   # the executor's raw output (fio JSON, ...)
+    pair_order: str = ""          # a confirmation pair's trial: candidate-first | reference-first ("": no pair)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -105,6 +106,7 @@ class Trial:
             "repeat": self.repeat, "status": self.status,
             "measurement": self.measurement.to_json() if self.measurement else None,
             "error": self.error, "started_at": self.started_at, "seconds": self.seconds, "raw": self.raw,
+            **({"pair_order": self.pair_order} if self.pair_order else {}),
         }
 
     @classmethod
@@ -114,7 +116,7 @@ class Trial:
                    repeat=int(data.get("repeat", 0)), status=data.get("status", "ok"),
                    measurement=Measurement.from_json(m) if m else None, error=data.get("error", ""),
                    started_at=data.get("started_at", ""), seconds=float(data.get("seconds", 0.0)),
-                   raw=data.get("raw") or {})
+                   raw=data.get("raw") or {}, pair_order=str(data.get("pair_order", "")))
 
 
 @dataclass(frozen=True)

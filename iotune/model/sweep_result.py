@@ -44,21 +44,36 @@ class Ranked:
 
 
 NOTHING_TO_GAIN = "the defaults already saturate this drive; nothing to gain"
-NOISY_FACTOR = 2.0       # the confirmation rule's error rate is stated for pairs spread up to this x its minimum
+NOISY_FACTOR = 2.0       # records before the confirmation sequence: noisy was 2x the median rule's least spread
 SLOWER_ON_STEPS = "no candidate beat DeepSpeed's defaults on real steps"
+MORE_PAIRS_CAP = 1000    # the rule stops counting the pairs it needs here (iotune.sweep.sequential)
+
+
+def more_pairs_phrase(more: int, seconds: float, least: bool = False) -> str:
+    """"about 9 more pairs (≈ 14 min)": what an undecided comparison needs,
+    the time from the measured trials ("" without a count; no time without
+    times). `least`: a lower bound (no noise estimate yet)."""
+    if more <= 0:
+        return ""
+    took = f" (≈ {seconds / 60:.0f} min)" if 0 < seconds < 7200 else f" (≈ {seconds / 3600:.1f} h)" if seconds else ""
+    if more >= MORE_PAIRS_CAP:
+        return f"{MORE_PAIRS_CAP:,} or more further pairs at this spread"
+    return f"{'at least' if least else 'about'} {more} more pair{'s' if more != 1 else ''}{took}"
 
 
 @dataclass(frozen=True)
 class StepGain:
     """The best candidate against DeepSpeed's defaults on real optimizer
-    steps, from alternating pairs (candidate, then the defaults), as the
+    steps, from pairs run back to back in alternating order, as the
     confirmation rule (iotune.sweep.sequential) decided it. Each ratio is
     default / candidate optimizer-step time of one pair: above 1, the
-    candidate is faster. verdict: "faster" (the bound's lower end clears
+    candidate is faster. verdict: "faster" (the interval's lower end clears
     1 + floor: recommended), "within noise" or "slower" (the defaults are
-    recommended). The bound [lower, upper] is the median's, widened by the
-    per-pair noise: measured from the pairs (1.4826 x MAD of ln ratio), or
-    the rule's assumed minimum when the pairs show less."""
+    recommended), "undecided" (the pairs could not settle it: the defaults
+    are recommended, and `more_pairs` says what would). The interval
+    [lower, upper] (0, 0: no interval before the rule's first look) is the
+    rule's confidence sequence on the geometric mean `center`. Records from
+    before it (center 0) decided on the median with a MAD bound."""
 
     candidate: SweepPoint
     ratios: tuple[float, ...]
@@ -66,45 +81,79 @@ class StepGain:
     min: float
     max: float
     pairs: int
-    noise: float                         # the bound's half-width, a fraction of the median (upper / median - 1)
+    noise: float                         # the interval's half-width, a fraction of the center (upper / center - 1)
     verdict: str
     candidate_optimizer_step_s: float    # medians over the pairs
     default_optimizer_step_s: float
     split: GainSplit | None = None       # the gain by cause (less I/O, faster I/O), where the job's tensors are known
-    lower: float = 0.0                   # the bound on the median ratio (0, 0: recorded before the rule had one)
+    lower: float = 0.0                   # the interval on the ratio (0, 0: none)
     upper: float = 0.0
-    spread_measured: float = 0.0         # per-pair noise, sd of ln ratio: from the pairs (1.4826 x MAD)
+    spread_measured: float = 0.0         # per-pair noise, sd of ln ratio, from the pairs
     spread_assumed: float = 0.0          # and the least the rule assumes
     floor: float = 0.0                   # the smallest gain worth reporting (fraction)
     max_pairs: int = 0                   # the most pairs the rule would have run
+    center: float = 0.0                  # the geometric mean of the ratios (0: a record from before the sequence)
+    more_pairs: int = 0                  # undecided: about this many more pairs would settle it
+    more_s: float = 0.0                  # and their time at the pairs' measured trial times
+    resolvable: float = 0.0              # the largest per-pair spread max_pairs pairs resolve at the floor
+    alpha: float = 0.0                   # the sequence's error over every look, both sides
 
     @property
     def recommended(self) -> bool:
         return self.verdict == "faster"
 
     @property
+    def estimate(self) -> float:
+        """The ratio the rule decided on: the geometric mean (the median in older records)."""
+        return self.center or self.median
+
+    @property
     def noisy(self) -> bool:
-        """The pairs spread more than the rule's stated error rate assumes (2x its minimum)."""
-        return self.spread_assumed > 0 and self.spread_measured > NOISY_FACTOR * self.spread_assumed
+        """The pairs spread more than max_pairs pairs resolve at the floor (a noise estimate needs 2 pairs)."""
+        if not self.center:
+            return self.spread_assumed > 0 and self.spread_measured > NOISY_FACTOR * self.spread_assumed
+        return self.pairs >= 2 and max(self.spread_measured, self.spread_assumed) > self.resolvable
 
     def sentence(self) -> str:
         """What the steps showed, in the words the report prints."""
-        d = 1 if self.median >= 2 else 2       # 2.1× [2.0–2.2], 1.07× [1.06–1.08]
-        pairs = f"median of {self.pairs} pair{'s' if self.pairs != 1 else ''} [{self.min:.{d}f}–{self.max:.{d}f}]"
+        x = self.estimate
+        d = 1 if x >= 2 else 2       # 2.1× [2.0–2.2], 1.07× [1.06–1.08]
+        mean = "geometric mean" if self.center else "median"
+        pairs = f"{mean} of {self.pairs} pair{'s' if self.pairs != 1 else ''} [{self.min:.{d}f}–{self.max:.{d}f}]"
         caution = self._caution()
         if self.recommended:
-            return f"optimizer step {self.median:.{d}f}× faster than DeepSpeed's defaults ({pairs}; {self._bound()})" \
-                + caution
-        measured = (f"the best candidate's optimizer step ran at {self.median:.{d}f}× the defaults' speed, "
+            return f"optimizer step {x:.{d}f}× faster than DeepSpeed's defaults ({pairs}; {self._bound()})" + caution
+        measured = (f"the best candidate's optimizer step ran at {x:.{d}f}× the defaults' speed, "
                     f"{pairs}: {self.verdict}; {self._bound()}")
         if self.verdict == "slower":
             return (f"{SLOWER_ON_STEPS} ({measured}){caution}; keeping DeepSpeed's defaults. A faster fio or aio "
                     f"score did not carry over to this job's steps")
+        if self.verdict == "undecided":
+            return f"undecided on real steps ({measured}){caution}; keeping DeepSpeed's defaults"
         return f"{NOTHING_TO_GAIN} ({measured}){caution}"
 
     def _bound(self) -> str:
         """The bound in words: what it shows against the floor."""
-        if not self.upper:                           # recorded before the bound existed
+        if not self.center:
+            return self._median_bound()
+        worth = f"the {100 * self.floor:.0f}% worth reporting"
+        if self.verdict == "undecided":
+            if self.pairs < 2:
+                return (f"no noise estimate from {self.pairs} pair{'s' if self.pairs != 1 else ''}; the rule needs "
+                        f"{more_pairs_phrase(self.more_pairs, self.more_s, least=True)}")
+            shown = (f"its interval {self.lower:.2f}–{self.upper:.2f}× neither clears nor excludes {worth}"
+                     if self.upper else "no interval before the rule's first look")
+            return (f"{shown} after {self.pairs} of at most {self.max_pairs} pairs; "
+                    f"{more_pairs_phrase(self.more_pairs, self.more_s)} would settle it")
+        if self.recommended:
+            return f"at least {self.lower:.2f}× by the rule's interval, above {worth}"
+        if self.verdict == "slower":
+            return f"at most {self.upper:.2f}× by the rule's interval"
+        return f"at most {self.upper:.2f}× by the rule's interval, under {worth}"
+
+    def _median_bound(self) -> str:
+        """A record from before the sequence: the median rule's bound."""
+        if not self.upper:
             return f"noise ±{100 * self.noise:.0f}%"
         worth = f"the {100 * self.floor:.0f}% worth reporting"
         if self.recommended:
@@ -118,20 +167,33 @@ class StepGain:
 
     def rule_sentence(self) -> str:
         """How the confirmation rule decided, in words ("" for a record from before the rule)."""
-        if not self.upper:
+        if not self.upper and not self.center:
             return ""
         spread = max(self.spread_measured, self.spread_assumed)
         source = ("as the pairs measured it" if self.spread_measured >= self.spread_assumed else
                   f"the least the rule assumes; the pairs measured ±{100 * self.spread_measured:.1f}%")
-        return (f"decided on the median of the pairs' ratios: its bound {self.lower:.2f}–{self.upper:.2f}× allows "
-                f"for ±{100 * spread:.1f}% of noise per pair ({source}); a gain is reported once the bound's lower "
-                f"end clears {1 + self.floor:.2f}×; pairs are added until the rule decides, {self.max_pairs} at most")
+        if not self.center:
+            return (f"decided on the median of the pairs' ratios: its bound {self.lower:.2f}–{self.upper:.2f}× "
+                    f"allows for ±{100 * spread:.1f}% of noise per pair ({source}); a gain is reported once the "
+                    f"bound's lower end clears {1 + self.floor:.2f}×; pairs are added until the rule decides, "
+                    f"{self.max_pairs} at most")
+        return (f"decided on the mean of the pairs' log ratios with a {100 * (1 - self.alpha):.0f}% confidence "
+                f"sequence (Student's t, valid however many pairs are looked at) allowing for ±{100 * spread:.1f}% of "
+                f"noise per pair ({source}); a gain is reported once its lower end clears {1 + self.floor:.2f}×; "
+                f"pairs run back to back in alternating order, added until the rule decides, {self.max_pairs} at most")
 
     def _caution(self) -> str:
         if not self.noisy:
             return ""
-        return (f"; the pairs spread ±{100 * self.spread_measured:.0f}%, above the "
-                f"±{100 * NOISY_FACTOR * self.spread_assumed:.0f}% the rule's stated error rate assumes")
+        spread = max(self.spread_measured, self.spread_assumed)
+        if not self.center:
+            return (f"; the pairs spread ±{100 * self.spread_measured:.0f}%, above the "
+                    f"±{100 * NOISY_FACTOR * self.spread_assumed:.0f}% the rule's stated error rate assumes")
+        if not self.resolvable:
+            return (f"; noisy: {self.max_pairs} pair{'s' if self.max_pairs != 1 else ''} cannot resolve the "
+                    f"{100 * self.floor:.0f}% floor at any spread (the rule first decides at 3 pairs)")
+        return (f"; noisy: the pairs spread ±{100 * spread:.1f}%, more than the ±{100 * self.resolvable:.1f}% "
+                f"{self.max_pairs} pairs resolve at the {100 * self.floor:.0f}% floor, so gains near it stay undecided")
 
     def to_json(self) -> dict[str, Any]:
         split = {**asdict(self.split), "sentence": self.split.sentence()} if self.split else None

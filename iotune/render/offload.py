@@ -6,6 +6,7 @@ import json
 
 from ..model import units
 from ..model.offload_result import OffloadOutcome, OffloadTrial, short_changes
+from ..model.sweep_result import more_pairs_phrase
 from .base import RenderOptions
 
 HEAD = (f"  {'candidate':<58} {'role':<9} {'s/step':>7} {'predicted':>9} {'I/O wait':>8} {'locked MB':>9} "
@@ -65,10 +66,13 @@ def _trials(o: OffloadOutcome) -> list[str]:
 def _pairs(o: OffloadOutcome) -> list[str]:
     if not o.ratios:
         return []
+    order = "; the two of a pair back to back, in alternating order" if any(t.pair_order for t in o.trials) else ""
     lines = [f"\n  pairs with the reference: {', '.join(f'{r:.2f}' for r in o.ratios)} (candidate / reference, "
-             f"samples per second): {o.verdict}"]
+             f"samples per second{order}): {o.verdict}"]
     if o.decision:
         lines.append(f"  {o.decision}")
+    if o.tie_break:
+        lines.append(f"  {o.tie_break}")
     if o.gain is not None:
         lines.append(f"  {o.gain.sentence()} (bytes per step as swapped on the pairs' steps)")
     return lines
@@ -90,14 +94,22 @@ def _verdict(o: OffloadOutcome) -> list[str]:
     if o.recommended:
         lines = ["\nRecommended changes (in the config below):"]
         lines += [f"  {k} = {json.dumps(v)}: {o.reasons.get(k, '')}" for k, v in o.recommended.items()]
-        if o.base_over and o.verdict != "faster":
+        if o.tie_break:
+            lines.append("  (as fast as the reference within noise, and cheaper: see the tie-break above)")
+        elif o.base_over and o.verdict != "faster":
             lines.append("  (the smallest change that makes your config fit; no candidate beat it on real steps)")
         return lines
     if not o.searched:
         return ["\nNothing to search: every dimension is left out (above); keeping your config"]
-    return ["\nKeeping your config: " + ("no candidate could run" if o.best is None else
-                                         "no candidate ran faster than it" if o.verdict == "none" else
-                                         f"the fastest candidate was {o.verdict} against it on real steps")]
+    if o.best is None or o.verdict == "none":
+        return ["\nKeeping your config: " + ("no candidate could run" if o.best is None else
+                                             "no pair of the fastest candidate with it completed")]
+    if o.verdict == "undecided":
+        more = more_pairs_phrase(o.more_pairs, o.more_s)
+        return [f"\nKeeping your config: the pairs could not tell the fastest candidate from it"
+                + (f"; {more} would settle it (--max-pairs)" if more else "")]
+    return [f"\nKeeping your config: the fastest candidate was {o.verdict} against it on real steps"
+            + (" (and the cheaper of the two: see the tie-break above)" if o.tie_break else "")]
 
 
 def offload_console(o: OffloadOutcome, opts: RenderOptions) -> str:

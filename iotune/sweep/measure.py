@@ -30,10 +30,11 @@ class Measurer:
     def measure_all(self, proposal: Proposal) -> list[Trial]:
         return [self.measure(p, proposal.repeat) for p in proposal.points]
 
-    def measure(self, point: SweepPoint, repeat: int = 0) -> Trial:
+    def measure(self, point: SweepPoint, repeat: int = 0, pair_order: str = "") -> Trial:
         """The trial of (point, repeat): from the journal if there is one,
-        else run now and journaled. Progress is reported once per trial,
-        and while one runs, at its start and at each of its training steps."""
+        else run now and journaled, with the confirmation pair's order when
+        it is one (`pair_order`). Progress is reported once per trial, and
+        while one runs, at its start and at each of its training steps."""
         found = self.journal.done(self.executor.name, point.key(), repeat)
         if found is not None and (point.key(), repeat) in self._seen:
             return found
@@ -41,7 +42,7 @@ class Measurer:
         reused = found is not None
         if found is None:
             self._tell(Running(self.executor.name, point, repeat))
-            found = self._run(point, repeat)
+            found = replace(self._run(point, repeat), pair_order=pair_order)
             self.journal.record(found)
         self.done += 1
         if self.on_trial:

@@ -49,9 +49,10 @@ def search_options(fn: F) -> F:
                      help="At most this many candidates run on real steps, those predicted fastest first  "
                           "[default: 12]"),
         click.option("--max-pairs", type=click.IntRange(1, 20), default=6, show_default=True, metavar="N",
-                     help="At most this many alternating pairs (the pick, then your config) confirm the pick; "
-                          "the rule decides from 3 on, so fewer than 3 decide on what ran, with a wider bound. "
-                          "Each pair costs two trials: at 1B, minutes each."),
+                     help="At most this many pairs (the pick and your config back to back, in alternating order) "
+                          "confirm the pick; the rule decides from 3 pairs on, with a 95% confidence sequence valid "
+                          "at every look, and an undecided pick says how many more pairs would settle it. Each pair "
+                          "costs two trials: at 1B, minutes each."),
     )(fn)
 
 

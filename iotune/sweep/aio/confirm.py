@@ -1,22 +1,22 @@
 """Stage 4 of a sweep, confirm: the finalists and DeepSpeed's defaults,
 measured again on real training steps (the built-in nvme-opt workload,
 optimizer state swapped to the target, or the user's own job through
---steps-cmd) in alternating pairs, so that real
-optimizer-step time decides.
+--steps-cmd) in pairs, so that real optimizer-step time decides.
 
 The finalists are the front of the executor's ranking (its tier of ties
 first, see rank.py), at most `confirm_top` of them, DeepSpeed's defaults
-left out (they are the reference). Round by round, each finalist runs and
-then the defaults run right after it: candidate, default, candidate,
-default, ... Each pair's ratio (default / candidate optimizer-step time)
-compares two runs taken back to back, so slow drift of a shared machine
-cancels. After each pair the confirmation rule (sequential.py) decides that
-finalist or asks for another pair; a decided finalist runs no more pairs,
-and none runs more than `confirm_pairs` (the rule's maximum). Every trial
-is journaled as it ends: the candidate's repeat index is its round, the
-defaults' is round x finalists + the finalist's place, whichever finalists
-are still running, so a resumed sweep reaches the same decisions from the
-journal and takes each pair from it.
+left out (they are the reference). Round by round, each finalist and the
+defaults run back to back, in the order the rule gives: the finalist first
+in even rounds, the defaults first in odd ones (ABBA blocks, so drift and
+whichever-runs-first effects cancel). Each pair's ratio (default /
+candidate optimizer-step time) compares two runs taken back to back. After
+each pair the confirmation rule (sequential.py) decides that finalist or
+asks for another pair; a decided finalist runs no more pairs, and none runs
+more than `confirm_pairs`. Every trial is journaled as it ends, with its
+pair's order: the candidate's repeat index is its round, the defaults' is
+round x finalists + the finalist's place, whichever finalists are still
+running, and the order follows from the round, so a resumed sweep reaches
+the same decisions from the journal and takes each pair from it.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from ..journal import Journal
 from ..measure import Measurer
 from .rank import summarize_trials
 from .recommend import best_gain, pair_ratios, step_gain
-from ..sequential import SequentialRule, decide
+from ..sequential import PairDecision, SequentialRule, candidate_first, decide, pair_order
 from ..space import RunSettings
 from .steps_executor import StepsExecutor
 
@@ -84,25 +84,39 @@ def confirm_rule(run: RunSettings) -> SequentialRule:
 
 
 def run_pairs(candidates: list[SweepPoint], default: SweepPoint, rule: SequentialRule,
-              measure: Callable[[SweepPoint, int], Trial],
+              measure: Callable[[SweepPoint, int, str], Trial],
               say: Callable[[str], None] = lambda s: None) -> dict[str, list[tuple[Trial, Trial]]]:
     """Each finalist's (candidate, default) trial pairs, run in the order of
-    pair_plan until the rule decides it (at rule.max_pairs at the latest)."""
+    pair_plan until the rule decides it (rule.max_pairs at the most); within
+    a pair, the order the rule gives for its round (`measure` gets it)."""
     pairs: dict[str, list[tuple[Trial, Trial]]] = {c.key(): [] for c in candidates}
     decided: set[str] = set()
     for cand, c_rep, d_rep in pair_plan(candidates, default, rule.max_pairs):
         key = cand.key()
         if key in decided:
             continue
-        pairs[key].append((measure(cand, c_rep), measure(default, d_rep)))
-        d = decide(pair_ratios(pairs[key]), rule, final=c_rep == rule.max_pairs - 1)
-        if d.decided:
+        order = pair_order(c_rep)
+        if candidate_first(c_rep):
+            c = measure(cand, c_rep, order)
+            pairs[key].append((c, measure(default, d_rep, order)))
+        else:
+            d = measure(default, d_rep, order)
+            pairs[key].append((measure(cand, c_rep, order), d))
+        verdict = decide(pair_ratios(pairs[key]), rule)
+        if verdict.decided or c_rep == rule.max_pairs - 1:
             decided.add(key)
-            say(f"confirmed bs={cand.block_size} qd={cand.queue_depth} t={cand.intra_op_parallelism}: {d.verdict} "
-                f"after {c_rep + 1} pair(s) (median {d.median:.2f}x the defaults' speed, bound "
-                f"{d.lower:.2f}-{d.upper:.2f}x)" if d.pairs else
-                f"confirmed bs={cand.block_size} qd={cand.queue_depth}: no usable pair in {c_rep + 1}")
+            say(_said(cand, verdict, c_rep + 1))
     return pairs
+
+
+def _said(cand: SweepPoint, d: PairDecision, ran: int) -> str:
+    name = f"confirmed bs={cand.block_size} qd={cand.queue_depth} t={cand.intra_op_parallelism}"
+    if not d.pairs:
+        return f"{name}: no usable pair in {ran}"
+    interval = f"interval {d.lower:.2f}-{d.upper:.2f}x" if math.isfinite(d.upper) else "no interval yet"
+    more = f"; about {d.more_pairs_needed} more pair(s) would settle it" if not d.decided else ""
+    return (f"{name}: {d.verdict} after {ran} pair(s) (geometric mean {d.center:.2f}x the defaults' speed, "
+            f"{interval}){more}")
 
 
 def confirm_on_steps(ranking: list[Ranked], default: SweepPoint, run: RunSettings, target: Target,
@@ -118,14 +132,18 @@ def confirm_on_steps(ranking: list[Ranked], default: SweepPoint, run: RunSetting
         return [], None
     rule = confirm_rule(run)
     steps = steps or StepsExecutor(steps=run.steps, timeout_s=run.steps_timeout_s)
+    limit = (f"from {rule.first_look} pairs, at most {rule.max_pairs} each" if rule.max_pairs >= rule.first_look
+             else f"at most {rule.max_pairs} each, fewer than the {rule.first_look} it decides from: it will say how "
+                  f"many more it needs")
     say(f"confirming {len(candidates)} candidate(s) against DeepSpeed's defaults with {run.steps} "
-        f"{getattr(steps, 'what', 'training steps each')}, in alternating pairs until the confirmation rule "
-        f"decides ({rule.first_look} to {rule.max_pairs} pair(s) each)")
-    measurer = Measurer(steps, target, journal, on_trial, planned=2 * len(candidates) * rule.first_look)
+        f"{getattr(steps, 'what', 'training steps each')}, in pairs of alternating order until the confirmation "
+        f"rule decides ({limit})")
+    planned = 2 * len(candidates) * min(rule.first_look, rule.max_pairs)
+    measurer = Measurer(steps, target, journal, on_trial, planned=planned)
     pairs = run_pairs(candidates, default, rule, measurer.measure, say)
     gain = best_gain([step_gain(c, pairs[c.key()], rule) for c in candidates])
     if gain is not None and isinstance(steps, StepsExecutor):
-        gain = replace(gain, split=steps.gain_split(default, gain.candidate, gain.median))
+        gain = replace(gain, split=steps.gain_split(default, gain.candidate, gain.estimate))
     keys = {default.key(), *pairs}
     rows = summarize_trials([t for t in journal.trials if t.point.key() in keys], steps.name)
     rows.sort(key=lambda r: (r.optimizer_step_s or math.inf, r.point.key()))

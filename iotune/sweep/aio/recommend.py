@@ -6,13 +6,15 @@ fragment that DeepSpeed accepts as pasted, validated by DeepSpeed itself;
 When training steps were run, the recommendation is never slower than
 DeepSpeed's defaults beyond the measured noise: a candidate is recommended
 only when the confirmation rule (sequential.py) finds its paired ratios
-(default / candidate optimizer-step time, one per alternating pair) faster:
-the lower end of the bound on their median clears 1 + the profile's
-noise_floor. Otherwise the recommendation is DeepSpeed's defaults."""
+(default / candidate optimizer-step time, one per pair) faster: the lower
+end of its confidence sequence on their geometric mean clears 1 + the
+profile's noise_floor. Otherwise (within noise, slower or undecided) the
+recommendation is DeepSpeed's defaults."""
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -58,27 +60,36 @@ def pair_ratios(pairs: Sequence[tuple[Trial, Trial]]) -> list[float]:
     return [d / c for c, d in pair_times(pairs)]
 
 
+def pair_seconds(pairs: Sequence[tuple[Trial, Trial]]) -> float:
+    """What one more pair costs: the median over the pairs of both trials' seconds (0 without a timed pair)."""
+    spent = [c.seconds + d.seconds for c, d in pairs if c.seconds > 0 and d.seconds > 0]
+    return statistics.median(spent) if spent else 0.0
+
+
 def step_gain(candidate: SweepPoint, pairs: Sequence[tuple[Trial, Trial]], rule: SequentialRule) -> StepGain | None:
-    """The rule's final verdict on `candidate` from its (candidate, default)
-    steps trial pairs; failed pairs are left out. None without a usable pair."""
+    """The rule's verdict on `candidate` from its (candidate, default) steps
+    trial pairs; failed pairs are left out. Undecided: the pairs it would
+    still need, timed at the pairs' own trial times. None without a usable pair."""
     times = pair_times(pairs)
     if not times:
         return None
     ratios = tuple(d / c for c, d in times)
-    d = decide(ratios, rule, final=True)
-    return StepGain(candidate=candidate, ratios=ratios, median=d.median, min=min(ratios), max=max(ratios),
-                    pairs=d.pairs, noise=d.upper / d.median - 1, verdict=d.verdict,
+    d = decide(ratios, rule)
+    upper = d.upper if math.isfinite(d.upper) else 0.0
+    return StepGain(candidate=candidate, ratios=ratios, median=statistics.median(ratios), min=min(ratios),
+                    max=max(ratios), pairs=d.pairs, noise=upper / d.center - 1 if upper else 0.0, verdict=d.verdict,
                     candidate_optimizer_step_s=statistics.median(c for c, _ in times),
                     default_optimizer_step_s=statistics.median(t for _, t in times),
-                    lower=d.lower, upper=d.upper, spread_measured=d.measured, spread_assumed=d.assumed,
-                    floor=d.floor, max_pairs=d.max_pairs)
+                    lower=d.lower, upper=upper, spread_measured=d.measured, spread_assumed=d.assumed,
+                    floor=d.floor, max_pairs=d.max_pairs, center=d.center, more_pairs=d.more_pairs_needed,
+                    more_s=d.more_pairs_needed * pair_seconds(pairs), resolvable=d.resolvable, alpha=d.alpha)
 
 
 def best_gain(gains: Sequence[StepGain | None]) -> StepGain | None:
-    """The candidate to report: a recommended one with the highest median
-    ratio, else the highest median ratio (ties: the point's key)."""
+    """The candidate to report: a recommended one with the highest ratio
+    (the rule's estimate), else the highest ratio (ties: the point's key)."""
     found = [g for g in gains if g is not None]
-    return min(found, key=lambda g: (not g.recommended, -g.median, g.candidate.key()), default=None)
+    return min(found, key=lambda g: (not g.recommended, -g.estimate, g.candidate.key()), default=None)
 
 
 def ds_fragment(point: SweepPoint, nvme_path: str, pin_memory: bool = True) -> dict[str, Any]:

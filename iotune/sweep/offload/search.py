@@ -16,11 +16,22 @@
     run       real steps only for the candidates predicted within `margin` of the
               best prediction (at most `max_trials`); a trial ends as soon as its
               steady steps agree (offload_runner.TrialPlan)
-    confirm   the fastest against the reference in alternating pairs, one pair at
-              a time, until the sequential rule decides (iotune.sweep.sequential)
+    confirm   the fastest against the reference in pairs, one pair at a time, until
+              the sequential rule decides (iotune.sweep.offload.confirm); two
+              configs the pairs find equal are ranked by what else they cost
 
 Every trial is journaled the moment it ends (the sweep journal, its identity
-in the header) and a re-run takes what the journal has."""
+in the header) and a re-run takes what the journal has.
+
+The fastest search trial goes straight to the pairs. It used to go there
+only when its one trial had more samples per second than the reference's
+one trial: an unpaired gate. At the scale it matters (a 1B job's step
+varies 9-14 % run to run) that comparison of two single trials is close to a
+coin toss for the gains worth finding, and the best of several noisy
+trials is biased upward (the winner's curse), so the gate neither kept a
+slower pick out nor let a real gain through reliably. The pairs are the
+gate now: a pick clearly no faster is "within noise" or "slower" after 3
+pairs, and a close one stays undecided with the pairs it would need."""
 
 from __future__ import annotations
 
@@ -37,7 +48,7 @@ from ...errors import IotuneError, UsageError
 from ...host.ledger import temp_dir
 from ...model import units
 from ...model.host_memory import HostContext, host_memory
-from ...model.offload import JobShape, OffloadKnobs, measured_gain_split, step_swap_bytes, sub_groups
+from ...model.offload import JobShape, OffloadKnobs, step_swap_bytes, sub_groups
 from ...model.offload_result import OffloadOutcome, OffloadTrial, Prediction, WhatIf, short_changes
 from ...model.offload_time import DriveRates, Reference, median_abs_error, predict_step_s
 from ...workloads.presets import PRESETS, tensor_numels
@@ -47,7 +58,7 @@ from ..executor import Target
 from ..journal import Journal
 from .runner import BuiltinRunner, RunResult, Runner, TrialPlan, samples_per_step
 from .space import KEYS, Budget, candidates, dimensions, refusals
-from ..sequential import PairDecision, SequentialRule, decide
+from .confirm import Confirmation, Cost, confirm_pairs, cost_of, rank_by_cost, tie_break
 from ..user_job import UserJob, probe_shape
 from .what_if import ZENFLOW_TOPK, ZENFLOW_WHAT_IF, what_if_plan, what_if_refusal
 
@@ -112,7 +123,7 @@ class Trials:
         self.ran = 0
 
     def run(self, knobs: OffloadKnobs, role: str, nth: int = 0, extra: dict[str, Any] | None = None,
-            predicted_s: float = 0.0, rates: DriveRates | None = None) -> OffloadTrial:
+            predicted_s: float = 0.0, rates: DriveRates | None = None, pair_order: str = "") -> OffloadTrial:
         changes = {**knob_changes(self.base, knobs), **(extra or {})}
         key = json.dumps(changes, sort_keys=True)
         seen = self.journal.find_offload(key, role, nth)
@@ -129,6 +140,7 @@ class Trials:
         t = self._record(knobs, key, changes, role, r, round(time.monotonic() - t0, 3), predicted_s)
         if rates is not None:
             t = replace(t, drive_rates=asdict(rates))
+        t = replace(t, pair_order=pair_order)
         self.journal.record_offload(t)
         self.ran += 1
         self.say(f"offload: {short_changes(changes)}: " + (
@@ -194,12 +206,16 @@ def _outcome(search: OffloadSearch, base: OffloadKnobs, shape: JobShape, searche
     confirm = Confirmation((), "none", None, None)
     best = None
     if measured is not None and reference is not None:
-        ref_trial, ran, by_key = measured
+        _, ran, by_key = measured
         ok = [t for t in ran if t.status == "ok"]
         best = max(ok, key=lambda t: (t.samples_per_s, t.key), default=None)
-        if best is not None and best.samples_per_s > ref_trial.samples_per_s:
-            confirm = confirm_pairs(by_key[best.key], reference, base, shape, trials, search)
+        if best is not None:
+            confirm = confirm_pairs(by_key[best.key], reference, shape, trials, search)
     chosen_knobs = confirm.candidate if confirm.verdict == "faster" else reference if over else None
+    tied, d = "", confirm.rule
+    if d is not None and d.equal and confirm.candidate is not None and reference is not None:
+        chosen_knobs, ranked = _cheaper(confirm.candidate, reference, base, shape, search, over)
+        tied = tie_break(ranked, confirm.ratios, d)
     chosen = knob_changes(base, chosen_knobs) if chosen_knobs is not None else {}
     rows = run_what_if(search, trials, chosen_knobs or reference or base, shape) if search.what_if else ()
     done = [t for t in trials.journal.offload_trials if t.predicted_step_s > 0 and t.status == "ok"]
@@ -208,11 +224,22 @@ def _outcome(search: OffloadSearch, base: OffloadKnobs, shape: JobShape, searche
         search.runner.what, knob_changes(OffloadKnobs(), base), tuple(searched), tuple(skipped), tuple(refused),
         tuple(trials.journal.offload_trials), best, confirm.ratios, confirm.verdict, str(trials.journal.path),
         apply_changes(cfg, chosen, next((p for p in nvme_sections(cfg).values() if p), str(trials.target.directory))),
-        {k: _reason(k, v, base, shape) for k, v in chosen.items()}, rows, confirm.gain,
+        {k: _reason(k, v, base, shape, bool(tied)) for k, v in chosen.items()}, rows, confirm.gain,
         reference_changes=knob_changes(base, reference) if reference is not None else {},
         base_over=over, predictions=tuple(predictions), recommended_changes=chosen,
         step_error=median_abs_error([(t.predicted_step_s, t.step_s) for t in done]),
-        trials_run_now=trials.ran, decision=confirm.decision)
+        trials_run_now=trials.ran, decision=confirm.decision, tie_break=tied,
+        more_pairs=d.more_pairs_needed if d and confirm.ratios else 0, more_s=confirm.more_s)
+
+
+def _cheaper(candidate: OffloadKnobs, reference: OffloadKnobs, base: OffloadKnobs, shape: JobShape,
+             search: OffloadSearch, over: tuple[str, ...]) -> tuple[OffloadKnobs | None, list[Cost]]:
+    """Candidate and reference equal within the pairs' resolution: the one
+    that costs less (rank_by_cost; the reference kept: None, or itself when
+    the job's own config does not fit), and the ranking."""
+    ref = cost_of(short_changes(knob_changes(base, reference)) if over else "your config", reference, shape, search)
+    ranked = rank_by_cost([ref, cost_of(short_changes(knob_changes(base, candidate)), candidate, shape, search)])
+    return (reference if over else None) if ranked[0] is ref else candidate, ranked
 
 
 def smallest_fitting_change(base: OffloadKnobs, fit: list[OffloadKnobs], shape: JobShape) -> OffloadKnobs | None:
@@ -252,55 +279,6 @@ def predict_all(fit: list[OffloadKnobs], shape: JobShape, reference: Reference, 
         out.append(Prediction(json.dumps(knob_changes(base, k), sort_keys=True), knob_changes(base, k), round(s, 4),
                               run, why))
     return out
-
-
-@dataclass(frozen=True)
-class Confirmation:
-    ratios: tuple[float, ...]
-    verdict: str                     # faster | within noise | slower | none
-    candidate: OffloadKnobs | None
-    gain: Any
-    decision: str = ""               # the rule's account, in words
-
-
-def confirm_pairs(candidate: OffloadKnobs, reference: OffloadKnobs, base: OffloadKnobs, shape: JobShape,
-                  trials: Trials, search: OffloadSearch) -> Confirmation:
-    """Alternating (candidate, reference) pairs, one at a time, until the
-    sequential rule (iotune.sweep.sequential) decides; each ratio is the
-    candidate's samples per second over the reference's."""
-    rule = SequentialRule(noise_floor=search.noise_floor, max_pairs=search.max_pairs)
-    ratios: list[float] = []
-    seen: dict[str, list[OffloadTrial]] = {"pair-candidate": [], "pair-base": []}
-    decision = decide([], rule)
-    for n in range(rule.max_pairs):
-        c, b = trials.run(candidate, "pair-candidate", n), trials.run(reference, "pair-base", n)
-        if c.status == b.status == "ok" and b.samples_per_s > 0:
-            ratios.append(c.samples_per_s / b.samples_per_s)
-            seen["pair-candidate"].append(c)
-            seen["pair-base"].append(b)
-        decision = decide(ratios, rule, final=n == rule.max_pairs - 1)
-        if decision.decided:
-            break
-    gain = None
-    if decision.verdict == "faster":
-        gain = measured_gain_split(reference, candidate, shape, decision.median,
-                                   int(statistics.median(t.swapped_bytes for t in seen["pair-base"])),
-                                   int(statistics.median(t.swapped_bytes for t in seen["pair-candidate"])),
-                                   max(host_memory(candidate, shape, search.context).peak_bytes
-                                       - host_memory(reference, shape, search.context).peak_bytes, 0))
-    return Confirmation(tuple(ratios), decision.verdict if ratios else "none", candidate, gain,
-                        describe_decision(decision) if ratios else "")
-
-
-def describe_decision(d: PairDecision) -> str:
-    """The rule's verdict with its numbers, in the words the report prints."""
-    bound = f"its bound {d.lower:.2f}-{d.upper:.2f}x"
-    noise = (f"{100 * d.spread:.1f} % of noise per pair ("
-             + ("as the pairs measured it" if d.measured >= d.assumed else "the least the rule assumes") + ")")
-    floor = f"the {100 * d.floor:.0f} % worth reporting"
-    return (f"median of {d.pairs} pair{'s' if d.pairs != 1 else ''} {d.median:.2f}x, {bound} allowing for {noise}: "
-            f"{d.verdict} ({'above' if d.verdict == 'faster' else 'not above'} {floor}; at most {d.max_pairs} pairs)"
-            + ("; the pairs spread more than the rule's stated error rate assumes" if d.noisy else ""))
 
 
 def run_what_if(search: OffloadSearch, trials: Trials, knobs: OffloadKnobs, shape: JobShape) -> tuple[WhatIf, ...]:
@@ -367,7 +345,7 @@ def job_shape(search: OffloadSearch, target: Target, say: Callable[[str], None])
     return JobShape(tensors.numels, max(1, tensors.world)), tensors.partition_dtype
 
 
-def _reason(key: str, value: Any, base: OffloadKnobs, shape: JobShape) -> str:
+def _reason(key: str, value: Any, base: OffloadKnobs, shape: JobShape, tied: bool = False) -> str:
     attr = KEYS[key][0]
     if attr == "optimizer_device" and value == "cpu":
         return "the optimizer state fits in RAM: nothing of it crosses the drive"
@@ -378,5 +356,7 @@ def _reason(key: str, value: Any, base: OffloadKnobs, shape: JobShape) -> str:
         return "overlaps one sub-group's swap with the next one's Adam step"
     if attr == "optimizer_buffer_count":
         return "what the pipelining mode needs (DeepSpeed fails with fewer)"
+    if tied:
+        return f"as fast on this job's steps as {getattr(base, attr)!r} within noise, and cheaper (see the tie-break)"
     return f"faster on this job's steps than {getattr(base, attr)!r}"
 
