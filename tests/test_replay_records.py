@@ -5,6 +5,7 @@ measured faster than its ceiling caught; records load back from JSON."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -48,6 +49,7 @@ def test_a_ceiling_run_is_not_compared_with_the_traced_step() -> None:
 def test_complete_only_when_every_byte_moved() -> None:
     assert result(2.0).complete and result(2.0).bytes_per_s == pytest.approx(40 * MB)
     assert not result(2.0, read=39 * MB).complete
+    assert not replace(result(2.0), short_io=("group 0: the read of a.swp did not bring back the file's bytes",)).complete
 
 
 def runs() -> list[SettingRuns]:

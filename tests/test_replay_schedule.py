@@ -202,3 +202,19 @@ def test_read_from_an_events_directory(tmp_path: Path) -> None:
     assert read_swap_schedule(tmp_path, step=2, rank=1).read_bytes == 2 * (3 * STATE + MiB)
     with pytest.raises(ScheduleError, match="no process of rank 2"):
         read_swap_schedule(tmp_path, rank=2)
+
+
+def test_sizes_follow_deepspeeds_padding_at_another_intra_op_parallelism() -> None:
+    s = swap_schedule(job((40.0,)), step=1)
+    assert s.for_intra_op_parallelism(1) == s                  # traced at 1 thread: already padded
+    odd = SwapSchedule.from_json({"step": 1, "traced_s": 1.0, "groups": [{"ops": [
+        {"d": "read", "p": "a.swp", "b": 14_754_816}, {"d": "write", "p": "b.swp", "b": MiB}]}]})
+    four = odd.for_intra_op_parallelism(4)
+    assert [op.size_bytes for op in four.ops] == [14_757_888, MiB]     # up to 4 KiB: what DeepSpeed pads to
+    with pytest.raises(ScheduleError, match="at least 1"):
+        odd.for_intra_op_parallelism(0)
+
+
+def test_the_traced_rate_is_the_steps_bytes_over_its_time() -> None:
+    s = swap_schedule(job((40.0,)), step=1)
+    assert s.traced_bytes_per_s == pytest.approx(s.total_bytes / 0.105)

@@ -43,6 +43,7 @@ from .attribution import PARAMETERS, categorize_swap_path
 from .hook_events import event_lines
 
 READ, WRITE = "read", "write"
+AIO_ALIGNED_BYTES = 1024   # DeepSpeed's swap sizes are multiples of this x intra_op_parallelism (swap_tensor/utils.py)
 SCHEDULE_VERSION = 1
 UNSTEADY_STEP = 0        # the first step creates Adam's moments (writes 2x what it reads)
 NOT_IN_STEP = ("checkpoint", "restore")     # phases whose swaps are not the step's
@@ -137,6 +138,11 @@ class SwapSchedule:
         inside = sum(g.gap_s + g.before_wait_s + sum(op.after_s for op in g.ops) for g in self.groups)
         return inside + self.tail_s
 
+    @property
+    def traced_bytes_per_s(self) -> float:
+        """Reads and writes of the step over its traced time: what the job achieved (the measure of a ceiling)."""
+        return self.total_bytes / self.traced_s if self.traced_s > 0 else 0.0
+
     def files(self) -> dict[str, int]:
         """path -> the size a replay lays the file out at (the furthest byte any op touches)."""
         out: dict[str, int] = {}
@@ -149,6 +155,18 @@ class SwapSchedule:
         groups = tuple(replace(g, gap_s=0.0, before_wait_s=0.0, ops=tuple(replace(op, after_s=0.0) for op in g.ops))
                        for g in self.groups)
         return replace(self, groups=groups, tail_s=0.0)
+
+    def for_intra_op_parallelism(self, threads: int) -> SwapSchedule:
+        """The schedule as DeepSpeed would swap it at `threads` (intra_op_parallelism): it pads every
+        tensor to AIO_ALIGNED_BYTES x threads, so each op is rounded up to that (exactly DeepSpeed's
+        size when the traced job's alignment divides it, as a job traced at 1 thread's always does)."""
+        if threads < 1:
+            raise ScheduleError(f"intra_op_parallelism must be at least 1, got {threads}")
+        align = AIO_ALIGNED_BYTES * threads
+
+        def up(op: SwapOp) -> SwapOp:
+            return replace(op, size_bytes=-(-op.size_bytes // align) * align)
+        return replace(self, groups=tuple(replace(g, ops=tuple(up(op) for op in g.ops)) for g in self.groups))
 
     def to_json(self) -> dict[str, Any]:
         return {"version": self.version, "step": self.step, "rank": self.rank, "source": self.source,

@@ -33,7 +33,10 @@ MIN_CEILING_REPEATS = 3
 @dataclass(frozen=True)
 class WaitTiming:
     """One group of the schedule as replayed: the time blocked in wait(), the
-    time from its first submit to the wait's end, and what the kernel counted."""
+    time from its first submit to the wait's end, the bytes its ops moved
+    (theirs, or the kernel's count where it counted fewer: short I/O) and
+    what the kernel counted (which may include a page of the filesystem's
+    own metadata: more is not a shortfall)."""
 
     group: int
     wait_s: float
@@ -41,22 +44,25 @@ class WaitTiming:
     read_bytes: int
     write_bytes: int
     traced_wait_s: float | None = None     # the job's wait for the same group
+    counted_read_bytes: int = 0
+    counted_write_bytes: int = 0
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> WaitTiming:
         traced = data.get("traced_wait_s")
         return cls(int(data["group"]), float(data["wait_s"]), float(data.get("io_s", 0.0)),
                    int(data.get("read_bytes", 0)), int(data.get("write_bytes", 0)),
-                   None if traced is None else float(traced))
+                   None if traced is None else float(traced), int(data.get("counted_read_bytes", 0)),
+                   int(data.get("counted_write_bytes", 0)))
 
 
 @dataclass(frozen=True)
 class ReplayResult:
-    """One replay of a schedule. read_bytes/write_bytes are what the kernel
-    counted this process submitting to storage (/proc/self/io) during the
-    replay; short_io names every group that moved less than its ops, and every
-    read whose data was not what the files held (DeepSpeed's aio does not
-    report a failed request)."""
+    """One replay of a schedule. read_bytes/write_bytes are what its ops
+    moved, checked against what the kernel counted this process submitting
+    to storage (/proc/self/io) after every wait; short_io names every group
+    that moved less than its ops, and every read whose data was not what the
+    files held (DeepSpeed's aio does not report a failed request)."""
 
     seconds: float
     read_bytes: int
@@ -72,8 +78,8 @@ class ReplayResult:
     @property
     def complete(self) -> bool:
         """Every byte of the schedule moved, and no short I/O."""
-        return (not self.short_io and self.read_bytes >= self.expected_read_bytes
-                and self.write_bytes >= self.expected_write_bytes)
+        return (not self.short_io and self.read_bytes == self.expected_read_bytes
+                and self.write_bytes == self.expected_write_bytes)
 
     @property
     def bytes_per_s(self) -> float:

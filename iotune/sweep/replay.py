@@ -68,7 +68,8 @@ def run_replays(schedule: SwapSchedule, target: Target, aio: AioSettings = DEEPS
                 repeats: int = 1, compute: bool = True, timeout_s: float | None = None,
                 command: Sequence[str] | None = None) -> tuple[ReplayResult, ...]:
     """`repeats` replays of `schedule` at `aio` on `target` (compute False: the schedule without its
-    compute). ReplayError if the child fails or any replay moved fewer bytes than the schedule."""
+    compute), its sizes as DeepSpeed pads them at aio's intra_op_parallelism (unchanged at the traced
+    one). ReplayError if the child fails or any replay moved fewer bytes than the schedule."""
     if aio.use_gds:
         raise UsageError("use_gds: GPUDirect Storage is not replayed (DeepSpeed's aio_handle is); replay with "
                          "use_gds false")
@@ -76,22 +77,32 @@ def run_replays(schedule: SwapSchedule, target: Target, aio: AioSettings = DEEPS
         raise UsageError(f"repeats must be at least 1, got {repeats}")
     timeout = timeout_s if timeout_s is not None else (
         START_TIMEOUT_S + (repeats + 1) * (PER_REPEAT_TIMEOUT_S + 2 * schedule.traced_s))
+    aligned = schedule.for_intra_op_parallelism(aio.intra_op_parallelism)
     with contextlib.ExitStack() as stack:
         files = temp_dir(stack, ".iotune-replay-", target.files_dir)
         plan = temp_dir(stack, ".iotune-replay-schedule-")
-        (plan / "schedule.json").write_text(json.dumps(schedule.to_json()))
+        (plan / "schedule.json").write_text(json.dumps(aligned.to_json()))
         base = list(command) if command is not None else [sys.executable, "-m", REPLAYER_MODULE]
         argv = base + replay_argv(plan / "schedule.json", files, aio, repeats, compute)
         data = _run_child(argv, target.cgroup, timeout)
     results = tuple(ReplayResult.from_json(r) for r in data.get("results") or ())
     if len(results) != repeats:
         raise ReplayError(f"the replayer returned {len(results)} results for {repeats} repeats", data)
-    short = [s for r in results for s in r.short_io] or \
-        [f"moved {r.read_bytes} bytes read and {r.write_bytes} written of {r.expected_read_bytes} and "
-         f"{r.expected_write_bytes}" for r in results if not r.complete]
+    short = _shortfall(results)
     if short:
-        raise ReplayError(f"the replay did not move the schedule's bytes: {short[0]}", data)
+        raise ReplayError(f"the replay did not move the schedule's bytes: {short}", data)
     return results
+
+
+def _shortfall(results: Sequence[ReplayResult]) -> str | None:
+    """The first short I/O of any replay, or None when every one moved all its bytes."""
+    for r in results:
+        if r.short_io:
+            return r.short_io[0]
+        if not r.complete:
+            return (f"it moved {r.read_bytes} bytes read and {r.write_bytes} written of {r.expected_read_bytes} "
+                    f"and {r.expected_write_bytes}")
+    return None
 
 
 def run_replay(schedule: SwapSchedule, target: Target, aio: AioSettings = DEEPSPEED_AIO_DEFAULTS) -> ReplayResult:
