@@ -64,6 +64,11 @@ def _event_lines(events_dir: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
                 yield f, ev
 
 
+def event_lines(events_dir: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """(file, event) for every complete event of every process, each file in the order its process wrote it."""
+    return _event_lines(events_dir)
+
+
 def read_events(events_dir: Path) -> Attribution | None:
     """Everything the hooks wrote, or None if no process reported anything."""
     phases: list[PhaseSpan] = []

@@ -1,0 +1,251 @@
+"""Replays a job's swap schedule (iotune.model.replay.SwapSchedule) through
+DeepSpeed's own aio_handle, in a child process started by
+iotune.sweep.replay (torch and DeepSpeed stay out of the sweep process):
+
+    python -m iotune.sweep.replayer --schedule FILE --dir D --block-size B \\
+        --queue-depth Q --intra-op-parallelism T --single-submit {0,1} \\
+        --overlap-events {0,1} [--repeats N] [--no-compute]
+
+It lays the schedule's tensor files out in D at their sizes (written with
+O_DIRECT through the same handle, then fsync'd, before any timing: a
+fallocated file reads back without I/O), then, per repeat, issues the same
+submits in the same order into page-locked buffers from
+aio_handle.new_cpu_locked_tensor (DeepSpeed's swap buffers), waits where the
+job waited, and sleeps the job's compute around them: each submit and wait
+is held back until the traced gap after the previous wait's end has passed,
+so compute overlaps the I/O as it did in the job. Each replay starts after
+SETTLE_S of idle, as the job's step starts after its forward and backward.
+
+Short I/O: DeepSpeed's aio never checks per-request results, so after every
+wait the bytes the kernel counted this process submitting (/proc/self/io,
+read_bytes and write_bytes, which include the aio threads) are compared with
+the group's ops (a count short of them is short I/O; a page more is the
+filesystem's own metadata now and then, which could hide a write short by
+less than that page in the same group: a misaligned size fails in every
+group and repeat, so it shows), and every read buffer is checked at each 1 KiB boundary
+(where every request DeepSpeed issues starts) and its last word against the
+pattern the files were laid out and rewritten with.
+
+Stdout carries exactly one JSON object: {"results": [...], "layout_s", ...}
+or {"error", "kind"} with a non-zero exit (2 for bad arguments); fd 1 is
+pointed at stderr before torch loads, as in iotune.sweep.aio.bench.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from ..fs.directio import direct_io_problem
+from ..host.proc import prefer_interpreter_tools
+from ..model.aio import AioSettings
+from ..model.replay import READ, WRITE, ScheduleError, SwapGroup, SwapOp, SwapSchedule
+from ..model.replay_result import ReplayResult, WaitTiming
+from .replay_io import IoCount, IoCounter, Pattern, ReplayFailure, allocate_pool, layout_files, load_aio_op
+
+MARK_BYTES = 1024     # DeepSpeed's AIO_ALIGNED_BYTES: every request it issues starts on such a boundary
+# Idle before each replay, not timed: the job's step starts after its forward and backward with the
+# drive idle, and a blkio throttle still paying for the layout's writes held the first group back by
+# 0.1 s at 40 MB/s (measured: the first of three replays 4.5 % slow without it, none with it)
+SETTLE_S = 0.5
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise ReplayFailure("usage", f"replayer: {message}")
+
+
+@dataclass(frozen=True)
+class ReplayArgs:
+    schedule: SwapSchedule
+    directory: Path
+    aio: AioSettings
+    repeats: int
+    compute: bool
+
+
+def parse_args(argv: list[str] | None) -> ReplayArgs:
+    p = _Parser(prog="python -m iotune.sweep.replayer", description="Replay a swap schedule; prints one JSON object.")
+    p.add_argument("--schedule", required=True, help="the SwapSchedule's JSON file")
+    p.add_argument("--dir", required=True, help="an empty directory on the drive under test")
+    for name in ("--block-size", "--queue-depth", "--intra-op-parallelism"):
+        p.add_argument(name, type=int, required=True)
+    p.add_argument("--single-submit", type=int, choices=(0, 1), required=True)
+    p.add_argument("--overlap-events", type=int, choices=(0, 1), required=True)
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--no-compute", action="store_true", help="leave the job's compute out (the ceiling)")
+    a = p.parse_args(argv)
+    try:
+        schedule = SwapSchedule.from_json(json.loads(Path(a.schedule).read_text()))
+    except (OSError, ValueError, KeyError, TypeError, ScheduleError) as e:
+        raise ReplayFailure("usage", f"cannot read the schedule {a.schedule}: {e}") from None
+    aio = AioSettings(a.block_size, a.queue_depth, a.intra_op_parallelism, bool(a.single_submit),
+                      bool(a.overlap_events))
+    if a.repeats < 1:
+        raise ReplayFailure("usage", "--repeats must be at least 1")
+    return ReplayArgs(schedule if not a.no_compute else schedule.without_compute(), Path(a.dir), aio, a.repeats,
+                      not a.no_compute)
+
+
+def check_args(args: ReplayArgs) -> None:
+    """What would make DeepSpeed refuse or abort, said before any I/O."""
+    threads = args.aio.intra_op_parallelism
+    for name in ("block_size", "queue_depth", "intra_op_parallelism"):
+        if getattr(args.aio, name) < 1:
+            raise ReplayFailure("usage", f"{name} must be at least 1")
+    if args.aio.block_size % 4096:
+        raise ReplayFailure("usage", f"block_size {args.aio.block_size} is not a multiple of 4096 (O_DIRECT)")
+    odd = [op for op in args.schedule.ops if op.size_bytes % threads or op.size_bytes < 1]
+    if odd:
+        raise ReplayFailure("usage", f"{odd[0].path}: {odd[0].size_bytes} bytes do not split into {threads} equal "
+                                     "shares (intra_op_parallelism), which DeepSpeed's aio refuses: replay it with "
+                                     "an intra_op_parallelism that divides every op")
+    if not args.schedule.groups:
+        raise ReplayFailure("usage", "the schedule has no swap operations: nothing to replay")
+    if not args.directory.is_dir() or any(args.directory.iterdir()):
+        raise ReplayFailure("directory", f"{args.directory} must be an empty directory on the drive under test")
+    problem = direct_io_problem(str(args.directory))
+    if problem:
+        raise ReplayFailure("o_direct", f"{args.directory}: {problem}; DeepSpeed's aio opens every file with O_DIRECT")
+    st = os.statvfs(args.directory)
+    need = sum(args.schedule.files().values())
+    if st.f_bavail * st.f_frsize < need:
+        raise ReplayFailure("space", f"{args.directory} has {st.f_bavail * st.f_frsize} bytes free; the schedule's "
+                                     f"files take {need}: free space on the drive")
+
+
+# --- one replay -----------------------------------------------------------------------------
+
+
+def _sleep_until(deadline: float) -> float:
+    """Sleep until perf_counter() reaches `deadline`; the time then."""
+    now = time.perf_counter()
+    if deadline > now:
+        time.sleep(deadline - now)
+        now = time.perf_counter()
+    return now
+
+
+class Replay:
+    """The handle, the buffers and the files of one schedule, replayed as often as asked."""
+
+    def __init__(self, handle: Any, pool: list[Any], schedule: SwapSchedule, root: Path, pattern: Pattern) -> None:
+        self.handle, self.pool, self.schedule, self.root, self.pattern = handle, pool, schedule, root, pattern
+        self.counter = IoCounter()
+
+    def run(self, with_compute: bool, aio: AioSettings, layout_s: float) -> ReplayResult:
+        waits: list[WaitTiming] = []
+        short: list[str] = []
+        start = anchor = time.perf_counter()
+        for i, group in enumerate(self.schedule.groups):
+            timing, problems, anchor = self._group(i, group, anchor)
+            waits.append(timing)
+            short += problems
+        seconds = _sleep_until(anchor + self.schedule.tail_s) - start
+        s = self.schedule
+        return ReplayResult(seconds, sum(w.read_bytes for w in waits), sum(w.write_bytes for w in waits),
+                            s.read_bytes, s.write_bytes, tuple(waits), aio, with_compute, tuple(short), layout_s)
+
+    def _group(self, index: int, group: SwapGroup, anchor: float) -> tuple[WaitTiming, list[str], float]:
+        """Replay one group `gap_s` after `anchor` (the previous wait's end): its timing, its
+        problems, and its wait's end."""
+        before = self.counter.read()
+        first = _sleep_until(anchor + group.gap_s)
+        last = first
+        for op, buf in zip(group.ops, self.pool):
+            last = _sleep_until(first + op.after_s)
+            self._submit(op, buf.narrow(0, 0, op.size_bytes))
+        w0 = _sleep_until(last + group.before_wait_s)
+        done = self.handle.wait()
+        w1 = time.perf_counter()
+        moved = self.counter.read() - before
+        problems = [] if done == len(group.ops) else [f"group {index}: wait() completed {done} of {len(group.ops)} ops"]
+        problems += self._check(index, group, moved)
+        timing = WaitTiming(index, w1 - w0, w1 - first, min(moved.read_bytes, group.bytes_of(READ)),
+                            min(moved.write_bytes, group.bytes_of(WRITE)), group.wait_s, moved.read_bytes,
+                            moved.write_bytes)
+        return timing, problems, w1
+
+    def _submit(self, op: SwapOp, buf: Any) -> None:
+        path = str(self.root / op.path)
+        if op.direction == READ:
+            self.pattern.poison(buf)
+            rc = self.handle.async_pread(buf, path, op.offset_bytes)
+        else:
+            self.pattern.mark(buf, op.path, op.offset_bytes)
+            rc = self.handle.async_pwrite(buf, path, op.offset_bytes)
+        if rc != 0:
+            raise ReplayFailure("io", f"async_{'pread' if op.direction == READ else 'pwrite'}({path}) returned {rc}: "
+                                      "DeepSpeed could not open or queue it (its errno is on stderr)")
+
+    def _check(self, index: int, group: SwapGroup, moved: IoCount) -> list[str]:
+        out = []
+        for direction, counted in ((READ, moved.read_bytes), (WRITE, moved.write_bytes)):
+            expected = group.bytes_of(direction)
+            if counted < expected:
+                out.append(f"group {index}: {direction}s of {expected} bytes, the kernel counted {counted} "
+                           "submitted: a request failed (misaligned size, ENOSPC, EIO) and DeepSpeed's aio does "
+                           "not report it; check the alignment of the sizes, free space and dmesg")
+        for op, buf in zip(group.ops, self.pool):
+            if op.direction == READ:
+                bad = self.pattern.first_bad(buf.narrow(0, 0, op.size_bytes), op.path, op.offset_bytes)
+                if bad is not None:
+                    out.append(f"group {index}: the read of {op.path} did not bring back the file's bytes at offset "
+                               f"{bad + op.offset_bytes}: a request failed and DeepSpeed's aio does not report it")
+        return out
+
+
+def replay(args: ReplayArgs) -> dict[str, Any]:
+    op, versions = load_aio_op()
+    a = args.aio
+    handle = op.aio_handle(block_size=a.block_size, queue_depth=a.queue_depth, single_submit=a.single_submit,
+                           overlap_events=a.overlap_events, intra_op_parallelism=a.intra_op_parallelism)
+    pool = allocate_pool(handle, args.schedule)
+    pattern = Pattern(sorted(args.schedule.files()), MARK_BYTES)
+    try:
+        layout_s = layout_files(handle, pool[0], args.schedule.files(), args.directory, pattern)
+        runner = Replay(handle, pool, args.schedule, args.directory, pattern)
+        results = []
+        for _ in range(args.repeats):
+            time.sleep(SETTLE_S)
+            results.append(runner.run(args.compute, a, layout_s))
+    finally:
+        for buf in pool:
+            handle.free_cpu_locked_tensor(buf)
+    return {"results": [r.to_json() for r in results], "layout_s": layout_s, **versions}
+
+
+def run(argv: list[str] | None) -> tuple[int, dict[str, Any]]:
+    """(exit status, the JSON object to print)."""
+    try:
+        args = parse_args(argv)
+        check_args(args)
+        return 0, replay(args)
+    except ReplayFailure as e:
+        return (2 if e.kind == "usage" else 1), {"error": str(e), "kind": e.kind}
+    except Exception as e:   # a bug or an unforeseen DeepSpeed failure: JSON for the caller, traceback on stderr
+        traceback.print_exc()
+        return 1, {"error": f"unexpected {type(e).__name__}: {e}", "kind": "unexpected"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    prefer_interpreter_tools()
+    sys.stdout.flush()
+    result_fd = os.dup(1)
+    os.dup2(2, 1)         # whatever DeepSpeed prints lands on stderr
+    status, obj = run(argv)
+    sys.stdout.flush()
+    with os.fdopen(result_fd, "w") as out:
+        out.write(json.dumps(obj) + "\n")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
