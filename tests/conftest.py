@@ -62,11 +62,11 @@ SLOW_MODULES = frozenset({
     "test_nodebed.py", "test_prebuilt_ops.py",
 })
 SLOW_TESTS = frozenset({      # found with --durations: each starts and kills real process trees
-    "tests/test_sweep_usercmd.py::test_a_build_stopped_by_the_time_limit_leaves_no_lock",
-    "tests/test_sweep_usercmd.py::test_time_limit_kills_what_left_the_process_group",
-    "tests/test_proc.py::test_a_timeout_kills_the_whole_group",
-    "tests/test_aio_executor.py::test_timeout_kills_the_trial",
-    "tests/test_proc.py::test_terminate_sends_sigterm_then_sigkill_and_reaps",
+    "tests/sweep/test_sweep_usercmd.py::test_a_build_stopped_by_the_time_limit_leaves_no_lock",
+    "tests/sweep/test_sweep_usercmd.py::test_time_limit_kills_what_left_the_process_group",
+    "tests/host/test_proc.py::test_a_timeout_kills_the_whole_group",
+    "tests/sweep/test_aio_executor.py::test_timeout_kills_the_trial",
+    "tests/host/test_proc.py::test_terminate_sends_sigterm_then_sigkill_and_reaps",
 })
 SLOW_FIXTURES = frozenset({"loop_drive", "nodebed", "slurmbed", "remote_iotune", "wheel", "browser", "bed"})
 
