@@ -15,8 +15,8 @@ from iotune.cli import cli
 from iotune.model.aio import AioSettings
 from iotune.model.checkpoint import WriterSettings
 from iotune.model.checkpoint_sweep import CandidateResult, CheckpointCandidate, CheckpointOutcome, CheckpointRequest
-from iotune.sweep.checkpoint.sweep.journal import NAME, CheckpointJournal
-from iotune.sweep.checkpoint.sweep.command import CheckpointArgs, pick_fragment, place_journal, request_for
+from iotune.sweep.checkpoint.journal import NAME, CheckpointJournal
+from iotune.sweep.checkpoint.command import CheckpointArgs, pick_fragment, place_journal, request_for
 
 
 @pytest.mark.parametrize("argv,says", [

@@ -20,7 +20,7 @@ from iotune.model.checkpoint_sweep import (DEFAULTS, CandidateResult, Checkpoint
                                            CheckpointRequest, CheckpointTrial, RestoreCheck)
 from iotune.render.registry import render
 from iotune.sweep.checkpoint.sweep import better, run_checkpoint_sweep, summarize
-from iotune.sweep.checkpoint.sweep.trial import base_config, candidate_config, check_restore, restore_run, run_trial, save_run
+from iotune.sweep.checkpoint.trial import base_config, candidate_config, check_restore, restore_run, run_trial, save_run
 
 from tests.conftest import needs_deepspeed
 

@@ -130,7 +130,7 @@ def test_layouts_past_one_drive_need_md_unless_btrfs(tmp_path: Path, monkeypatch
     builds and sweeps stood in for: xfs over two drives is built on md where
     it exists and skipped (with the reason) where it does not; btrfs stripes
     by itself either way."""
-    from iotune.sweep import layouts
+    from iotune.sweep.aio import layouts
     from iotune.sweep.space import load_profile
     from iotune.volumes import layout
     from iotune.volumes.layout import plan_layout

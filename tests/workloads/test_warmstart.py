@@ -21,7 +21,7 @@ from iotune.host.proc import run_in_own_group
 from iotune.model.steps import parse_steps
 from iotune.model.sweep import SweepPoint
 from iotune.sweep.executor import Target
-from iotune.sweep import recommend
+from iotune.sweep.aio import recommend
 from iotune.sweep.aio.recommend import ds_fragment, validate_with_deepspeed
 from iotune.sweep.aio.steps_executor import StepsExecutor
 from iotune.errors import WarmStartUnavailable
