@@ -221,7 +221,7 @@ RECORDED = Path(__file__).parents[1] / "data" / "run-nvme-opt-capped"
 
 def test_recorded_capped_run_is_storage_bound_at_the_cap() -> None:
     """A real trace: the tiny workload, nvme-opt, 8 steps on a loop drive capped at
-    60 MB/s per direction (tests/test_verdict_e2e.py records such runs afresh)."""
+    60 MB/s per direction (tests/analysis/test_verdict_e2e.py records such runs afresh)."""
     from iotune.analysis.attribution import steady, step_breakdowns
     from iotune.model.runfile import load_run
 

@@ -57,7 +57,7 @@ def test_path_that_does_not_exist() -> None:
 
 def test_path_on_a_pseudo_filesystem() -> None:
     """A path with no block device is traced at the application layer
-    (tests/test_appio.py), but a kernel pseudo-filesystem holds no storage."""
+    (tests/trace/test_appio.py), but a kernel pseudo-filesystem holds no storage."""
     r = invoke("trace", "--path", "/proc/self", "--", "true")
     assert r.exit_code == 2
     assert r.stderr == ("Error: '/proc/self' is on proc (proc), a kernel pseudo-filesystem with no storage to "

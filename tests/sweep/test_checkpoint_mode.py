@@ -1,7 +1,7 @@
 """`iotune sweep --checkpoint` as a mode of the sweep: the options it takes
 and refuses (never a built-in model standing in for yours), the request
 its options make, its journal kept aside on --fresh or another sweep, and
-what --apply writes. The trials themselves: tests/test_checkpoint_sweep.py."""
+what --apply writes. The trials themselves: tests/sweep/test_checkpoint_sweep.py."""
 
 from __future__ import annotations
 

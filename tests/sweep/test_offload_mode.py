@@ -113,7 +113,7 @@ def test_deepspeeds_defaults_at_1b_do_not_fit_this_machine_and_1e8_does() -> Non
 def test_plan_counts_the_bytes_the_sweep_predicts(tmp_path: Path) -> None:
     """One model of DeepSpeed's swapper: plan's bytes per step for a config
     are what `sweep --offload` predicts for it (and checks against the
-    startup hook's count on every trial, tests/test_offload_search.py)."""
+    startup hook's count on every trial, tests/sweep/test_offload_search.py)."""
     cfg = {"bf16": {"enabled": True}, "aio": {"block_size": 4 << 20},
            "zero_optimization": {"stage": 3, "sub_group_size": 10_000_000,
                                  "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme"}}}

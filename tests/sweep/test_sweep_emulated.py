@@ -143,7 +143,7 @@ def test_killed_sweep_resumes_without_rerunning(tmp_path: Path) -> None:
     assert resumed["trials_run_now"] == len(ids) - len(done)
     # the interrupted-and-resumed sweep and the uninterrupted one both pick a point at the
     # drive's ceiling (which points the adaptive path visits can differ between independent
-    # runs on a real device; tests/test_sweep.py shows equal rankings for equal measurements)
+    # runs on a real device; tests/sweep/test_sweep.py shows equal rankings for equal measurements)
     for doc in (json.loads(whole_out), resumed):
         assert doc["ranking"][0]["read_bytes_per_s"] >= 0.95 * CEILING
     # and a resumed sweep is its journal: replaying it runs nothing and ranks the same

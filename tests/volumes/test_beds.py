@@ -147,7 +147,7 @@ def test_bed_table_lists_the_defaults() -> None:
 
 
 # ---- the real beds against fio --------------------------------------------
-# As tests/test_emulated_drive.py does: the main checks are ratios measured within one run (each
+# As tests/volumes/test_emulated_drive.py does: the main checks are ratios measured within one run (each
 # showcase point against DeepSpeed's defaults on the same bed, the striped bed against one of its
 # members), and the absolute checks against the model are marked drive_model, held at REL (10 %).
 # A ratio is held at 15 %: it carries two runs' deviations from the model, and the striped bed's

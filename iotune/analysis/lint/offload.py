@@ -130,7 +130,7 @@ def _nvme_as_cpu(st: int, env: LintEnv, zenflow: bool = False) -> LintFinding:
 
 
 def _zenflow_rules(cfg: dict[str, Any], env: LintEnv) -> list[LintFinding]:
-    """ZenFlow as DeepSpeed 0.19.8 runs it (tests/test_lint.py runs each case):
+    """ZenFlow as DeepSpeed 0.19.8 runs it (tests/analysis/test_lint.py runs each case):
     at stage 1/2 it needs an offloaded optimizer (ZenFlowZeroOptimizer raises
     "Zenflow must be used with cpu offload" at deepspeed.initialize; device
     nvme counts, as CPU offload); at stage 3 it allocates with device='cuda'
