@@ -98,7 +98,7 @@ def test_lint_cli_takes_the_checkpoint_directory(tmp_path: Path) -> None:
                                  "--deepspeed", "table", "--accelerator", "cpu", "--json"])
     assert r.exit_code == 1
     assert "checkpoint-dir-in-swap" in {f["rule"] for f in json.loads(r.stdout)["findings"]}
-    r = CliRunner().invoke(cli, ["lint", str(cfg), "--keep", "3", "--deepspeed", "table"])
+    r = CliRunner().invoke(cli, ["lint", str(cfg), "--keep", "3", "--deepspeed", "table", "--accelerator", "cpu"])
     assert r.exit_code == 2 and "--keep goes with --checkpoint-dir DIR" in r.output
 
 

@@ -21,6 +21,8 @@ from iotune.model.sweep import SweepPoint
 from iotune.sweep.aio.recommend import ds_fragment, merge
 from iotune.workloads.strategies import STRATEGIES, WorkloadSpec, ds_config
 
+from tests.conftest import needs_deepspeed
+
 GOOD_PATH = PathFacts(exists=True, writable=True, direct_io_problem=None, free_bytes=10**12)
 CLEAN = {
     "train_micro_batch_size_per_gpu": 4,
@@ -143,7 +145,7 @@ def test_zenflow_at_stage_3_is_an_error_off_cuda_and_unverified_on_it(accelerato
 def test_ds_nvme_tune_block_is_flagged(tmp_path: Path) -> None:
     cfg = tmp_path / "ds.json"
     cfg.write_text(json.dumps({**CLEAN, "aio": DS_NVME_TUNE_AIO}))
-    r = CliRunner().invoke(cli, ["lint", str(cfg), "--json"])
+    r = CliRunner().invoke(cli, ["lint", str(cfg), "--json", "--deepspeed", "table", "--accelerator", "cpu"])
     assert r.exit_code == 1
     got = {(f["rule"], f["where"]) for f in json.loads(r.stdout)["findings"]}
     assert {("aio-ignored-key", "aio.num_threads"), ("aio-string-boolean", "aio.single_submit"),
@@ -173,15 +175,13 @@ def test_malformed_json_names_line_and_column(tmp_path: Path) -> None:
 def test_clean_file_exit_zero(tmp_path: Path) -> None:
     cfg = tmp_path / "ds.json"
     cfg.write_text(json.dumps(ds_config(WorkloadSpec(strategy="cpu"))))
-    r = CliRunner().invoke(cli, ["lint", str(cfg)])
+    r = CliRunner().invoke(cli, ["lint", str(cfg), "--deepspeed", "table", "--accelerator", "cpu"])
     assert r.exit_code == 0 and r.stdout == f"{cfg}: no problems found\n"
 
 
 # ---- issue 14: agreement with DeepSpeed 0.19.8 on the patterns seen in public configs ----
 
 FIXTURES = Path(__file__).parents[1] / "data" / "lint"
-HAVE_DS = importlib.util.find_spec("deepspeed") is not None
-needs_ds = pytest.mark.skipif(not HAVE_DS, reason="DeepSpeed is not installed")
 
 
 @dataclass(frozen=True)
@@ -236,7 +236,7 @@ def run_lint_cli(path: Path, *args: str) -> tuple[int, dict]:
     return r.exit_code, json.loads(r.stdout)
 
 
-@pytest.mark.parametrize("against", ["table", pytest.param("installed", marks=needs_ds)])
+@pytest.mark.parametrize("against", ["table", pytest.param("installed", marks=needs_deepspeed)])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_fixture_verdict(name: str, against: str) -> None:
     case = CASES[name]
@@ -276,7 +276,7 @@ def deepspeed_loads(cfg: dict, text: str) -> str | None:
     return None
 
 
-@needs_ds
+@needs_deepspeed
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_fixture_cross_checked_with_deepspeed(name: str) -> None:
     from iotune.analysis.lint.dsimport import import_deepspeed
@@ -298,7 +298,7 @@ ZENFLOW_RUNS = {"runs-zenflow-nvme-stage2": None,       # None: it trains; else 
                 "crashes-zenflow-stage3": "at step 1: AssertionError: Torch not compiled with CUDA enabled"}
 
 
-@needs_ds
+@needs_deepspeed
 @pytest.mark.parametrize("name", sorted(ZENFLOW_RUNS))
 def test_zenflow_fixtures_run_as_lint_says(name: str, tmp_path: Path) -> None:
     """Each ZenFlow fixture run for real (deepspeed.initialize and two steps
@@ -327,7 +327,7 @@ def test_zenflow_fixtures_run_as_lint_says(name: str, tmp_path: Path) -> None:
         assert code == 1 and any(want.rsplit(": ", 1)[1] in f["message"] for f in doc["findings"])
 
 
-@needs_ds
+@needs_deepspeed
 def test_committed_table_is_what_installed_deepspeed_generates() -> None:
     from iotune.analysis.lint.dstable import TABLE_MODULES, committed_table, generate_table
 
@@ -359,7 +359,7 @@ ZERO_CASES = [
 ]
 
 
-@needs_ds
+@needs_deepspeed
 @pytest.mark.parametrize("zero", ZERO_CASES, ids=[json.dumps(z) for z in ZERO_CASES])
 def test_table_refuses_what_deepspeed_refuses(zero: dict) -> None:
     from iotune.analysis.lint.schema import InstalledSchema, table_schema
@@ -394,7 +394,7 @@ def test_json_error_document_without_json_flag_keeps_stdout_empty(tmp_path: Path
     assert r.exit_code == 2 and r.stdout == ""
 
 
-@needs_ds
+@needs_deepspeed
 def test_deepspeed_logs_stay_off_stdout(tmp_path: Path) -> None:
     """In a fresh process DeepSpeed's import logs ("Setting accelerator to CPU")
     and its deprecation warnings would land on stdout; --json must stay parseable."""
@@ -575,23 +575,32 @@ def test_without_deepspeed_the_table_is_used(tmp_path: Path, monkeypatch: pytest
     assert doc["checked_against"] == "DeepSpeed 0.19.8 key table (DeepSpeed not installed)"
     assert [f["rule"] for f in doc["findings"]] == ["ds-unknown-key"]
     r = CliRunner().invoke(cli, ["lint", str(FIXTURES / "refuses-typo-zero-key.json"), "--json",
-                                 "--deepspeed", "installed"])
+                                 "--deepspeed", "installed", "--accelerator", "cpu"])
     assert r.exit_code == 2 and json.loads(r.stdout)["error"]["kind"] == "no-deepspeed"
 
 
 def test_accelerator_detection_follows_deepspeed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DS_ACCELERATOR decides; without it and without torch, nothing is assumed."""
+    from iotune.doctor import facts
     from iotune.doctor.facts import detect_accelerator
 
     monkeypatch.setenv("DS_ACCELERATOR", "xpu")
     assert detect_accelerator() == ("xpu", "DS_ACCELERATOR")
     monkeypatch.delenv("DS_ACCELERATOR")
-    if importlib.util.find_spec("torch") is None:
-        assert detect_accelerator() == (None, "torch is not installed here")
-    else:
-        import torch
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(facts.importlib.util, "find_spec", lambda name, *a: None if name == "torch" else find_spec(name, *a))
+    assert detect_accelerator() == (None, "torch is not installed here")
 
-        want = "cuda" if torch.cuda.device_count() > 0 and torch.cuda.is_available() else "cpu"
-        assert detect_accelerator()[0] == want
+
+@needs_deepspeed
+def test_accelerator_detection_follows_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from iotune.doctor.facts import detect_accelerator
+
+    monkeypatch.delenv("DS_ACCELERATOR", raising=False)
+    want = "cuda" if torch.cuda.device_count() > 0 and torch.cuda.is_available() else "cpu"
+    assert detect_accelerator()[0] == want
 
 
 def test_empty_unmounted_directory_under_mnt_is_a_warning(tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ per module; the tests then check the rules on it."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,7 +18,7 @@ from iotune.analysis.attribution import steady, step_breakdowns
 from iotune.model.runfile import load_run
 from iotune.model.verdict import NO_TRAINING, STARTUP_DOMINATED, STORAGE_BOUND, Verdict
 
-from tests.conftest import needs_deepspeed, needs_fio, needs_root
+from tests.conftest import needs_bpf, needs_deepspeed, needs_fio, needs_root
 
 pytestmark = [needs_root]
 
@@ -58,8 +57,6 @@ def train(drive: Any, strategy: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def nvme_opt(drive: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Verdict, Path]:
-    if shutil.which("fio") is None:
-        pytest.skip("needs fio: scripts/setup.sh")
     out = tmp_path_factory.mktemp("nvme-opt") / "run"
     doc, v, _ = traced(drive, out, train(drive, "nvme-opt"), "--ceiling", "--drive-tbw", "600TB")
     return doc, v, out
@@ -70,6 +67,7 @@ def figures(v: Verdict, kind: str) -> dict[str, Any]:
     return f.figures
 
 
+@needs_bpf
 @needs_deepspeed
 @needs_fio
 def test_nvme_opt_on_a_capped_drive_is_storage_bound(nvme_opt: tuple[dict[str, Any], Verdict, Path]) -> None:
@@ -99,6 +97,7 @@ def test_nvme_opt_on_a_capped_drive_is_storage_bound(nvme_opt: tuple[dict[str, A
     assert what_if["optimizer_s_with_2_drives"] < 0.75 * stall["optimizer_s"], what_if
 
 
+@needs_bpf
 @needs_deepspeed
 @needs_fio
 def test_the_ceiling_probe_measures_the_cap(nvme_opt: tuple[dict[str, Any], Verdict, Path]) -> None:
@@ -114,6 +113,7 @@ def test_the_ceiling_probe_measures_the_cap(nvme_opt: tuple[dict[str, Any], Verd
     assert advice["action"] == "add drives (RAID0) or use a faster drive", advice
 
 
+@needs_bpf
 @needs_deepspeed
 @needs_fio
 def test_endurance_of_the_recorded_run(nvme_opt: tuple[dict[str, Any], Verdict, Path]) -> None:
@@ -129,6 +129,7 @@ def test_endurance_of_the_recorded_run(nvme_opt: tuple[dict[str, Any], Verdict, 
     assert e["tbw_source"] == "--drive-tbw" and e["days_to_tbw"] == pytest.approx(600e12 / (per_s * 86_400))
 
 
+@needs_bpf
 @needs_deepspeed
 def test_cpu_offload_is_not_storage_bound(drive: Any, tmp_path: Path) -> None:
     _, v, _ = traced(drive, tmp_path / "run", train(drive, "cpu"))
@@ -137,6 +138,7 @@ def test_cpu_offload_is_not_storage_bound(drive: Any, tmp_path: Path) -> None:
     assert figures(v, "stall")["stall_share"] < 0.1
 
 
+@needs_bpf
 def test_dd_gets_no_training_verdict(drive: Any, tmp_path: Path) -> None:
     argv = ["dd", "if=/dev/zero", f"of={drive.mount_point / 'dd.bin'}", "bs=1M", "count=32", "oflag=direct",
             "status=none"]

@@ -14,7 +14,7 @@ from iotune.blockdev.devices import devices_for_path, lower_devices, resolve_dev
 from iotune.cli import cli
 from iotune.errors import UsageError
 
-from tests.conftest import make_loops, needs_root
+from tests.conftest import make_loops, needs_root, needs_tracing
 
 
 def test_root_filesystem_resolves_to_a_disk() -> None:
@@ -63,7 +63,7 @@ def test_ext4_on_loop_path(tmp_path: Path) -> None:
         subprocess.run(["losetup", "-d", loop], check=False)
 
 
-@needs_root
+@needs_tracing
 def test_btrfs_raid0_path_traces_every_member(tmp_path: Path) -> None:
     loops = make_loops(tmp_path, 2)
     mnt = tmp_path / "mnt"

@@ -17,7 +17,7 @@ from iotune.blockdev.devices import BlockDevice
 from iotune.cli import cli
 from iotune.model.runfile import load_run, save_run
 
-from tests.conftest import needs_root
+from tests.conftest import needs_bpf, needs_fio, needs_root_for, needs_tracing
 from tests.trace.test_trace_cli import default_signals
 from tests.records import offload_run
 
@@ -79,7 +79,7 @@ def test_non_root_is_told_to_use_sudo(monkeypatch: pytest.MonkeyPatch) -> None:
                         "run it with sudo, e.g. `sudo iotune trace -- CMD`\n")
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to the nobody user")
+@needs_root_for("dropping to the nobody user")
 def test_really_unprivileged_process_gets_the_same_message(tmp_path: Path) -> None:
     """Not a patched check: a real process without capabilities."""
     probe = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
@@ -108,21 +108,21 @@ def test_report_renders_a_saved_run(tmp_path: Path) -> None:
     assert json.loads(j.stdout)["patterns"][0]["write_at_block"] == 29 and j.stderr == ""
 
 
-@needs_root
+@needs_bpf
 def test_command_not_found_exits_127() -> None:
     r = invoke("trace", "--no-save", "--", "no-such-command-iotune")
     assert r.exit_code == 127
     assert r.stderr == "Error: command not found: no-such-command-iotune (check the name, or give its full path)\n"
 
 
-@needs_root
+@needs_tracing
 def test_exit_status_passes_through(loop_drive: BlockDevice) -> None:
     r = invoke("trace", "--no-save", "-d", loop_drive.name, "--", "sh", "-c", "exit 7")
     assert r.exit_code == 7
     assert "exit 7 · failed" in r.stdout
 
 
-@needs_root
+@needs_tracing
 def test_json_keeps_stdout_clean_and_saves(loop_drive: BlockDevice, tmp_path: Path) -> None:
     out = tmp_path / "run"
     r = subprocess.run([*IOTUNE, "trace", "--json", "-o", str(out), "-d", loop_drive.name, "--", "sh", "-c",
@@ -135,7 +135,7 @@ def test_json_keeps_stdout_clean_and_saves(loop_drive: BlockDevice, tmp_path: Pa
     assert load_run(out).devices[0].direction("read").sizes == {4096: 17}
 
 
-@needs_root
+@needs_tracing
 def test_sigint_mid_run_saves_what_was_collected(loop_drive: BlockDevice, tmp_path: Path) -> None:
     out = tmp_path / "run"
     script = (f"dd if={loop_drive.path} of=/dev/null bs=4K count=13 iflag=direct; "
@@ -156,7 +156,7 @@ def test_sigint_mid_run_saves_what_was_collected(loop_drive: BlockDevice, tmp_pa
     assert "interrupted" in stdout
 
 
-@needs_root
+@needs_tracing
 def test_duration_window(loop_drive: BlockDevice) -> None:
     r = invoke("trace", "--no-save", "--json", "-d", loop_drive.name, "--duration", "0.3")
     assert r.exit_code == 0
@@ -165,7 +165,8 @@ def test_duration_window(loop_drive: BlockDevice) -> None:
     assert run["duration_s"] >= 0.3
 
 
-@needs_root
+@needs_fio
+@needs_tracing
 def test_demo_traces_and_cleans_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The fio demo on a drive capped at 200 MB/s: the cap is a real blkio
     cgroup that the traced fio runs in, and it is gone afterwards, with the

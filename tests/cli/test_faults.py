@@ -24,7 +24,7 @@ from click.testing import CliRunner
 from iotune.cli import cli
 from iotune.model.runfile import load_run
 
-from tests.conftest import ext4_mount, needs_fio, needs_root, needs_root_for
+from tests.conftest import ext4_mount, needs_fio, needs_root, needs_root_for, needs_tracing
 
 IOTUNE = [sys.executable, "-m", "iotune"]
 KiB = 1024
@@ -92,7 +92,7 @@ def reads_of(run_dir: Path, device: str) -> tuple[int, int]:
     return sum(p.requests for p in points), sum(p.bytes for p in points)
 
 
-@needs_root
+@needs_tracing
 def test_a_run_that_does_not_fit_on_the_out_drive_is_saved_in_the_temporary_directory(tmp_path: Path) -> None:
     spare_tmp = tmp_path / "tmp"
     spare_tmp.mkdir()
@@ -120,7 +120,7 @@ def test_a_run_that_does_not_fit_on_the_out_drive_is_saved_in_the_temporary_dire
     assert loops_over(tmp_path) == []
 
 
-@needs_root
+@needs_tracing
 def test_a_run_that_fits_nowhere_says_so_after_printing_the_report(tmp_path: Path) -> None:
     with ext4_mount(tmp_path, 8 << 20) as mnt:
         loop = source_of(mnt)
@@ -146,7 +146,7 @@ def test_a_run_that_fits_nowhere_says_so_after_printing_the_report(tmp_path: Pat
     assert loops_over(tmp_path) == []
 
 
-@needs_root
+@needs_tracing
 def test_a_run_whose_out_drive_went_read_only_during_the_trace_is_saved_in_the_temporary_directory(
         tmp_path: Path) -> None:
     """The same fallback when the drive is not full but was remounted

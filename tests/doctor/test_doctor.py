@@ -19,10 +19,10 @@ from iotune.render.registry import render
 from iotune.resources import probe_source
 from iotune.trace import kernel
 
-from tests.conftest import needs_root
+from tests.conftest import needs_bpf, needs_root_for
 
 
-@needs_root
+@needs_bpf
 def test_doctor_passes_where_ci_runs(tmp_path: Path) -> None:
     r = CliRunner().invoke(cli, ["doctor", "--json", "--path", str(tmp_path)])
     checks = {c["name"]: c for c in json.loads(r.stdout)}
@@ -85,7 +85,7 @@ def probe_refusal() -> str:
     return str(e.value)
 
 
-@needs_root
+@needs_root_for("reading tracefs")
 def test_app_tracepoints_are_attached_by_the_app_probe_and_present_here() -> None:
     from iotune.doctor.checks import check_app_tracepoints
 
@@ -111,7 +111,7 @@ def test_without_btf_doctor_fails_and_the_probe_refuses_alike(monkeypatch, tmp_p
     assert probe_refusal() == f"the block probe cannot load: {problem}; {fix}"
 
 
-@needs_root
+@needs_bpf
 def test_a_missing_tracepoint_fails_doctor_and_the_probe_alike(monkeypatch) -> None:
     monkeypatch.setattr(kernel, "BLOCK_TRACEPOINTS", (*kernel.BLOCK_TRACEPOINTS, "block_rq_nonexistent"))
     checks = doctor_checks()
@@ -128,7 +128,7 @@ UNMOUNT_TRACEFS = ("for m in /sys/kernel/debug/tracing /sys/kernel/debug /sys/ke
                    "do umount $m 2>/dev/null; done; ")
 
 
-@needs_root
+@needs_root_for("a private mount namespace, mounting tracefs")
 def test_doctor_fix_mounts_tracefs(tmp_path: Path) -> None:
     """In a private mount namespace (nothing outside it changes), tracefs is
     unmounted: doctor warns and offers the fix; --fix mounts it again."""

@@ -26,7 +26,7 @@ from iotune.doctor import jobfacts
 from iotune.doctor.job import Job, job_checks
 from iotune.workloads.fastops import prebuilt_ops
 
-from tests.conftest import ext4_mount, needs_deepspeed, needs_root_for
+from tests.conftest import ext4_mount, needs_deepspeed, needs_root, needs_root_for
 
 WORKTREE = Path(__file__).resolve().parents[2]
 
@@ -48,8 +48,6 @@ def no_probe(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="module")
 def ext4(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("needs root (loop device, mount)")
     with ext4_mount(tmp_path_factory.mktemp("ext4"), 64 << 20) as mnt:
         yield mnt
 
@@ -60,6 +58,7 @@ def doctor_json(*args: str) -> tuple[int, dict[str, dict[str, str]]]:
     return r.exit_code, {c["name"]: c for c in json.loads(r.stdout)}
 
 
+@needs_root
 def test_a_job_that_fits_on_ext4(tmp_path: Path, ext4: Path, no_probe: None) -> None:
     nvme = ext4 / "job1"
     code, checks = doctor_json("--ds-config", str(ds_config(tmp_path, nvme)), "--params", "1000000")
@@ -73,6 +72,7 @@ def test_a_job_that_fits_on_ext4(tmp_path: Path, ext4: Path, no_probe: None) -> 
     assert checks["locked memory (ulimit -l)"]["status"] == "ok"
 
 
+@needs_root
 def test_too_little_space_for_the_model(tmp_path: Path, ext4: Path, no_probe: None) -> None:
     nvme = ext4 / "big"
     code, checks = doctor_json("--ds-config", str(ds_config(tmp_path, nvme)), "--params", "10000000")
@@ -82,6 +82,7 @@ def test_too_little_space_for_the_model(tmp_path: Path, ext4: Path, no_probe: No
     assert "larger volume" in space["fix"]
 
 
+@needs_root
 def test_config_errors_come_from_lint(tmp_path: Path, ext4: Path, no_probe: None) -> None:
     cfg = ds_config(tmp_path, ext4 / "j")
     text = json.loads(cfg.read_text())

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.util
 import json
 import os
 import random
@@ -32,7 +31,7 @@ from iotune.host import ledger
 from iotune.fs.mountinfo import mount_points
 from iotune.host.undo import namespace_pids
 
-from tests.conftest import ext4_mount, needs_deepspeed, needs_fio, needs_root
+from tests.conftest import ext4_mount, needs_bpf, needs_deepspeed, needs_fio, needs_root, needs_tracing
 
 READY_TIMEOUT_S = 60.0
 BLKIO = Path("/sys/fs/cgroup/blkio")
@@ -167,7 +166,7 @@ class Killable:
     argv: Callable[[Path], list[str]]
     span_s: float
     kept: Callable[[Path], tuple[Path, ...]] = lambda d: ()
-    needs_deepspeed: bool = False
+    needs: tuple[pytest.MarkDecorator, ...] = ()      # requirement markers beyond root
 
 
 def _users_dir(d: Path) -> str:
@@ -179,18 +178,18 @@ def _users_dir(d: Path) -> str:
 
 KILLABLE = {
     "demo": Killable(lambda d: ["demo", "--workload", "fio", "--dir", str(d), "-o", str(d / "out")], 10.0,
-                     lambda d: (d / "out",)),
+                     lambda d: (d / "out",), (needs_bpf, needs_fio)),
     "volumes scratch": Killable(lambda d: ["volumes", "scratch", "--drives", "2", "--size", "32M", "--dir", str(d)],
                                 4.0),
     "volumes bed": Killable(lambda d: ["volumes", "bed", "latency-bound", "--dir", str(d)], 6.0),
     "sweep": Killable(lambda d: ["sweep", "--bed", "latency-bound", "--profile", "quick", "-o", str(d / "out")],
-                      15.0, lambda d: (d / "out",)),
+                      15.0, lambda d: (d / "out",), (needs_fio,)),
     "sweep --path": Killable(lambda d: ["sweep", "--path", _users_dir(d), "--profile", "quick", "-o", str(d / "out")],
-                             10.0, lambda d: (d / "out",)),
+                             10.0, lambda d: (d / "out",), (needs_fio,)),
     "sweep --layouts": Killable(lambda d: ["sweep", "--layouts", "1", "--profile", "quick", "--drive-cap", "100MB/s",
-                                           "-o", str(d / "out")], 12.0, lambda d: (d / "out",)),
+                                           "-o", str(d / "out")], 12.0, lambda d: (d / "out",), (needs_fio,)),
     "sweep --offload": Killable(lambda d: ["sweep", "--offload", "--model", "tiny", "--max-trials", "1",
-                                           "-o", str(d / "out")], 25.0, lambda d: (d / "out",), needs_deepspeed=True),
+                                           "-o", str(d / "out")], 25.0, lambda d: (d / "out",), (needs_deepspeed, needs_fio)),
 }
 KILLS = 2                     # random points per command and run (seeded by the clock: runs add up)
 
@@ -219,12 +218,9 @@ def _next_command_reclaims(probe: Path, tmpdir: Path) -> str:
 
 
 @needs_root
-@needs_fio
-@pytest.mark.parametrize("name", list(KILLABLE))
+@pytest.mark.parametrize("name", [pytest.param(name, marks=what.needs) for name, what in KILLABLE.items()])
 def test_a_command_killed_at_random_leaves_nothing(tmp_path: Path, name: str) -> None:
     what, seed = KILLABLE[name], _seed()
-    if what.needs_deepspeed and importlib.util.find_spec("deepspeed") is None:
-        pytest.skip("needs deepspeed (pip install -e '.[train]')")
     rng = random.Random(seed)
     with foreign_drive(tmp_path) as foreign:
         killed: list[int] = []
@@ -251,7 +247,7 @@ def test_a_command_killed_at_random_leaves_nothing(tmp_path: Path, name: str) ->
             assert foreign.intact(), f"IOTUNE_KILL_SEED={seed}"
 
 
-@needs_root
+@needs_tracing
 @needs_deepspeed
 def test_a_killed_training_demo_leaves_no_training_process(tmp_path: Path) -> None:
     """The demo's DeepSpeed run (a grandchild, busy on the scratch drive's

@@ -24,7 +24,7 @@ from iotune.model.host_memory import host_memory
 from iotune.model.steps import parse_steps
 from iotune.workloads.presets import PRESETS, tensor_numels
 
-from tests.conftest import ext4_mount, needs_deepspeed, needs_root
+from tests.conftest import ext4_mount, needs_deepspeed, needs_tracing
 
 
 def _config(size: str, strategy: str, swap: Path, patch: dict[str, Any]) -> dict[str, Any]:
@@ -162,7 +162,7 @@ def test_lint_names_deepspeeds_buffer_bounds_with_the_fix() -> None:
     assert [f for f in lint(cfg, tiny) if f.rule == "optimizer-buffers-few"] == []
 
 
-@needs_root
+@needs_tracing
 @needs_deepspeed
 def test_a_larger_block_keeps_gradients_in_ram_byte_for_byte(tmp_path: Path) -> None:
     """The same job with aio block 1 MiB and 8 MiB, traced: the model says

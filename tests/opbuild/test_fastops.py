@@ -13,14 +13,15 @@ import pytest
 from iotune.opbuild.dsops import installed_ops as _installed_ops
 from iotune.workloads.fastops import ops_to_build, prebuilt_ops, reusable_library
 
+from tests.conftest import needs_deepspeed
+
 
 @pytest.fixture
 def ds_dir() -> Path:
     """The installed DeepSpeed package's directory, found without importing it
-    (no torch import at collection, and a clear skip where it is missing)."""
+    (no torch import at collection)."""
     spec = importlib.util.find_spec("deepspeed")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("needs deepspeed (pip install -e '.[train]')")
+    assert spec is not None and spec.submodule_search_locations, "the deepspeed marker promised DeepSpeed"
     return Path(next(iter(spec.submodule_search_locations))).resolve()
 
 
@@ -37,11 +38,13 @@ def built_op(root: Path, name: str, source: Path) -> Path:
     return op
 
 
+@needs_deepspeed
 def test_a_current_build_of_this_install_is_reused(tmp_path: Path, ds_dir: Path) -> None:
     op = built_op(tmp_path, "cpu_adam", ds_dir / "__init__.py")
     assert reusable_library(op, ds_dir) == op / "cpu_adam.so"
 
 
+@needs_deepspeed
 def test_a_build_in_progress_or_of_other_sources_is_left_to_deepspeed(tmp_path: Path, ds_dir: Path) -> None:
     source = ds_dir / "__init__.py"
     locked = built_op(tmp_path, "cpu_adam", source)
@@ -56,6 +59,7 @@ def test_a_build_in_progress_or_of_other_sources_is_left_to_deepspeed(tmp_path: 
     assert reusable_library(tmp_path / "missing", ds_dir) is None
 
 
+@needs_deepspeed
 def test_ops_to_build_names_the_ops_without_a_current_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                             ds_dir: Path) -> None:
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))

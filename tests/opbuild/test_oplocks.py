@@ -31,7 +31,7 @@ from iotune.model.sweep import SweepPoint, Trial
 from iotune.sweep.journal import Journal
 from iotune.workloads.strategies import WorkloadSpec, ds_config
 
-from tests.conftest import needs_deepspeed, needs_fio, needs_root
+from tests.conftest import needs_bpf, needs_deepspeed, needs_fio
 
 JOB = Path(__file__).parents[1] / "data" / "jit_load_op.py"
 IOTUNE = [sys.executable, "-m", "iotune"]
@@ -197,7 +197,7 @@ def end(proc: subprocess.Popen[str], ext: Path) -> None:
 TRACED = "The traced job has not completed a training step after {N} s: if it loads {op}, it is waiting on this lock."
 
 
-@needs_root
+@needs_bpf
 @needs_deepspeed
 def test_trace_names_a_lock_the_job_waits_on_within_seconds(tmp_path: Path) -> None:
     """(a) The lock is there before the job starts (a few seconds old: not yet stale, so the job is started)."""
@@ -221,7 +221,7 @@ def test_trace_names_a_lock_the_job_waits_on_within_seconds(tmp_path: Path) -> N
         end(proc, tmp_path / "ext")
 
 
-@needs_root
+@needs_bpf
 @needs_deepspeed
 def test_without_the_hook_a_lock_is_named_once_the_command_has_run_10_s(tmp_path: Path) -> None:
     """--no-inject: no training step can be seen, so a lock is named once the command has run 10 s."""
@@ -238,7 +238,7 @@ def test_without_the_hook_a_lock_is_named_once_the_command_has_run_10_s(tmp_path
         end(proc, tmp_path / "ext")
 
 
-@needs_root
+@needs_bpf
 @needs_deepspeed
 def test_trace_names_a_lock_a_build_killed_during_the_run_left(tmp_path: Path, baton_holder) -> None:
     """(b) A build holds the lock when the job starts; it is killed mid-run, then the job loads the op."""
@@ -261,7 +261,7 @@ def test_trace_names_a_lock_a_build_killed_during_the_run_left(tmp_path: Path, b
         end(proc, tmp_path / "ext")
 
 
-@needs_root
+@needs_bpf
 @needs_deepspeed
 def test_trace_does_not_name_a_lock_a_build_is_working_under(tmp_path: Path) -> None:
     """(c) async_io's lock has a builder; cpu_adam's lock has none. The watch looks at both in the same polls
@@ -316,7 +316,7 @@ def test_which_commands_are_python_jobs(tmp_path: Path) -> None:
         [True, True, True, True, False, False, False, False]
 
 
-@needs_root
+@needs_bpf
 def test_trace_warns_about_a_stale_lock_and_runs_any_other_command(tmp_path: Path) -> None:
     lock = plant_lock(tmp_path / "ext", "async_io", age_s=20 * 60)
     env = dict(os.environ, TORCH_EXTENSIONS_DIR=str(tmp_path / "ext"))

@@ -22,6 +22,8 @@ import pytest
 from iotune.cli import cli
 from iotune.sweep.space import RunSettings, SearchSpace
 
+from tests.conftest import needs_deepspeed, needs_root_for
+
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
@@ -284,14 +286,21 @@ def _examples_module() -> Any:
 EXAMPLES = _examples_module()
 
 
-@pytest.mark.parametrize("name", [e.name for e in EXAMPLES.EXAMPLES])
+# examples whose command asks the installed DeepSpeed (lint's default --deepspeed)
+DEEPSPEED_EXAMPLES = frozenset({"lint"})
+
+
+def _example_marks(example: Any) -> list[pytest.MarkDecorator]:
+    return ([needs_root_for(example.needs_root)] if example.needs_root else []) + (
+        [needs_deepspeed] if example.name in DEEPSPEED_EXAMPLES else [])
+
+
+@pytest.mark.parametrize("name", [pytest.param(e.name, marks=_example_marks(e)) for e in EXAMPLES.EXAMPLES])
 def test_each_example_in_the_guides_is_what_iotune_prints(name: str) -> None:
     """The block between `<!-- example: NAME -->` and `<!-- /example -->` is,
     byte for byte, what the command prints now (run here, or its saved record
     rendered by the CLI's renderers)."""
     [example] = [e for e in EXAMPLES.EXAMPLES if e.name == name]
-    if example.needs_root and os.geteuid() != 0:
-        pytest.skip(f"{name}: {example.needs_root}")
     text = (DOCS / example.page).read_text()
     found = [m.group("body") for m in EXAMPLES.MARKER.finditer(text) if m.group("name") == name]
     assert len(found) == 1, f"docs/{example.page} should hold example {name} once, between its markers"

@@ -18,7 +18,7 @@ import pytest
 
 from iotune.blockdev.devices import BlockDevice
 
-from tests.conftest import needs_root
+from tests.conftest import needs_tracing
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("iotune", "probes", "profiles", "pyproject.toml", "README.md")
@@ -58,7 +58,7 @@ def test_wheel_carries_every_module_probe_and_profile(wheel: Path) -> None:
     assert "iotune/schemas/run-1.json" in schemas and schemas <= names, sorted(schemas - names)
 
 
-@needs_root
+@needs_tracing
 def test_installed_wheel_traces_from_outside_the_checkout(wheel: Path, loop_drive: BlockDevice,
                                                           tmp_path: Path) -> None:
     """A fresh venv (its dependencies borrowed from this environment through

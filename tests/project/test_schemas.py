@@ -28,7 +28,7 @@ from iotune.model.runfile import load_run, save_run
 from iotune.render.registry import render
 from iotune.resources import schema_names, schema_path
 
-from tests.conftest import make_loops, needs_fio, needs_root
+from tests.conftest import make_loops, needs_fio, needs_tracing
 from tests.records import attributed_run, checkpointed_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,7 +140,7 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Pa
     return strict_json(r.stdout), tmp / "run", Path(loop).name
 
 
-@needs_root
+@needs_tracing
 def test_a_real_trace_its_run_json_and_its_report_conform(traced: tuple[dict[str, Any], Path, str]) -> None:
     doc, run_dir, name = traced
     assert (doc["totals"]["read_requests"], doc["totals"]["write_bytes"]) == (13, 7 * 64 * KiB)

@@ -4,7 +4,6 @@ counts of transformers' LlamaForCausalLM for every preset."""
 
 from __future__ import annotations
 
-import importlib.util
 
 import pytest
 
@@ -13,9 +12,6 @@ from iotune.workloads.presets import PRESETS, tensor_numels
 
 from tests.conftest import needs_deepspeed
 
-needs_transformers = pytest.mark.skipif(
-    importlib.util.find_spec("transformers") is None or importlib.util.find_spec("torch") is None,
-    reason="needs torch and transformers (pip install -e '.[train]')")
 
 
 @needs_deepspeed
@@ -45,7 +41,7 @@ def test_offload_buffer_defaults_are_deepspeeds() -> None:
     assert (ours.pin_memory, param.pin_memory, opt.pin_memory) == (False, True, True)
 
 
-@needs_transformers
+@needs_deepspeed
 @pytest.mark.parametrize("name", list(PRESETS))
 def test_preset_counts_are_transformers_llama(name: str) -> None:
     """Built on the meta device: shapes only, no memory. The 1b-16b presets

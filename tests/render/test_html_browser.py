@@ -25,7 +25,8 @@ from iotune.model.verdict import Finding, TraceReport, Verdict
 from iotune.render.page import CHART_CLASS, figure_specs
 from iotune.render.registry import render
 
-from tests.conftest import missing_for_tracing
+from tests.conftest import needs_bpf, needs_root
+from tests.requirements import missing_for_tracing
 from tests.records import attributed_run, offload_run, sweep_outcome
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -58,7 +59,8 @@ DRAWN = """(cls) => [...document.querySelectorAll('.' + cls)].map(div => ({
 
 
 def recorded_trace(tmp: Path) -> Path | None:
-    """`iotune trace --html` of 23 direct 512 KiB writes to a fresh loop device (None without root/BPF)."""
+    """`iotune trace --html` of 23 direct 512 KiB writes to a fresh loop device (None
+    without root, loop devices or BPF: the test of that page is marked root and bpf)."""
     if missing_for_tracing() is not None:
         return None
     image = tmp / "drive.img"
@@ -127,10 +129,10 @@ def open_page(browser: Any, path: Path) -> tuple[Any, list[str], list[str]]:
     return page, errors, fetched
 
 
-@pytest.mark.parametrize("name", ["recorded", "attributed", "sweep", "compare"])
+@pytest.mark.parametrize("name", [pytest.param("recorded", marks=[needs_root, needs_bpf]), "attributed", "sweep",
+                                  "compare"])
 def test_the_report_renders_in_chromium(browser: Any, pages: dict[str, Path], name: str) -> None:
-    if name not in pages:
-        pytest.skip(f"no recorded run: {missing_for_tracing()}")
+    assert name in pages, f"no {name} page: {missing_for_tracing()}"
     text = pages[name].read_text()
     assert FETCHABLE.findall(text) == []
     emitted = text.count(f'class="{CHART_CLASS}"')

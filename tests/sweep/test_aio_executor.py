@@ -5,7 +5,6 @@ the executor's handling of children that misbehave (fake commands)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -16,17 +15,18 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import _NO_TRAIN, needs_deepspeed, needs_root_for
+from tests.conftest import needs_deepspeed, needs_root_for
+from tests.requirements import without_deepspeed
 
 from iotune.model.aio import DEEPSPEED_AIO_DEFAULTS
 from iotune.model.sweep import Measurement, SweepPoint
 from iotune.sweep.aio.bench import BenchConfig, fill_pattern, first_mismatch
-from iotune.sweep.aio.executor import AioExecutor
+from iotune.sweep.aio.executor import BENCH_MODULE, AioExecutor
 from iotune.sweep.executor import Target, TrialFailed
 
 MiB = 1 << 20
-needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
 needs_root = needs_root_for("mount -t ramfs, cgroups")
+NO_DS = AioExecutor(command=without_deepspeed(BENCH_MODULE))      # refusals come before torch and DeepSpeed load
 
 Trial = tuple[Measurement, dict[str, Any], Target, SweepPoint]
 
@@ -50,8 +50,6 @@ def real_trial(directory: Path, point: SweepPoint, pin: bool) -> Trial:
 
 @pytest.fixture(scope="module")
 def default_trial(tmp_path_factory: pytest.TempPathFactory) -> Trial:
-    if _NO_TRAIN:
-        pytest.skip(_NO_TRAIN)
     return real_trial(tmp_path_factory.mktemp("aio-default"), default_point(), pin=True)
 
 
@@ -59,8 +57,6 @@ def default_trial(tmp_path_factory: pytest.TempPathFactory) -> Trial:
 def variant_trial(tmp_path_factory: pytest.TempPathFactory) -> Trial:
     """Everything off the default path: two threads per op, one io_submit per
     request, no overlapped completion, buffers DeepSpeed has to bounce."""
-    if _NO_TRAIN:
-        pytest.skip(_NO_TRAIN)
     point = SweepPoint(block_size=256 << 10, queue_depth=4, intra_op_parallelism=2,
                        single_submit=True, overlap_events=False)
     return real_trial(tmp_path_factory.mktemp("aio-variant"), point, pin=False)
@@ -104,7 +100,7 @@ def test_ramfs_without_o_direct_fails_cleanly(tmp_path: Path) -> None:
     subprocess.run(["mount", "-t", "ramfs", "none", str(mnt)], check=True)
     try:
         with pytest.raises(TrialFailed) as info:
-            AioExecutor().run(SweepPoint(), Target(directory=mnt, file_bytes=8 * MiB, files=3))
+            NO_DS.run(SweepPoint(), Target(directory=mnt, file_bytes=8 * MiB, files=3))
         leftovers = list(mnt.iterdir())
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
@@ -131,8 +127,7 @@ def test_bench_itself_refuses_unaligned_file_bytes(tmp_path: Path) -> None:
     """The bench checks before importing torch, prints one JSON object and exits 2."""
     config = BenchConfig(directory=str(tmp_path), file_bytes=8 * MiB + 100, files=3, block_size=MiB,
                          queue_depth=8, intra_op_parallelism=1, single_submit=False, overlap_events=True)
-    r = subprocess.run([sys.executable, "-m", "iotune.sweep.aio.bench", *config.to_argv()],
-                       capture_output=True, text=True)
+    r = subprocess.run(without_deepspeed("iotune.sweep.aio.bench", *config.to_argv()), capture_output=True, text=True)
     assert r.returncode == 2
     assert json.loads(r.stdout) == {"error": config.layout_problem(), "kind": "usage"}
     assert r.stderr == ""
@@ -141,13 +136,13 @@ def test_bench_itself_refuses_unaligned_file_bytes(tmp_path: Path) -> None:
 def test_missing_directory_fails(tmp_path: Path) -> None:
     missing = tmp_path / "nope"
     with pytest.raises(TrialFailed) as info:
-        AioExecutor().run(SweepPoint(), Target(directory=missing, file_bytes=8 * MiB, files=3))
+        NO_DS.run(SweepPoint(), Target(directory=missing, file_bytes=8 * MiB, files=3))
     assert str(info.value) == (f"{missing} does not exist: create it, or point the sweep at a directory on the "
                                "drive under test")
     assert info.value.raw["kind"] == "directory"
 
 
-@needs_torch
+@needs_deepspeed
 def test_verification_finds_the_first_wrong_byte() -> None:
     import torch
     buf = torch.empty(64 << 10, dtype=torch.uint8)

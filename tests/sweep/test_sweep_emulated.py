@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import needs_deepspeed, needs_root_for
+from tests.conftest import needs_deepspeed, needs_fio, needs_root_for
 
 from iotune.model.drive import DriveLimits
 from iotune.model.sweep import SweepPoint
@@ -53,6 +53,7 @@ def sweep(executor, d, journal: Path, bad: SweepPoint, target_bytes: int = 8 << 
     return rank(summarize_trials(measurer.journal.trials, executor.name))
 
 
+@needs_fio
 @needs_root
 @needs_fuse
 def test_fio_sweep_reaches_the_ceiling_and_ranks_by_the_limits(drive, tmp_path: Path) -> None:
@@ -106,6 +107,7 @@ def run_cli(args: list[str], out: Path) -> subprocess.Popen[str]:
                             text=True, preexec_fn=_default_sigint)
 
 
+@needs_fio
 @needs_root
 @needs_fuse
 def test_killed_sweep_resumes_without_rerunning(tmp_path: Path) -> None:
@@ -156,6 +158,7 @@ def test_killed_sweep_resumes_without_rerunning(tmp_path: Path) -> None:
     assert emulated_mounts() <= before         # every drive the CLI made was torn down
 
 
+@needs_fio
 @needs_root
 @needs_fuse
 def test_a_terminated_sweep_tears_its_drive_down(tmp_path: Path) -> None:

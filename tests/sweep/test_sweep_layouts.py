@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,8 @@ from iotune.model.layout import BuildPlan, LayoutSpec
 from iotune.model.sweep import SweepPoint
 from iotune.model.sweep_result import LayoutResult, Ranked, SweepOutcome
 from iotune.sweep.aio.layouts import effects, layout_name
+
+from tests.conftest import needs_fio, needs_root, requires
 
 MB = 1_000_000
 CAP = 100 * MB
@@ -52,16 +53,11 @@ def test_effects_name_whichever_dimension_moved_the_score_more() -> None:
     assert (e.layout, e.aio, e.dominant) == (pytest.approx(1.1), 4.0, "aio settings")
 
 
-def _missing() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root (loop devices, mkfs, mount, blkio cgroup)"
-    for tool in ("fio", "losetup", "mkfs.btrfs"):
-        if shutil.which(tool) is None:
-            return f"needs {tool}: scripts/setup.sh"
-    return None
+NO_BTRFS = "needs mkfs.btrfs (btrfs-progs): scripts/setup.sh" if shutil.which("mkfs.btrfs") is None else None
+needs_layouts = requires(needs_root, needs_fio, pytest.mark.skipif(NO_BTRFS is not None, reason=NO_BTRFS or ""))
 
 
-@pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
+@needs_layouts
 def test_sweep_ranks_layouts_and_aio_settings_together(tmp_path: Path) -> None:
     from iotune.volumes.layout import md_available
 
@@ -185,7 +181,7 @@ COW_SLOWER = 0.75       # copy-on-write's writes against nodatacow's, measured 0
 READS_SPARED = 0.25     # how much closer the reads stay than the writes, measured 0.37 or more
 
 
-@pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
+@needs_layouts
 def test_filesystem_dimension_ranks_nodatacow_above_cow(tmp_path: Path) -> None:
     """btrfs with copy-on-write writes new extents and checksums on every
     direct write: on a drive capped at 1200 MB/s its writes stay well below

@@ -295,16 +295,20 @@ def test_thread_table_on_the_builtin_workload(ext4_dir: Path, tmp_path: Path) ->
     assert "CPU optimizer: OMP_NUM_THREADS=" in r.stdout
 
 
-def test_builtin_script_takes_a_ds_config_and_refuses_contradicting_options(tmp_path: Path) -> None:
+def test_builtin_script_takes_a_ds_config_and_refuses_contradicting_options(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The built-in workload's command line, run in this process: it decides
+    both before it imports DeepSpeed."""
+    from iotune.workloads.train import main
+
     cfg = tmp_path / "ds.json"
     cfg.write_text(json.dumps(ds_config(WorkloadSpec(strategy="cpu", micro_batch=2))))
-    base = [sys.executable, "-m", "iotune.workloads.train", "--ds-config", str(cfg)]
-    shown = subprocess.run([*base, "--print-config"], capture_output=True, text=True)
-    assert shown.returncode == 0 and json.loads(shown.stdout) == json.loads(cfg.read_text())
-    r = subprocess.run([*base, "--strategy", "cpu", "--aio-queue-depth", "4"], capture_output=True, text=True)
-    assert r.returncode == 2
-    assert r.stderr == (f"iotune-train: error: --strategy, --aio-queue-depth cannot be combined with --ds-config: "
-                        f"the config file decides them; edit {cfg} instead\n")
+    base = ["--ds-config", str(cfg)]
+    assert main([*base, "--print-config"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(cfg.read_text())
+    assert main([*base, "--strategy", "cpu", "--aio-queue-depth", "4"]) == 2
+    assert capsys.readouterr().err == (f"iotune-train: error: --strategy, --aio-queue-depth cannot be combined with "
+                                       f"--ds-config: the config file decides them; edit {cfg} instead\n")
 
 
 def _alive(marker: str) -> list[int]:

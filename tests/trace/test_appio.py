@@ -25,7 +25,7 @@ from iotune.resources import probes_dir
 from iotune.trace.applayer import AppOptions
 from iotune.trace.session import TraceOptions, trace_command
 
-from tests.conftest import ext4_mount, make_loops, needs_deepspeed, needs_fio, needs_root
+from tests.conftest import ext4_mount, make_loops, needs_deepspeed, needs_fio, needs_tracing
 
 KiB, MiB = 1024, 1 << 20
 IOTUNE = [sys.executable, "-m", "iotune"]
@@ -176,7 +176,7 @@ def fusebed(tmp_path: Path) -> Iterator[Path]:
         yield bed.path
 
 
-@needs_root
+@needs_tracing
 @needs_fio
 def test_known_counts_through_each_interface_on_a_loop_device(tmp_path: Path) -> None:
     with ext4_mount(tmp_path, 256 * MiB) as mnt:
@@ -197,7 +197,7 @@ SENDFILE = ("import os, sys\n"
             "assert r == 7 * 65536, r\n")
 
 
-@needs_root
+@needs_tracing
 def test_a_copy_in_the_kernel_counts_as_a_read_of_the_source_and_a_write_of_the_destination(tmp_path: Path) -> None:
     """23 sendfile64 calls of 512 KiB and one copy_file_range of 448 KiB (how
     shutil.copyfile, and so DeepSpeed's copy of the offloaded tensors, copies):
@@ -213,7 +213,7 @@ def test_a_copy_in_the_kernel_counts_as_a_read_of_the_source_and_a_write_of_the_
             ("sync", 24, 23 * 512 * KiB + 7 * 64 * KiB, {512 * KiB: 23, 7 * 64 * KiB: 1}, 24, 23 * 512 * KiB + 7 * 64 * KiB)
 
 
-@needs_root
+@needs_tracing
 @needs_fio
 def test_known_counts_through_each_interface_on_the_fuse_bed(fusebed: Path) -> None:
     lay_out(fusebed)
@@ -226,7 +226,7 @@ def test_known_counts_through_each_interface_on_the_fuse_bed(fusebed: Path) -> N
     assert "which has no block device" in statement
 
 
-@needs_root
+@needs_tracing
 @needs_fio
 def test_in_flight_depth_is_what_the_job_really_keeps_in_flight(fusebed: Path) -> None:
     """On the FUSE bed every request takes at least 200 µs, so a job fills
@@ -244,7 +244,7 @@ def test_in_flight_depth_is_what_the_job_really_keeps_in_flight(fusebed: Path) -
     assert got == {("libaio", 5): 5, ("io_uring", 5): 8, ("io_uring", 4): 4}
 
 
-@needs_root
+@needs_tracing
 @needs_fio
 def test_processes_outside_the_command_are_not_counted(fusebed: Path, tmp_path: Path) -> None:
     """An outsider writes to the traced filesystem all through the traced
@@ -271,7 +271,7 @@ def test_processes_outside_the_command_are_not_counted(fusebed: Path, tmp_path: 
     assert [(Path(f.path).name, f.op, f.requests) for f in run.app.files] == [("sync", "read", 29)]
 
 
-@needs_root
+@needs_tracing
 @needs_fio
 def test_a_lower_max_sectors_kb_splits_requests_and_the_report_says_why(tmp_path: Path) -> None:
     with ext4_mount(tmp_path, 256 * MiB) as mnt:
@@ -290,7 +290,7 @@ def test_a_lower_max_sectors_kb_splits_requests_and_the_report_says_why(tmp_path
             f"on {dev.name}") in row.cause
 
 
-@needs_root
+@needs_tracing
 @needs_fio
 def test_trace_path_on_the_fuse_bed_shows_the_application_layer(fusebed: Path) -> None:
     lay_out(fusebed)
@@ -311,7 +311,7 @@ def test_trace_path_on_the_fuse_bed_shows_the_application_layer(fusebed: Path) -
     assert doc["run"]["devices"] == [] and len(doc["layers"]["statements"]) == 1
 
 
-@needs_root
+@needs_tracing
 @needs_deepspeed
 def test_deepspeed_nvme_opt_on_the_fuse_bed_per_category_bytes_equal_the_swap_bytes(fusebed: Path) -> None:
     """The built-in workload with its nvme_path on the FUSE bed: the
@@ -339,7 +339,7 @@ def test_deepspeed_nvme_opt_on_the_fuse_bed_per_category_bytes_equal_the_swap_by
     assert not {k: v for k, v in drops.items() if v and k not in ("unmatched_completions", "iocb_reused")}
 
 
-@needs_root
+@needs_tracing
 @needs_fio
 def test_btrfs_raid0_pairs_the_job_with_its_member_devices(tmp_path: Path) -> None:
     """btrfs files carry an anonymous device number (0:N), not a block

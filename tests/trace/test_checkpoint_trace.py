@@ -25,7 +25,7 @@ from iotune.blockdev.targets import path_target
 from iotune.trace.applayer import AppOptions
 from iotune.trace.session import TraceOptions, trace_command
 
-from tests.conftest import needs_deepspeed, needs_root
+from tests.conftest import needs_bpf, needs_deepspeed
 from tests.records import checkpointed_run
 
 
@@ -109,7 +109,7 @@ def test_reports_show_every_part(fmt: str) -> None:
         assert text in out
 
 
-@needs_root
+@needs_bpf
 @needs_deepspeed
 def test_the_decoupled_writers_io_is_attributed_by_path(tmp_path: Path) -> None:
     """A real trace (block and application layers) of the built-in workload

@@ -22,7 +22,7 @@ from iotune.trace.btf import offsets
 from iotune.trace.probe import CONST_DEVS, VMLINUX_BTF, KernelLayout
 from iotune.trace.session import TraceOptions, trace_command
 
-from tests.conftest import make_loops, needs_root
+from tests.conftest import make_loops, needs_fio, needs_tracing
 
 KiB = 1024
 N_WRITES, M_READS = 23, 29
@@ -34,7 +34,7 @@ def known_io(dev: BlockDevice) -> list[str]:
             f"dd if={dev.path} of=/dev/null bs=4K count={M_READS} iflag=direct status=none"]
 
 
-@needs_root
+@needs_tracing
 def test_known_counts_on_a_loop_device(loop_drive: BlockDevice) -> None:
     run = trace_command(known_io(loop_drive), TraceOptions(devices=(loop_drive,)))
     assert run.exit_status == 0 and run.outcome == "completed"
@@ -61,7 +61,7 @@ def test_known_counts_on_a_loop_device(loop_drive: BlockDevice) -> None:
     assert not any(run.drops.values())
 
 
-@needs_root
+@needs_tracing
 def test_backing_disk_is_seen_but_not_double_counted(loop_drive: BlockDevice) -> None:
     [backing] = lower_devices(loop_drive)
     run = trace_command(known_io(loop_drive), TraceOptions())   # every device
@@ -79,7 +79,8 @@ def test_backing_disk_is_seen_but_not_double_counted(loop_drive: BlockDevice) ->
     assert t.write_bytes < sum(d.direction("write").bytes for d in run.devices)
 
 
-@needs_root
+@needs_fio
+@needs_tracing
 def test_fio_random_reads_are_counted_exactly(loop_drive: BlockDevice, tmp_path) -> None:
     n = 31
     out = tmp_path / "fio.json"
@@ -98,7 +99,7 @@ def test_fio_random_reads_are_counted_exactly(loop_drive: BlockDevice, tmp_path)
     assert run.drops["missed_issue"] == run.drops["missed_complete"] == 0
 
 
-@needs_root
+@needs_tracing
 def test_more_devices_than_compiled_in_constants(tmp_path: Path) -> None:
     """Beyond CONST_DEVS devices the filter falls back to a map: a device
     found there is counted as exactly as one compared as a constant."""
@@ -173,7 +174,7 @@ def test_kernel_layout_of_the_running_kernel() -> None:
     assert v["REQ_OP_BITS"] == 8 and v["REQ_META_BIT"] > v["REQ_OP_BITS"]
 
 
-@needs_root
+@needs_tracing
 def test_failing_command_is_recorded(loop_drive: BlockDevice) -> None:
     run = trace_command(["sh", "-c", "exit 7"], TraceOptions(devices=(loop_drive,)))
     assert (run.exit_status, run.outcome, run.devices) == (7, "failed", ())
@@ -181,7 +182,7 @@ def test_failing_command_is_recorded(loop_drive: BlockDevice) -> None:
     assert (run.exit_status, run.outcome) == (143, "failed")
 
 
-@needs_root
+@needs_tracing
 def test_metadata_requests_are_flagged(tmp_path) -> None:
     """ext4 marks its metadata reads REQ_META; mounting and listing a fresh
     filesystem issues some, and each one is counted as such."""
@@ -227,7 +228,7 @@ def _scheduler(dev: BlockDevice, name: str | None = None) -> str:
     return path.read_text().split("[", 1)[1].split("]", 1)[0]
 
 
-@needs_root
+@needs_tracing
 def test_queue_time_is_sampled_for_every_request_the_scheduler_queues(loop_drive: BlockDevice) -> None:
     """With mq-deadline every request passes block_rq_insert before its
     issue: each gets an insert->issue sample. With no scheduler ("none") a

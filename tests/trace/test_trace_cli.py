@@ -22,7 +22,7 @@ from iotune.render.base import RenderOptions
 from iotune.render.registry import render
 from iotune.trace.session import TraceOptions, trace_command
 
-from tests.conftest import needs_root
+from tests.conftest import needs_tracing
 
 IOTUNE = [sys.executable, "-m", "iotune"]
 KiB = 1024
@@ -67,7 +67,7 @@ def gone(pid: int, timeout_s: float = 10.0) -> bool:
     return False
 
 
-@needs_root
+@needs_tracing
 def test_scheduler_sigterm_reaches_the_commands_process_group(loop_drive: BlockDevice, tmp_path: Path) -> None:
     out = tmp_path / "run"
     script = (f"dd if={loop_drive.path} of=/dev/null bs=4K count=11 iflag=direct 2>/dev/null; "
@@ -84,7 +84,7 @@ def test_scheduler_sigterm_reaches_the_commands_process_group(loop_drive: BlockD
     assert f"saved {out}" in stderr
 
 
-@needs_root
+@needs_tracing
 def test_repeated_signals_escalate_without_losing_the_run(loop_drive: BlockDevice, tmp_path: Path) -> None:
     """The command outlives SIGTERM (it notes each one and goes on): the
     first two signals are forwarded as SIGTERM and iotune keeps tracing; the
@@ -117,7 +117,7 @@ def _nobody() -> pwd.struct_passwd:
         pytest.skip("needs a user named nobody to stand in for the user who ran sudo")
 
 
-@needs_root
+@needs_tracing
 @pytest.mark.parametrize("as_root", [False, True])
 def test_under_sudo_the_command_runs_as_the_invoking_user(loop_drive: BlockDevice, tmp_path: Path,
                                                           as_root: bool) -> None:
@@ -138,7 +138,7 @@ def test_under_sudo_the_command_runs_as_the_invoking_user(loop_drive: BlockDevic
     assert {(f.stat().st_uid, f.stat().st_gid) for f in [out, *out.iterdir()]} == {(nobody.pw_uid, nobody.pw_gid)}
 
 
-@needs_root
+@needs_tracing
 def test_with_lower_traces_the_backing_disk_outside_the_totals(loop_drive: BlockDevice) -> None:
     lower = lower_devices(loop_drive)
     if not lower:
@@ -161,7 +161,7 @@ def test_with_lower_traces_the_backing_disk_outside_the_totals(loop_drive: Block
     assert (t["devices"], t["excluded"]) == ([loop_drive.name], [disk.name])
 
 
-@needs_root
+@needs_tracing
 def test_a_full_timeline_map_is_counted_and_reported(loop_drive: BlockDevice) -> None:
     """A one-entry timeline map holds (loop, read, bucket 0); the writes that
     follow in the same interval find it full: each is counted as dropped and
@@ -179,7 +179,7 @@ def test_a_full_timeline_map_is_counted_and_reported(loop_drive: BlockDevice) ->
     assert "warning: events not recorded because a kernel map was full (timeline: 3" in text
 
 
-@needs_root
+@needs_tracing
 def test_timeline_csv_reads_into_pandas(loop_drive: BlockDevice, tmp_path: Path) -> None:
     out = tmp_path / "run"
     r = subprocess.run([*IOTUNE, "trace", "--json", "--interval", "60", "-o", str(out), "-d", loop_drive.name,

@@ -21,6 +21,7 @@ from iotune.model.bed import AioPoint, BedSpec, daemon_ops
 from iotune.model.drive import DriveLimits
 from iotune.volumes.beds import BEDS, Bed, bed_spec, running_bed
 
+from tests.conftest import needs_fio, needs_root_for, requires
 from tests.volumes.test_emulated_drive import REL, RETRIES, ROUNDS, needs_fuse
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -207,15 +208,10 @@ class Rates:
         return bw
 
 
-def _missing() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root (loop devices, FUSE, blkio cgroup, mount)"
-    if shutil.which("mkfs.btrfs") is None:
-        return "needs mkfs.btrfs (btrfs-progs) for the striped bed: scripts/setup.sh"
-    return None
-
-
-needs_beds = pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
+NO_BTRFS = ("needs mkfs.btrfs (btrfs-progs) for the striped bed: scripts/setup.sh"
+            if shutil.which("mkfs.btrfs") is None else None)
+needs_beds = requires(needs_root_for("loop devices, FUSE, blkio cgroup, mount"),
+                      pytest.mark.skipif(NO_BTRFS is not None, reason=NO_BTRFS or ""))
 
 
 @pytest.fixture(scope="module")
@@ -229,6 +225,7 @@ def rates(bed: Bed) -> Rates:
     return Rates(bed)
 
 
+@needs_fio
 @needs_beds
 @needs_fuse
 @pytest.mark.parametrize("bed", list(BEDS), indirect=True)
@@ -242,6 +239,7 @@ def test_each_showcase_point_against_the_defaults_as_the_model_says(bed: Bed, ra
         assert abs(got / model - 1) <= RATIO_REL, (bed.spec.name, point.label(), got, model)
 
 
+@needs_fio
 @needs_beds
 @needs_fuse
 @pytest.mark.parametrize("bed", ["latency-bound"], indirect=True)
@@ -252,6 +250,7 @@ def test_latency_bound_bed_writes_like_it_reads(bed: Bed, rates: Rates) -> None:
     assert write / read == pytest.approx(1, rel=RATIO_REL)
 
 
+@needs_fio
 @needs_beds
 @needs_fuse
 @pytest.mark.parametrize("bed", ["striped"], indirect=True)
@@ -270,6 +269,7 @@ def test_striped_bed_scales_with_members(bed: Bed, rates: Rates) -> None:
     assert written / member == pytest.approx(3, rel=RATIO_REL)
 
 
+@needs_fio
 @needs_beds
 @needs_fuse
 @pytest.mark.drive_model
@@ -281,6 +281,7 @@ def test_each_bed_as_its_model_says(bed: Bed, rates: Rates) -> None:
         rates.measured(bed.spec.showcase[-1], "write")
 
 
+@needs_fio
 @needs_beds
 @needs_fuse
 def test_sweep_on_a_bed(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from iotune.volumes.emulated import (
     measure_overhead_us,
 )
 
-from tests.conftest import needs_root
+from tests.conftest import needs_fio, needs_root
 
 KiB, MiB, MB = 1 << 10, 1 << 20, 1_000_000
 
@@ -92,8 +92,6 @@ def _missing_for_fuse() -> str | None:
         return "needs a C compiler (cc) for the FUSE daemon: scripts/setup.sh"
     if subprocess.run(["pkg-config", "--exists", "fuse3"], check=False).returncode != 0:
         return "needs the libfuse3 headers (libfuse3-dev, pkg-config): scripts/setup.sh"
-    if shutil.which("fio") is None:
-        return "needs fio: scripts/setup.sh"
     return None
 
 
@@ -197,6 +195,7 @@ def ratio_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
         yield Runs(d, 128 * KiB)
 
 
+@needs_fio
 @needs_root
 @needs_fuse
 def test_throughput_scales_with_queue_depth_up_to_parallelism(ratio_runs: Runs) -> None:
@@ -213,6 +212,7 @@ def test_throughput_scales_with_queue_depth_up_to_parallelism(ratio_runs: Runs) 
     assert abs(got[32].clat_us / got[16].clat_us / 2 - 1) <= RATIO_REL, got[32].clat_us / got[16].clat_us
 
 
+@needs_fio
 @needs_root
 @needs_fuse
 @pytest.mark.drive_model
@@ -226,6 +226,7 @@ def test_qd1_takes_latency_plus_overhead(drive: EmulatedDrive, runs: Runs) -> No
     assert abs(got / expected - 1) <= REL, got / expected
 
 
+@needs_fio
 @needs_root
 @needs_fuse
 @pytest.mark.drive_model
@@ -236,6 +237,7 @@ def test_saturated_rate_is_parallelism_over_latency(runs: Runs) -> None:
         assert abs(got / saturated - 1) <= REL, (qd, got / saturated)
 
 
+@needs_fio
 @needs_root
 @needs_fuse
 @pytest.mark.drive_model
@@ -254,6 +256,7 @@ def test_model_ceiling_matches_fio(drive: EmulatedDrive, runs: Runs) -> None:
         assert abs(measured / predicted - 1) <= REL, (rw, qd, measured / predicted)
 
 
+@needs_fio
 @needs_root
 @needs_fuse
 def test_parallelism_bounds_the_daemon(drive: EmulatedDrive) -> None:
@@ -337,6 +340,7 @@ def capped(tmp_path_factory: pytest.TempPathFactory) -> CappedRuns:
         return CappedRuns(d.limits, small, large, knobs, d.device.number)
 
 
+@needs_fio
 @needs_root
 @needs_fuse
 def test_iops_and_bandwidth_caps(capped: CappedRuns) -> None:
@@ -348,6 +352,7 @@ def test_iops_and_bandwidth_caps(capped: CappedRuns) -> None:
     assert ratio == pytest.approx(200 * MB / (800 * 64 * KiB), rel=REL)
 
 
+@needs_fio
 @needs_root
 @needs_fuse
 @pytest.mark.drive_model

@@ -24,7 +24,7 @@ from iotune.volumes import layout
 from iotune.volumes.layout import LayoutSpec, _mkfs, build_layout, md_available, plan_layout
 from iotune.volumes.safety import DestroyRefused
 
-from tests.conftest import make_loops, needs_root
+from tests.conftest import make_loops, needs_fio, needs_root
 
 CAP = 100_000_000
 
@@ -144,6 +144,7 @@ def capped(devs: list[str], bytes_per_s: int):
         cg.rmdir()
 
 
+@needs_fio
 @needs_root
 def test_raid0_read_bandwidth_scales_with_drives(loops: list[str], tmp_path: Path) -> None:
     """btrfs raid0 over 1, 2, 3 drives capped at 100 MB/s each reads at 1x, 2x, 3x the cap (within 5%)."""

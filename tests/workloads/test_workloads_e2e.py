@@ -4,7 +4,6 @@ training after ~10 s of DeepSpeed start-up; CI runs them all."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -18,13 +17,9 @@ from iotune.analysis.attribution import cross_check, step_breakdowns, steady, sw
 from iotune.model.runfile import load_run
 from iotune.workloads.presets import PRESETS
 
-from tests.conftest import make_loops, needs_root
+from tests.conftest import make_loops, needs_deepspeed, needs_root_for, needs_tracing
 
-pytestmark = [
-    needs_root,
-    pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
-                       reason="needs deepspeed and torch (pip install -e '.[train]')"),
-]
+pytestmark = needs_deepspeed
 
 VENV_BIN = Path(sys.executable).parent
 TRAIN = str(Path(__file__).resolve().parents[2] / "iotune" / "workloads" / "train.py")
@@ -77,6 +72,7 @@ def assert_phases_every_step(run, steps: int = STEPS) -> None:
         assert {"forward", "backward", "optimizer"} <= set(r.phase_s), r.phase_s
 
 
+@needs_tracing
 def test_nvme_opt_under_the_deepspeed_launcher(swap_fs, tmp_path: Path) -> None:
     device, mnt = swap_fs
     swap = mnt / "nvme-opt"
@@ -109,6 +105,7 @@ def test_nvme_opt_under_the_deepspeed_launcher(swap_fs, tmp_path: Path) -> None:
     assert abs(cc.write_diff_pct) < 0.1 and abs(cc.read_diff_pct) < 0.1, cc
 
 
+@needs_tracing
 def test_nvme_all_swaps_parameters_too(swap_fs, tmp_path: Path) -> None:
     device, mnt = swap_fs
     # DeepSpeed swaps only parameters of at least max(1 MiB, aio block_size): the small
@@ -126,6 +123,7 @@ def test_nvme_all_swaps_parameters_too(swap_fs, tmp_path: Path) -> None:
     assert cats["parameters"].files >= 1 and cats["parameters"].outside_write_bytes >= 2 * (1 << 20)
 
 
+@needs_tracing
 def test_cpu_offload_leaves_the_swap_device_idle(swap_fs, tmp_path: Path) -> None:
     device, _ = swap_fs
     run, losses, _ = traced(tmp_path, device, workload("cpu", None))
@@ -136,6 +134,7 @@ def test_cpu_offload_leaves_the_swap_device_idle(swap_fs, tmp_path: Path) -> Non
     assert moved < 1_000_000      # at most stray filesystem metadata
 
 
+@needs_tracing
 def test_zenflow_trains_without_nvme_io(swap_fs, tmp_path: Path) -> None:
     device, _ = swap_fs
     run, losses, stderr = traced(tmp_path, device, workload("zenflow", None))
@@ -156,6 +155,7 @@ def test_zenflow_workaround_is_still_needed() -> None:
     assert "refusing to train on corrupted weights" in r.stderr and "IOTUNE_STEP" not in r.stdout
 
 
+@needs_tracing
 def test_injection_does_not_change_results(swap_fs, tmp_path: Path) -> None:
     device, mnt = swap_fs
     on = traced(tmp_path / "on", device, workload("nvme-opt", mnt / "inject-on"))
@@ -172,6 +172,7 @@ def test_unknown_strategy_is_refused_before_training() -> None:
                         "nvme-opt, nvme-all, zenflow\n")
 
 
+@needs_root_for("mounting ramfs")
 def test_nvme_path_without_o_direct_is_refused_before_training(tmp_path: Path) -> None:
     """ramfs has no O_DIRECT (tmpfs has it since Linux 6.6), like the network
     filesystems DeepSpeed users hit EINVAL on."""
@@ -189,6 +190,7 @@ def test_nvme_path_without_o_direct_is_refused_before_training(tmp_path: Path) -
                         f"btrfs on a block device\n")
 
 
+@needs_tracing
 def test_a_script_iotune_did_not_write(swap_fs, tmp_path: Path) -> None:
     """Phases and swap attribution for a plain user script (gradient accumulation 2)."""
     device, mnt = swap_fs
@@ -207,6 +209,7 @@ def test_a_script_iotune_did_not_write(swap_fs, tmp_path: Path) -> None:
     assert "step 3 loss" in stderr
 
 
+@needs_tracing
 def test_checkpoint_phase_is_recorded(swap_fs, tmp_path: Path) -> None:
     device, mnt = swap_fs
     ckpt = mnt / "ckpt"
@@ -228,6 +231,7 @@ def test_checkpoint_phase_is_recorded(swap_fs, tmp_path: Path) -> None:
     assert data <= cp.until_end.write_bytes <= allocated + (1 << 20), (data, allocated, cp.until_end)
 
 
+@needs_tracing
 @pytest.mark.parametrize("size", ["tiny", "small"])
 def test_plan_predicts_traced_swap_bytes_exactly(swap_fs, tmp_path: Path, size: str) -> None:
     from iotune.analysis.calibration import BLOCK_LEVEL, check
