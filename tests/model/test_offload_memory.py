@@ -2,7 +2,8 @@
 refuses fails for real under the same limit (ulimit -l, and a memory
 cgroup's limit), and the locked memory of a job iotune never saw (a
 GPT-2-shaped script, tests/data/gpt_job.py) is predicted from what its
-startup hook reports at deepspeed.initialize, in fp32 and in bf16. Also:
+startup hook reports at deepspeed.initialize, in fp32 and in bf16 (the
+dtype DeepSpeed partitions it in depends on the CPU's fp16 support). Also:
 the offload search honours --steps-timeout and ends with 130 on Ctrl-C."""
 
 from __future__ import annotations
@@ -126,12 +127,25 @@ def gpt_config(swap: Path, bf16: bool) -> dict:
     return {**cfg, "bf16": {"enabled": True}} if bf16 else cfg
 
 
+@pytest.fixture(scope="module")
+def fp16_supported() -> bool:
+    """What DeepSpeed's accelerator says here (its CPU accelerator asks
+    torch's mkldnn: AVX512-FP16 or AMX-FP16), asked in a fresh process."""
+    r = subprocess.run([sys.executable, "-c", "from deepspeed.accelerator import get_accelerator as a; "
+                        "print(bool(a().is_fp16_supported()))"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().splitlines()[-1] in ("True", "False"), r.stderr[-2000:]
+    return r.stdout.strip().splitlines()[-1] == "True"
+
+
 @needs_deepspeed
 @pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
-def test_a_held_out_jobs_locked_memory_with_parameters_on_nvme_is_predicted(tmp_path: Path, bf16: bool) -> None:
-    """GPT-2-shaped, built outside deepspeed.zero.Init: on the CPU
-    accelerator DeepSpeed partitions it in bf16 even from an fp32 config, and
-    the hook says so at deepspeed.initialize, before anything is locked."""
+def test_a_held_out_jobs_locked_memory_with_parameters_on_nvme_is_predicted(tmp_path: Path, bf16: bool,
+                                                                          fp16_supported: bool) -> None:
+    """GPT-2-shaped, built outside deepspeed.zero.Init: DeepSpeed casts it to
+    the config's bf16, then partitions it in that dtype where the accelerator
+    supports fp16, and in bf16 where it does not (then even from an fp32
+    config); the hook says which at deepspeed.initialize, before anything is
+    locked, and the locked memory predicted from it is what the run locks."""
     (tmp_path / "swap").mkdir()
     cfg = gpt_config(tmp_path / "swap", bf16)
     job = UserJob((sys.executable, "-W", "ignore", str(GPT_JOB), "--deepspeed_config", "{config}"),
@@ -139,7 +153,7 @@ def test_a_held_out_jobs_locked_memory_with_parameters_on_nvme_is_predicted(tmp_
     (tmp_path / "probe").mkdir()
     tensors, why = probe_shape(job, cfg, tmp_path / "probe", None, 600)
     assert tensors is not None, why
-    assert tensors.partition_dtype == "bf16"              # fp16 is not supported on this CPU: bf16 either way
+    assert tensors.partition_dtype == ("bf16" if bf16 or not fp16_supported else "fp32"), fp16_supported
     knobs = partitioned_in(OffloadKnobs.from_ds_config(cfg), tensors.partition_dtype)
     predicted = host_memory(knobs, JobShape(tensors.numels, tensors.world)).locked_bytes
     (tmp_path / "run").mkdir()
