@@ -15,7 +15,7 @@ from types import ModuleType
 import pytest
 
 from tests.conftest import _GUARD
-from tests.requirements import USES, deepspeed_in, fio_in, unmarked_use, without_deepspeed
+from tests.requirements import USES, deepspeed_in, fio_in, loaded_train_packages, unmarked_use, without_deepspeed
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
@@ -228,7 +228,7 @@ def test_what_runs_fio(argv: list[str], why: str | None) -> None:
 def test_the_guard_sees_what_a_test_starts_and_imports(monkeypatch: pytest.MonkeyPatch) -> None:
     """The session's guard itself (one audit hook per session), taken over
     for the length of this test and handed back to its fixture after."""
-    assert _GUARD.stop(frozenset()) == []                              # nothing of this test's own so far
+    assert _GUARD.stop(loaded_train_packages()) == []                  # nothing of this test's own so far
     try:
         before = _GUARD.start(["fio", "deepspeed"])
         with pytest.raises(FileNotFoundError):
