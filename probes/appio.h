@@ -11,7 +11,7 @@
 #define IOTUNE_APPIO_H
 
 /* blockio.h's LAT_SUB_BITS: the same latency slots in both layers
- * (tests/test_appio.py checks that they agree). */
+ * (tests/trace/test_appio.py checks that they agree). */
 #define APP_LAT_SUB_BITS 3
 #define APP_LAT_SUB      (1 << APP_LAT_SUB_BITS)
 

@@ -4,7 +4,7 @@
  * The kernel side aggregates; user space only reads these maps. Every change
  * here must be mirrored in iotune/trace/probe.py (map reading, DROP_NAMES,
  * row and slot sizes) and iotune/model/histogram.py (slot arithmetic);
- * tests/test_histogram.py checks that the constants agree.
+ * tests/model/test_histogram.py checks that the constants agree.
  */
 #ifndef IOTUNE_BLOCKIO_H
 #define IOTUNE_BLOCKIO_H

@@ -13,7 +13,7 @@ CLI uses. The annotations around each block are the page's own text.
     python scripts/docs_examples.py           # rewrite every block that differs
     python scripts/docs_examples.py --check   # exit 1 and name the blocks that differ
 
-tests/test_docs.py regenerates every block and fails when a page's copy
+tests/project/test_docs.py regenerates every block and fails when a page's copy
 differs, naming this command.
 """
 

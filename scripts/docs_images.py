@@ -4,7 +4,7 @@
 Each picture is a part of one of iotune's own HTML reports (the same pages
 `--html` writes, rendered from the saved records in tests/data/examples/,
 see scripts/docs_examples.py), opened in Debian's chromium through
-playwright, as tests/test_html_browser.py does (nothing is downloaded), and
+playwright, as tests/render/test_html_browser.py does (nothing is downloaded), and
 cut to one element:
 
     report.png           the trace report: verdict, devices and the timeline, with the drive's ceiling

@@ -11,7 +11,7 @@
 #   - /lib/modules/$(uname -r)/{build,source} -> Debian's headers, only when the
 #     running kernel has no headers of its own (bcc needs them to compile probes)
 #   - a venv in .venv with iotune and its Python dependencies (extras test, train
-#     and docs: pytest, torch, MkDocs for tests/test_docs.py), DeepSpeed built
+#     and docs: pytest, torch, MkDocs for tests/project/test_docs.py), DeepSpeed built
 #     from source with the ops iotune loads compiled into the package (nothing
 #     JIT-compiles at run time; scripts/build_ops.py verifies it), and Debian's
 #     bcc bindings made importable from it

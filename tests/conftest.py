@@ -1,72 +1,96 @@
-"""Shared fixtures. Tests that need root, BPF or loop devices skip with a
-reason naming what is missing; CI has all of them."""
+"""Shared fixtures and the requirement markers. Tests that need root, BPF,
+loop devices, fio or DeepSpeed skip with a reason naming what is missing;
+CI has all of them."""
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
-import os
-import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
+from hypothesis import settings
 
 from iotune.blockdev.devices import BlockDevice, resolve_device
 from iotune.host.proc import prefer_interpreter_tools
 from iotune.volumes.parts import reset_loop_queue
+from tests.requirements import (USES, MarkerGuard, missing_for_bpf, missing_for_fio, missing_for_root,
+                                missing_for_train, unmarked_use)
+
+# Property tests check values, never speed: hypothesis's 200 ms per-example deadline fails them on a
+# loaded 2-core machine (a timed unit test in disguise)
+settings.register_profile("iotune", deadline=None)
+settings.load_profile("iotune")
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 # Every process the tests start (DeepSpeed launchers and ranks included) builds
 # DeepSpeed ops with this venv's ninja, as the setup did: see prefer_interpreter_tools.
 prefer_interpreter_tools()
 
 
-def missing_for_tracing() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root (BPF, loop devices)"
-    if importlib.util.find_spec("bcc") is None:
-        return "needs the bcc Python bindings (scripts/setup.sh)"
-    if not Path("/dev/loop-control").exists() or shutil.which("losetup") is None:
-        return "needs loop devices (/dev/loop-control, losetup)"
-    return None
-
-
-_MISSING = missing_for_tracing()
-_NO_TRAIN = next((f"needs {m} (pip install -e '.[train]')" for m in ("torch", "deepspeed")
-                  if importlib.util.find_spec(m) is None), None)
-_NO_FIO = "needs fio: scripts/setup.sh" if shutil.which("fio") is None else None
-
 # The test tiers (markers registered in pyproject.toml). A requirement is a
 # marker; pytest_collection_modifyitems below turns it into a skip whose reason
-# names what is missing, and marks the test slow. `pytest -m "not slow"` runs
-# the pure tests; `make test` runs every tier.
-needs_root = pytest.mark.root              # root + BPF (bcc) + loop devices
+# names what is missing (tests/requirements.py), and marks the test slow.
+# `pytest -m "not slow"` (make test-quick) runs the pure tests; `make test`
+# runs every tier. A test carries every marker it needs: one that traces a
+# loop device is both root and bpf.
+needs_root = pytest.mark.root              # root and loop devices
+needs_bpf = pytest.mark.bpf                # loads iotune's probes: root, bcc, the kernel's BTF
 needs_fio = pytest.mark.fio
-needs_deepspeed = pytest.mark.deepspeed    # torch and deepspeed
+needs_deepspeed = pytest.mark.deepspeed    # torch, deepspeed and transformers: the train extra
 
 
 def needs_root_for(what: str) -> pytest.MarkDecorator:
-    """Root only (no BPF): the reason names what the test does as root."""
+    """Root alone (no loop devices): the reason names what the test does as root."""
     return pytest.mark.root(only=what)
+
+
+def requires(*marks: pytest.MarkDecorator) -> Callable[[F], F]:
+    """One decorator applying several marks (a bed's root marker and its skipif for tools)."""
+    def apply(test: F) -> F:
+        for mark in reversed(marks):
+            test = mark(test)
+        return test
+    return apply
+
+
+needs_tracing = requires(needs_root, needs_bpf)     # traces a loop device: root, loop devices and the probes
+
+
+# Fixtures that need root themselves: a test using one is marked root (with
+# this reason) even without the decorator.
+ROOT_FIXTURES = {
+    "loop_drive": None,                       # the plain marker: root and loop devices
+    "nodebed": "sshd per node, mount namespaces, loop devices, blkio cgroups",
+    "slurmbed": "a Slurm cluster on the node bed",
+    "bed": "a test bed: loop devices, FUSE, blkio cgroup, mount",
+}
+_NO_TRAIN = missing_for_train()
+_NO_FIO = missing_for_fio()
+_NO_BPF = missing_for_bpf()
+_GUARD = MarkerGuard()
 
 
 # Slow without a requirement marker: they start servers, beds or subprocess
 # pipelines, or run long enough that the pure tier would pass a minute.
-# Keyed by module (every test in it) or by node id without parameters.
+# Keyed by module path (every test in it) or by node id without parameters
+# (tests/project/test_suite.py checks that each names a test file or test).
 SLOW_MODULES = frozenset({
-    "test_html_browser.py",      # chromium
-    "test_typing.py",            # mypy --strict
-    "test_layering.py",          # lint-imports
-    "test_nodebed.py", "test_prebuilt_ops.py",
+    "tests/render/test_html_browser.py",      # chromium
+    "tests/project/test_typing.py",            # mypy --strict
+    "tests/project/test_layering.py",          # lint-imports
+    "tests/beds/test_nodebed.py", "tests/opbuild/test_prebuilt_ops.py",
 })
 SLOW_TESTS = frozenset({      # found with --durations: each starts and kills real process trees
-    "tests/test_sweep_usercmd.py::test_a_build_stopped_by_the_time_limit_leaves_no_lock",
-    "tests/test_sweep_usercmd.py::test_time_limit_kills_what_left_the_process_group",
-    "tests/test_proc.py::test_a_timeout_kills_the_whole_group",
-    "tests/test_aio_executor.py::test_timeout_kills_the_trial",
-    "tests/test_proc.py::test_terminate_sends_sigterm_then_sigkill_and_reaps",
+    "tests/sweep/test_sweep_usercmd.py::test_a_build_stopped_by_the_time_limit_leaves_no_lock",
+    "tests/sweep/test_sweep_usercmd.py::test_time_limit_kills_what_left_the_process_group",
+    "tests/host/test_proc.py::test_a_timeout_kills_the_whole_group",
+    "tests/sweep/test_aio_executor.py::test_timeout_kills_the_trial",
+    "tests/host/test_proc.py::test_terminate_sends_sigterm_then_sigkill_and_reaps",
 })
 SLOW_FIXTURES = frozenset({"loop_drive", "nodebed", "slurmbed", "remote_iotune", "wheel", "browser", "bed"})
 
@@ -74,11 +98,11 @@ SLOW_FIXTURES = frozenset({"loop_drive", "nodebed", "slurmbed", "remote_iotune",
 def _missing(item: pytest.Item) -> str | None:
     """What the item's requirement markers lack, or None."""
     for mark in item.iter_markers("root"):
-        if "only" not in mark.kwargs:
-            if _MISSING is not None:
-                return _MISSING
-        elif os.geteuid() != 0:
-            return f"needs root ({mark.kwargs['only']})"
+        missing = missing_for_root(mark.kwargs.get("only"))
+        if missing is not None:
+            return missing
+    if item.get_closest_marker("bpf") is not None and _NO_BPF is not None:
+        return _NO_BPF
     if item.get_closest_marker("deepspeed") is not None and _NO_TRAIN is not None:
         return _NO_TRAIN
     if item.get_closest_marker("fio") is not None and _NO_FIO is not None:
@@ -89,21 +113,37 @@ def _missing(item: pytest.Item) -> str | None:
 def _slow(item: pytest.Item) -> bool:
     """A requirement marker, or any skipif (it names something the machine
     must have: a module's own bed, tool or package), is not pure computation."""
-    if any(item.get_closest_marker(m) is not None for m in ("root", "deepspeed", "fio", "skipif")):
+    if any(item.get_closest_marker(m) is not None for m in ("root", "bpf", "deepspeed", "fio", "skipif")):
         return True
     if SLOW_FIXTURES.intersection(getattr(item, "fixturenames", ())):
         return True
-    module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
-    return module in SLOW_MODULES or item.nodeid.split("[", 1)[0] in SLOW_TESTS
+    return item.nodeid.split("::", 1)[0] in SLOW_MODULES or item.nodeid.split("[", 1)[0] in SLOW_TESTS
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        for fixture in ROOT_FIXTURES.keys() & set(getattr(item, "fixturenames", ())):
+            if item.get_closest_marker("root") is None:
+                what = ROOT_FIXTURES[fixture]
+                item.add_marker(pytest.mark.root(only=what) if what else pytest.mark.root)
         reason = _missing(item)
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=reason))
         if _slow(item):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def _marker_guard(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that runs DeepSpeed or fio without its marker fails (tests/requirements.py)."""
+    lacking = [m for m in USES if request.node.get_closest_marker(m) is None]
+    before = _GUARD.start(lacking)
+    try:
+        yield
+    finally:
+        problems = _GUARD.stop(before)
+    if problems:
+        pytest.fail(unmarked_use(problems, request.node.nodeid), pytrace=False)
 
 
 @pytest.fixture

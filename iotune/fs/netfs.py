@@ -20,7 +20,7 @@ the scratch mount is removed; the user's own mount is never touched.
 Neither client exists on the machine iotune is developed on: these paths are
 tested through detection (mountinfo lines), the commands generated, and a
 run of those commands through stand-in `lctl`/`lfs`/`mount` programs that
-record their arguments (tests/test_netfs.py)."""
+record their arguments (tests/sweep/test_netfs.py)."""
 
 from __future__ import annotations
 

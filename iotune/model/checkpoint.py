@@ -3,7 +3,7 @@ part by part, for a job's config and tensors, and the records of what a
 traced job's save and load calls did.
 
 What one rank writes (runtime/engine.py save_checkpoint, read and checked
-against real saves of the built-in workload, tests/test_checkpoint_model.py):
+against real saves of the built-in workload, tests/model/test_checkpoint_model.py):
 
 - model states, `<tag>/zero_pp_rank_R_mp_rank_00_model_states.pt` (ZeRO-3)
   or `<tag>/mp_rank_00_model_states.pt` (ZeRO-0/1/2, data-parallel rank 0

@@ -5,7 +5,7 @@ assertion it would trip. Predicted before anything runs, so a candidate that
 cannot work is never run, and one that fits is known to fit.
 
 Every rule is DeepSpeed's own (paths under deepspeed/runtime/), checked
-against real runs of the built-in workload (tests/test_offload_model.py):
+against real runs of the built-in workload (tests/model/test_offload_model.py):
 
 - sub-groups (zero/stage3.py _create_fp16_sub_groups): parameters, in
   model order, are collected until the group holds >= sub_group_size

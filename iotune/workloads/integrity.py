@@ -67,7 +67,7 @@ def repair_zenflow_layout(engine: Any, before: WeightSnapshot) -> bool:
 
     Applied only when the bug is detected (the weights changed in
     initialize), so a DeepSpeed that fixes it is left alone; returns whether
-    it was applied. tests/test_workloads_e2e.py checks it is still needed.
+    it was applied. tests/workloads/test_workloads_e2e.py checks it is still needed.
     """
     if not before.changed(engine.module):
         return False

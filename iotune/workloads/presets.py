@@ -3,7 +3,7 @@ Xinnor's published offload benchmark (grouped-query attention, SwiGLU MLP).
 `1b` and `3b` are Llama 3.2 1B and 3B (tied input and output embeddings:
 1,235,814,400 and 3,212,749,824 parameters); `8b` is Llama 3.1 8B and `16b`
 the same architecture scaled (untied). Parameter counts are exact for
-transformers' LlamaForCausalLM (tests/test_upstream.py builds each on the meta
+transformers' LlamaForCausalLM (tests/project/test_upstream.py builds each on the meta
 device)."""
 
 from __future__ import annotations

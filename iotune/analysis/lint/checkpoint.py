@@ -1,6 +1,6 @@
 """Rules on checkpoints, as DeepSpeed 0.19.8 saves and loads them (each
 reproduced by a real DeepSpeed run or by DeepSpeed's own config reader in
-tests/test_checkpoint_lint.py):
+tests/analysis/test_checkpoint_lint.py):
 
 - the `checkpoint` block and its `writer` block: keys DeepSpeed does not
   read are ignored silently (model_checkpointing/config.py reads known keys

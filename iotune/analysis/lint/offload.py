@@ -66,11 +66,12 @@ def _param_offload_rules(cfg: dict[str, Any], env: LintEnv) -> list[LintFinding]
     dtype = model_dtype(cfg)
     if dtype.value == "fp32" and env.accelerator == "cpu":
         out.append(finding("zero3-bf16-partitions", "warning", "zero_optimization",
-                           "on DeepSpeed's CPU accelerator, ZeRO-3 partitions a model built outside "
+                           "on DeepSpeed's CPU accelerator, on a CPU without fp16 support (no AVX512-FP16 or "
+                           "AMX-FP16, as torch's mkldnn reports), ZeRO-3 partitions a model built outside "
                            "deepspeed.zero.Init in bf16, not the config's fp32 (DeepSpeed 0.19.8's "
                            "partition_parameters.Init._set_dtype keeps the model's dtype only where the "
                            "accelerator supports fp16): its parameters, parameter swap files and swap buffers "
-                           "are bf16 (seen here with parameter offload to NVMe, which runs in fp32 under "
+                           "are then bf16 (seen with parameter offload to NVMe, which runs in fp32 under "
                            "deepspeed.zero.Init and in bf16 outside it)",
                            "build the model under deepspeed.zero.Init(config_dict_or_path=config) to keep it in "
                            "fp32, or enable bf16 to say what runs"))
@@ -130,7 +131,7 @@ def _nvme_as_cpu(st: int, env: LintEnv, zenflow: bool = False) -> LintFinding:
 
 
 def _zenflow_rules(cfg: dict[str, Any], env: LintEnv) -> list[LintFinding]:
-    """ZenFlow as DeepSpeed 0.19.8 runs it (tests/test_lint.py runs each case):
+    """ZenFlow as DeepSpeed 0.19.8 runs it (tests/analysis/test_lint.py runs each case):
     at stage 1/2 it needs an offloaded optimizer (ZenFlowZeroOptimizer raises
     "Zenflow must be used with cpu offload" at deepspeed.initialize; device
     nvme counts, as CPU offload); at stage 3 it allocates with device='cuda'

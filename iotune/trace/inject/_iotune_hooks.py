@@ -278,21 +278,52 @@ def _model_numels(model):
 DTYPES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}
 
 
-def _partition_dtype(model):
+def _partition_dtype(model, precision, fp16_supported):
     """The dtype ZeRO-3 partitions the parameters in: theirs when the model
-    was built under deepspeed.zero.Init; else the one DeepSpeed 0.19.8's
-    engine converts them to (partition_parameters.Init._set_dtype with the
-    module's dtype: kept where the accelerator supports fp16, else bf16;
-    on the CPU accelerator an fp32 model is partitioned in bf16)."""
+    was built under deepspeed.zero.Init; else DeepSpeed 0.19.8's engine
+    first casts the model to the config's half precision (`precision`:
+    "bf16", "fp16", or None to keep the model's dtype), then
+    partition_parameters.Init._set_dtype keeps that dtype where the
+    accelerator supports fp16 and takes bf16 where it does not (the CPU
+    accelerator on a CPU without AVX512-FP16 or AMX-FP16, as torch's mkldnn
+    reports: an fp32 model is then partitioned in bf16)."""
     first = next(iter(model.parameters()), None)
     if first is None:
         return None
     if hasattr(first, "ds_tensor"):
         return DTYPES.get(str(first.ds_tensor.dtype))
+    if not fp16_supported():
+        return "bf16"
+    return precision or DTYPES.get(str(first.dtype))
+
+
+def _fp16_supported():
     from deepspeed.accelerator import get_accelerator
 
-    accelerator = get_accelerator()
-    return DTYPES.get(str(first.dtype)) if accelerator.is_fp16_supported() else "bf16"
+    return bool(get_accelerator().is_fp16_supported())
+
+
+def _config_precision(args, kwargs):
+    """The half precision the config deepspeed.initialize was given enables
+    ("bf16", "fp16"; None for neither, or a config it cannot read), found
+    where initialize looks: config, config_params, args.deepspeed_config."""
+    config = kwargs.get("config", kwargs.get("config_params"))
+    if config is None:
+        ns = kwargs.get("args", args[0] if args else None)
+        config = getattr(ns, "deepspeed_config", None) or getattr(ns, "deepscale_config", None)
+    if isinstance(config, (str, os.PathLike)):
+        try:
+            with open(config) as fh:
+                config = json.load(fh)
+        except (OSError, ValueError):
+            return None
+    if not isinstance(config, dict):
+        return None
+    for key, name in (("bf16", "bf16"), ("bfloat16", "bf16"), ("fp16", "fp16")):
+        section = config.get(key)
+        if isinstance(section, dict) and section.get("enabled") is True:
+            return name
+    return None
 
 
 def _patch_initialize(module):
@@ -304,7 +335,8 @@ def _patch_initialize(module):
             model = kwargs.get("model", args[1] if len(args) > 1 else None)
             try:
                 numels = _model_numels(model) if model is not None else None
-                dtype = _partition_dtype(model) if model is not None else None
+                dtype = (_partition_dtype(model, _config_precision(args, kwargs), _fp16_supported)
+                         if model is not None else None)
             except Exception:  # noqa: BLE001 - attribution must never break the job
                 numels, dtype = None, None
             if numels is not None:

@@ -1,0 +1,351 @@
+"""The documentation: the README stays short and true to what CI runs, the
+docs site builds with `mkdocs build --strict`, its generated CLI reference
+names every command and option, and the hand-drawn parts (exit codes, the
+import graph, the profile keys) agree with the code."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+
+from iotune.cli import cli
+from iotune.sweep.space import RunSettings, SearchSpace
+
+from tests.conftest import needs_deepspeed, needs_root_for
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+README_MAX_BYTES = 8192
+
+# Citations of the project's unpublished background material by number
+# ("background document 001", "Document 001's table", "doc 001") or by
+# name ("the background documents"): user-facing text cites public sources.
+INTERNAL_CITATION = re.compile(r"\b(?:background\s+)?doc(?:ument)?s?\.?\s*0\d\d\b|\bbackground\s+doc(?:ument)?s?\b",
+                               re.IGNORECASE)
+
+
+def _user_facing_files() -> list[Path]:
+    files = [README, ROOT / "mkdocs.yml", *DOCS.rglob("*.md")]
+    for top in ("iotune", "schemas", "probes", "profiles"):
+        d = ROOT / top
+        if d.is_dir():
+            files += [p for p in d.rglob("*") if p.suffix in {".py", ".json", ".c", ".h", ".toml", ".md"}]
+    return files
+
+
+def test_readme_is_at_most_8_kib() -> None:
+    size = len(README.read_bytes())
+    assert size <= README_MAX_BYTES, (f"README.md is {size} bytes, over {README_MAX_BYTES}: move detail into a "
+                                      f"docs/ page and link it")
+
+
+def test_readme_quick_start_is_what_ci_and_make_run() -> None:
+    readme = README.read_text()
+    assert "```\nmake demo\nmake test\n```" in readme
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert re.search(r"^make test$", ci, re.MULTILINE), ".ci/run no longer runs the README's `make test`"
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^demo:", makefile, re.MULTILINE) and re.search(r"^test:", makefile, re.MULTILINE)
+
+
+def test_readme_links_point_at_files_that_exist() -> None:
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README.read_text())
+    local = [t for t in targets if "://" not in t]
+    assert local, "the README links into docs/"
+    missing = [t for t in local if not (ROOT / t).exists()]
+    assert not missing, f"README links to missing files: {missing}"
+
+
+def _between_markers(text: str) -> str:
+    m = re.search(r"<!-- exit-codes:start -->\n(.*?)<!-- exit-codes:end -->", text, re.DOTALL)
+    assert m, "the exit-codes markers are missing"
+    return m.group(1)
+
+
+def test_exit_code_table_is_the_same_in_readme_and_docs() -> None:
+    readme = _between_markers(README.read_text())
+    docs = _between_markers((DOCS / "reference" / "exit-codes.md").read_text())
+    assert readme == docs
+    for code in ("| 0 |", "| 1 |", "| 2 |", "| 126, 127 |", "| 130 |"):
+        assert code in readme
+
+
+@pytest.mark.parametrize("text", ["background document 001's table", "Document 001's 16B table",
+                                  "Background doc 001's I/O-pattern", "the background documents' shapes",
+                                  "as document 002 says"])
+def test_the_citation_pattern_catches_internal_references(text: str) -> None:
+    assert INTERNAL_CITATION.search(text)
+
+
+@pytest.mark.parametrize("text", ["one JSON document, errors included", "docs/guide/report.md",
+                                  "arXiv:2104.07857", "documented in 0.19.8"])
+def test_the_citation_pattern_leaves_ordinary_words_alone(text: str) -> None:
+    assert not INTERNAL_CITATION.search(text)
+
+
+def test_no_user_facing_text_cites_internal_documents() -> None:
+    found = []
+    for path in _user_facing_files():
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if INTERNAL_CITATION.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not found, "cite a public source (paper, DeepSpeed docs, the published post) instead:\n" + "\n".join(found)
+
+
+# Work-log phrases: docs say what is, for a user, not what happened while they were written
+# (who worked when, what changed since, which internal issue asked for it, whose machine ran it).
+WORK_LOG = re.compile("|".join([
+    r"\bthis session\b", r"\bother sessions\b", r"\bsame session\b", r"\bsession \d+\b", r"\bthe brief\b",
+    r"\bas of (?:this )?writing\b", r"\bat the time of writing\b",
+    r"\b(?:it |which )?now (?:says|shows|prints|reports)\b",
+    r"\bnot built yet\b", r"\bnot yet built\b",
+    r"\bissue \d+\b(?! \[)",     # an internal issue (public: #NNNN); "issue 566 [..]" is a probe event's cost
+    r"\bon this (?:\d+-core |project's )?(?:machine|VM)\b", r"\bthis project's machine\b",
+    r"\bthis \d+-core machine\b",
+]), re.IGNORECASE)
+
+
+@pytest.mark.parametrize("text", ["what this session found", "Other sessions had uncommitted edits",
+                                  "Follow-up (session 2)", "because the brief asked for that",
+                                  "as of this writing", "the planner's bytes as of writing", "it now says 253 GB",
+                                  "What is not built yet", "Issue 14 asks that lint agree",
+                                  "on this 2-core machine", "measured on this machine", "about 40 ns on this VM"])
+def test_the_work_log_pattern_catches_work_log_phrases(text: str) -> None:
+    assert WORK_LOG.search(text)
+
+
+@pytest.mark.parametrize("text", ["DeepSpeed issue #3062", "an sshd session killed", "doctor checks this machine",
+                                  "the verdict says what to change", "built in a moment"])
+def test_the_work_log_pattern_leaves_documentation_alone(text: str) -> None:
+    assert not WORK_LOG.search(text)
+
+
+EXAMPLE_BLOCK = re.compile(r"<!-- example: [\w-]+ -->\n.*?<!-- /example -->", re.DOTALL)
+
+
+def _without_examples(text: str) -> str:
+    """`text` with each generated example block blanked, line for line: what
+    iotune prints there ("measured on this machine") is its output, not prose."""
+    return EXAMPLE_BLOCK.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+
+
+def test_docs_read_as_documentation_not_a_work_log() -> None:
+    found = []
+    for path in [README, *sorted(DOCS.rglob("*.md"))]:
+        for n, line in enumerate(_without_examples(path.read_text()).splitlines(), 1):
+            if m := WORK_LOG.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{n}: '{m.group(0)}' in: {line.strip()}")
+    assert not found, "say what is, for a user:\n" + "\n".join(found)
+
+
+def _nav_pages(text: str) -> set[str]:
+    nav = text[text.index("\nnav:"):]
+    return set(re.findall(r"^\s*-\s.*?([\w/.-]+\.md)\s*$", nav, re.MULTILINE))
+
+
+def test_every_docs_page_is_in_the_nav() -> None:
+    nav = _nav_pages((ROOT / "mkdocs.yml").read_text())
+    pages = {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md")}
+    assert pages - nav == set(), "pages missing from mkdocs.yml's nav"
+    assert nav - pages == set(), "nav entries without a page"
+
+
+def test_profile_reference_names_every_key() -> None:
+    text = (DOCS / "reference" / "json.md").read_text()
+    keys = [f.name for f in dataclasses.fields(SearchSpace)] + [f.name for f in dataclasses.fields(RunSettings)]
+    missing = [k for k in keys if f"| `{k}` |" not in text]
+    assert not missing, f"docs/reference/json.md does not describe profile keys {missing}"
+
+
+def _source_import_edges() -> set[tuple[str, str]]:
+    """Subpackage -> subpackage imports in iotune/, errors and the package
+    root left out (as the diagram says)."""
+    edges = set()
+    pkg_root = ROOT / "iotune"
+    for path in pkg_root.rglob("*.py"):
+        parts = path.relative_to(pkg_root).with_suffix("").parts
+        if len(parts) == 1 and parts[0] in {"__init__", "__main__"}:
+            continue
+        src = parts[0]
+        package = ["iotune", *parts[:-1]] if parts[-1] != "__init__" else ["iotune", *parts[:-1]]
+        for node in ast.walk(ast.parse(path.read_text())):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package[:len(package) - node.level + 1]
+                    names = ([".".join([*base, node.module])] if node.module else
+                             [".".join([*base, a.name]) for a in node.names])
+                else:
+                    names = [node.module or ""]
+            for name in names:
+                bits = name.split(".")
+                if bits[0] == "iotune" and len(bits) > 1:
+                    dst = bits[1]
+                    if dst != src and dst != "errors" and (pkg_root / dst).exists() | (pkg_root / f"{dst}.py").exists():
+                        edges.add((src, dst))
+    return edges
+
+
+def test_import_graph_diagram_matches_the_source() -> None:
+    text = (DOCS / "how-it-works.md").read_text()
+    m = re.search(r"```mermaid\n(.*?)```", text, re.DOTALL)
+    assert m, "docs/how-it-works.md has no mermaid diagram"
+    drawn = set(re.findall(r"^\s*(\w+) --> (\w+)\s*$", m.group(1), re.MULTILINE))
+    real = _source_import_edges()
+    assert drawn == real, (f"docs/how-it-works.md's import graph is out of date: "
+                           f"missing {sorted(real - drawn)}, no longer true {sorted(drawn - real)}")
+
+
+def _commands(cmd: click.Command, path: tuple[str, ...]) -> list[tuple[tuple[str, ...], click.Command]]:
+    """Every command users see (hidden ones, such as the internal `agent`, left out)."""
+    out = [(path, cmd)]
+    if isinstance(cmd, click.Group):
+        for name in sorted(cmd.commands):
+            sub = cmd.commands[name]
+            if not sub.hidden:
+                out += _commands(sub, (*path, name))
+    return out
+
+
+def _missing_docs_tools() -> list[str]:
+    return [m for m in ("mkdocs", "material", "mkdocs_click") if importlib.util.find_spec(m) is None]
+
+
+@pytest.fixture(scope="module")
+def built_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    missing = _missing_docs_tools()
+    if missing:
+        pytest.skip(f"the docs tools are not installed ({', '.join(missing)}): pip install -e '.[docs]' "
+                    f"(scripts/setup.sh does)")
+    site = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-f", str(ROOT / "mkdocs.yml"),
+                        "-d", str(site)], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert r.returncode == 0, f"mkdocs build --strict failed:\n{r.stdout}\n{r.stderr}"
+    return site
+
+
+def _sections(page: str) -> dict[str, str]:
+    """The CLI reference page cut at each command's heading: id -> its HTML."""
+    heads = list(re.finditer(r'<h[1-6] id="(iotune[\w-]*)"', page))
+    return {h.group(1): page[h.start():(heads[i + 1].start() if i + 1 < len(heads) else len(page))]
+            for i, h in enumerate(heads)}
+
+
+def test_cli_reference_covers_every_command_and_option(built_site: Path) -> None:
+    page = (built_site / "reference" / "cli" / "index.html").read_text()
+    sections = _sections(page)
+    problems = []
+    for path, cmd in _commands(cli, ("iotune",)):
+        anchor = "-".join(path)
+        if anchor not in sections:
+            problems.append(f"{' '.join(path)}: no section")
+            continue
+        for param in cmd.params:
+            if isinstance(param, click.Option) and not param.hidden:
+                for opt in [*param.opts, *param.secondary_opts]:
+                    if not re.search(rf"(?<![\w-]){re.escape(opt)}(?![\w-])", sections[anchor]):
+                        problems.append(f"{' '.join(path)}: option {opt} not in its section")
+    assert len(sections) >= 10, f"the CLI reference has only {sorted(sections)}"
+    assert not problems, "the generated CLI reference is incomplete:\n" + "\n".join(problems)
+
+
+def test_built_site_has_every_guide(built_site: Path) -> None:
+    for page in ("guide/trace", "guide/report", "guide/sweep", "guide/offload", "guide/layouts", "guide/multi-node",
+                 "guide/plan-lint", "guide/beds", "guide/doctor", "faults", "testing", "reference/json",
+                 "reference/exit-codes", "how-it-works", "benchmarks", "install"):
+        assert (built_site / page / "index.html").is_file(), page
+
+
+# ---- the guides' example outputs (scripts/docs_examples.py) ----
+
+def _examples_module() -> Any:
+    spec = importlib.util.spec_from_file_location("docs_examples", ROOT / "scripts" / "docs_examples.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["docs_examples"] = module            # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+EXAMPLES = _examples_module()
+
+
+# examples whose command asks the installed DeepSpeed (lint's default --deepspeed)
+DEEPSPEED_EXAMPLES = frozenset({"lint"})
+
+
+def _example_marks(example: Any) -> list[pytest.MarkDecorator]:
+    return ([needs_root_for(example.needs_root)] if example.needs_root else []) + (
+        [needs_deepspeed] if example.name in DEEPSPEED_EXAMPLES else [])
+
+
+@pytest.mark.parametrize("name", [pytest.param(e.name, marks=_example_marks(e)) for e in EXAMPLES.EXAMPLES])
+def test_each_example_in_the_guides_is_what_iotune_prints(name: str) -> None:
+    """The block between `<!-- example: NAME -->` and `<!-- /example -->` is,
+    byte for byte, what the command prints now (run here, or its saved record
+    rendered by the CLI's renderers)."""
+    [example] = [e for e in EXAMPLES.EXAMPLES if e.name == name]
+    text = (DOCS / example.page).read_text()
+    found = [m.group("body") for m in EXAMPLES.MARKER.finditer(text) if m.group("name") == name]
+    assert len(found) == 1, f"docs/{example.page} should hold example {name} once, between its markers"
+    assert found[0] == EXAMPLES.block(example), (
+        f"docs/{example.page}: the {name} example is not what iotune prints now; run "
+        f"`python scripts/docs_examples.py {name}` and read the diff")
+
+
+def test_the_examples_show_no_temporary_or_checkout_paths() -> None:
+    pages = "\n".join((DOCS / p).read_text() for p in sorted({e.page for e in EXAMPLES.EXAMPLES}))
+    blocks = "\n".join(m.group("body") for m in EXAMPLES.MARKER.finditer(pages))
+    assert blocks.count("```text") == len(EXAMPLES.EXAMPLES)
+    leaked = sorted(set(re.findall(r"(?:/tmp/|/var/tmp/|/work/|/root/|pytest-of-)\S*", blocks)))
+    assert leaked == [], f"an example shows a temporary or checkout path: {leaked}"
+
+
+def test_every_page_example_is_known_to_the_generator() -> None:
+    known = {e.name for e in EXAMPLES.EXAMPLES}
+    marked = {m.group("name") for p in DOCS.rglob("*.md") for m in EXAMPLES.MARKER.finditer(p.read_text())}
+    assert marked == known, f"markers without an example: {sorted(marked - known)}; examples without a place: " \
+                            f"{sorted(known - marked)}"
+
+
+def test_the_capped_runs_verdict_is_the_one_report_ceiling_printed_then() -> None:
+    """The report example judges the saved run against the ceiling its
+    `--ceiling` probe measured; judged again here, every finding is the one
+    the real `report --ceiling --json` gave while the drive was there."""
+    then = json.loads((ROOT / "tests" / "data" / "examples" / "run-nvme-opt" / "ceiling-report.json").read_text())
+    now = EXAMPLES.capped_report().verdict
+    assert [(f.kind, f.headline) for f in now.findings] == [(f["kind"], f["headline"])
+                                                            for f in then["verdict"]["findings"]]
+
+
+def test_each_picture_is_cut_from_a_page_iotune_renders_from_the_saved_records() -> None:
+    """scripts/docs_images.py screenshots one element of each page; here each
+    page is rendered from the records as the script does, and holds that
+    element with a valid chart spec (the screenshot itself needs chromium)."""
+    from iotune.render.page import figure_specs
+
+    spec = importlib.util.spec_from_file_location("docs_images", ROOT / "scripts" / "docs_images.py")
+    assert spec is not None and spec.loader is not None
+    images = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(images)
+    for name, (make, selector, _) in images.PICTURES.items():
+        page = make()
+        assert (ROOT / "docs" / "img" / f"{name}.png").is_file(), name
+        assert ("<table" if selector == "table" else 'class="iotune-chart"') in page, name
+        assert figure_specs(page), name
