@@ -275,7 +275,8 @@ def test_a_real_sweep_and_a_layout_sweep_of_it_conform(tmp_path: Path, monkeypat
     """fio trials on a tmp directory (as test_sweep_cli.py; DeepSpeed's
     validation stubbed). The layout envelope is built around the real
     outcome: a real --layouts sweep needs scratch drives and mkfs."""
-    from iotune.cli import options, sweep as sweep_cli
+    from iotune.cli import options
+    from iotune.cli.sweep import aio as sweep_cli
     from iotune.model.sweep_result import LayoutResult, LayoutSweep
     from iotune.sweep.aio.layouts import effects
 
