@@ -8,11 +8,8 @@ from __future__ import annotations
 import click
 
 from ..options import say
-from .aio import aio
-from .checkpoint import checkpoint
+from . import aio, checkpoint, layouts, offload      # the modules stay reachable by name (monkeypatch, tests)
 from .groups import OLD_MODE_FLAGS
-from .layouts import layouts, netfs
-from .offload import offload
 
 DEFAULT = "aio"
 
@@ -103,11 +100,11 @@ def sweep() -> None:
     """
 
 
-SHORT = {aio: "DeepSpeed's aio block for a drive (fio or aio_handle), confirmed on training steps",
-         offload: "the whole offload block of your job, within the host's memory",
-         checkpoint: "how your job saves and loads checkpoints, each restore checked",
-         layouts: "RAID0 and filesystems over scratch drives, ranked on one scale",
-         netfs: "a network filesystem's client knobs (Lustre, NFS)"}
+SHORT = {aio.aio: "DeepSpeed's aio block for a drive (fio or aio_handle), confirmed on training steps",
+         offload.offload: "the whole offload block of your job, within the host's memory",
+         checkpoint.checkpoint: "how your job saves and loads checkpoints, each restore checked",
+         layouts.layouts: "RAID0 and filesystems over scratch drives, ranked on one scale",
+         layouts.netfs: "a network filesystem's client knobs (Lustre, NFS)"}
 for command, short in SHORT.items():
     command.short_help = short
     sweep.add_command(command)
