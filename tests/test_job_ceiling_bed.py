@@ -9,9 +9,11 @@ without compute at DeepSpeed's defaults and at the job's settings, and
 Why 40 MB/s: the tiny step swaps 46.4 MB each way against ~17 ms of
 compute, so it is I/O-bound; at 100 MB/s the throttle's burst when the
 direction changes is a larger share of a shorter step
-(tests/test_replay_bed.py). Measured here (2026-11-28, 2 shared cores):
-trace 36 s, report --ceiling 19 s at one setting; ceiling 41.5 MB/s
-(41.5–41.7, 3 runs), the steady steps 41.1 MB/s while busy."""
+(tests/test_replay_bed.py). Measured here (2026-11-28, 2 cores shared with
+other jobs, load 8-9): the module in 160 s (trace and report --ceiling at 2
+settings x 5 replays 130 s, the fio fallback 19 s); ceiling 41.3 MB/s
+(40.2–41.6, 5 runs, the job's 512 KiB setting), the median steady step
+40.9 MB/s while busy."""
 
 from __future__ import annotations
 
