@@ -86,21 +86,24 @@ def data(name: str) -> str:
 # ---- records saved by the expensive commands, loaded as the CLI holds them ----
 
 def capped_report() -> Any:
-    """The capped nvme-opt run judged against the ceiling `iotune report RUN
-    --ceiling --json` measured while its drive was there (saved beside it)."""
+    """The capped nvme-opt run judged against the job-pattern ceiling `iotune
+    report RUN --ceiling --json` measured while its drive was there (saved in
+    the run, and its output beside it)."""
     from iotune.cli.verdict_inputs import trace_report
     from iotune.model.runfile import load_run
-    from iotune.model.verdict import DeviceCeiling, VerdictInputs
+    from iotune.model.verdict import VerdictInputs
 
     return trace_report(load_run(DATA / "run-nvme-opt"), VerdictInputs(ceilings=(measured_ceiling(),)))
 
 
 def measured_ceiling() -> Any:
+    from iotune.model.runfile import load_run
     from iotune.model.verdict import DeviceCeiling
 
-    doc = saved("run-nvme-opt/ceiling-report.json")
-    [f] = [f["figures"] for f in doc["verdict"]["findings"] if f["kind"] == "distance"]
-    return DeviceCeiling(f["device"], f["ceiling_bytes_per_s"], f["ceiling_source"])
+    measured = load_run(DATA / "run-nvme-opt").job_ceiling
+    if measured is None:
+        raise SystemExit(f"{DATA_REL}/run-nvme-opt holds no job-pattern ceiling: record it again (README there)")
+    return DeviceCeiling.of_job(measured)
 
 
 def doctor_report(name: str) -> Any:

@@ -131,6 +131,8 @@ class StepBreakdown:
     block_by_phase: dict[str, Window]
     swap_read_bytes: int
     swap_write_bytes: int
+    t0_ns: int = 0                     # the period (CLOCK_MONOTONIC ns)
+    t1_ns: int = 0
 
 
 def _spans_by_step(spans: tuple[PhaseSpan, ...], rank: int) -> dict[int, list[PhaseSpan]]:
@@ -165,7 +167,7 @@ def step_breakdowns(run: TraceRun, rank: int = 0) -> list[StepBreakdown]:
             phase_s[p.phase] += p.seconds
             by_phase[p.phase] = by_phase.get(p.phase, Window()) + block.window(p.t0_ns, p.t1_ns)
         rows.append(StepBreakdown(step, (t1 - t0) / 1e9, dict(phase_s), block.window(t0, t1), by_phase,
-                                  swap_by_step[(step, "read")], swap_by_step[(step, "write")]))
+                                  swap_by_step[(step, "read")], swap_by_step[(step, "write")], t0, t1))
     return rows
 
 
@@ -174,6 +176,13 @@ def steady(rows: list[StepBreakdown]) -> list[StepBreakdown]:
     and before the last (its period has no next step to end it: I/O it
     leaves in flight is cut off), or all of them when there are fewer than four."""
     return rows[1:-1] if len(rows) >= 4 else rows
+
+
+def rate_steps(rows: list[StepBreakdown]) -> list[StepBreakdown]:
+    """The steps whose bandwidth is compared with a ceiling: the steady ones,
+    never the first (it creates Adam's moments and writes twice what it
+    reads) when there is another; empty for a run of one step."""
+    return [r for r in steady(rows) if r.step != rows[0].step] if len(rows) > 1 else []
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,6 @@ from ..model.checkpoint_io import PARTS, WRITER_WAIT, CheckpointCall, Checkpoint
 from ..model.run import TraceRun
 from ..model.verdict import DeviceCeiling, Finding, VerdictInputs
 from .attribution import BlockTimeline, Window
-from .device_use import ceiling_of
 
 
 @dataclass(frozen=True)
@@ -123,18 +122,28 @@ def checkpoint_findings(run: TraceRun, inputs: VerdictInputs) -> list[Finding]:
     for r in checkpoint_rows(run):
         if r.op != "save":
             continue
-        ceiling = next((c for c in (ceiling_of(inputs, d) for d in top) if c is not None), None)
+        ceiling = next((c for d in top for c in inputs.ceilings if c.device == d and _write_ceiling(c)), None)
         out.append(_save_finding(r, ceiling))
     return out
 
 
+def _write_ceiling(ceiling: DeviceCeiling | None) -> float | None:
+    """The drive's write rate a save is compared with: the ceiling's write figure, else its figure; none from a
+    job-pattern ceiling (the swap pattern's reads and writes together, not a save's writes)."""
+    if ceiling is None or (ceiling.job is not None and ceiling.write_bytes_per_s is None):
+        return None
+    return ceiling.write_bytes_per_s or ceiling.bytes_per_s
+
+
 def _save_finding(r: CheckpointRow, ceiling: DeviceCeiling | None) -> Finding:
     rate, durable = r.bytes_per_s, r.durable_bytes_per_s
-    limit = (ceiling.write_bytes_per_s or ceiling.bytes_per_s) if ceiling is not None else None
+    limit = _write_ceiling(ceiling)
     head = f"save_checkpoint at {r.t_s:.2f} s took {r.seconds:.2f} s for {units.volume(r.file_bytes)}"
     if durable is not None:
         head += f": {units.mb_s(durable)} durable"
-        if limit and ceiling is not None:
+        if limit and ceiling is not None and durable > limit:
+            head += f", faster than {ceiling.device}'s write ceiling ({units.mb_s(limit)}, measured with another pattern)"
+        elif limit and ceiling is not None:
             head += f", {100 * durable / limit:.0f}% of {ceiling.device}'s write ceiling ({units.mb_s(limit)})"
     elif rate is not None:
         head += f" ({units.mb_s(rate)})"

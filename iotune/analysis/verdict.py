@@ -128,7 +128,7 @@ def step_parts(stalls: list[StepStall]) -> StepParts | None:
 def judge(run: TraceRun, inputs: VerdictInputs = VerdictInputs()) -> Verdict:
     """The verdict on `run`, with what the run does not hold in `inputs`."""
     rows = step_breakdowns(run)
-    common = [*distance_findings(run, inputs, BRIDGE_S)]
+    common = [*distance_findings(run, inputs, BRIDGE_S, rows)]
     wear = run_endurance(run, inputs)
     tail = [*([wear] if wear is not None else []), *checkpoint_findings(run, inputs)]
     if not rows:

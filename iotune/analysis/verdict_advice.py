@@ -3,11 +3,15 @@
 - in flight: the dominant request size x the mean in-flight depth the block
   histograms saw, against what the drive needs to reach its ceiling at the
   latency the job saw (Little's law: bytes in flight = bandwidth x latency).
-  A drive already at NEAR_CEILING of its ceiling while busy needs no deeper
-  queue: more or faster drives are the remedy.
+  A drive already at NEAR_CEILING of its ceiling while busy (the steady
+  steps' bandwidth, as device_use compares it) needs no deeper queue: more
+  or faster drives are the remedy.
 - what-if: the optimizer step with N drives striped (RAID0) = its time
   without I/O + its bytes / (N x bandwidth per drive), the planner's storage
-  time (`iotune plan --drives N`), from the bytes measured per steady step.
+  time (`iotune plan --drives N`), from the bytes measured per steady step;
+  per drive at its ceiling (the job-pattern one when measured, which is what
+  this job's swap I/O can reach on such a drive), else at the bandwidth
+  measured while busy.
 """
 
 from __future__ import annotations
@@ -16,9 +20,10 @@ import statistics
 
 from ..model import units
 from ..model.run import TraceRun
-from ..model.verdict import Finding, VerdictInputs
+from ..model.verdict import DeviceCeiling, Finding, VerdictInputs
 from .attribution import StepBreakdown, Window
-from .device_use import BRIDGE_S, CEILING_HINT, InFlight, busiest, ceiling_of, device_use, in_flight
+from .device_use import (BRIDGE_S, CEILING_HINT, InFlight, busiest, ceiling_of, device_use, in_flight, share_of_ceiling,
+                         steady_use)
 from .planner import striped_seconds
 
 NEAR_CEILING = 0.8       # bandwidth while busy at this share of the ceiling: the drive is saturated
@@ -31,23 +36,35 @@ def storage_advice(run: TraceRun, inputs: VerdictInputs, rows: list[StepBreakdow
     dev = busiest(run)
     if dev is None:
         return []
-    use = device_use(run, dev.name, BRIDGE_S)
+    steady = steady_use(run, dev.name, BRIDGE_S)
+    rate = steady.bytes_per_s if steady is not None else device_use(run, dev.name, BRIDGE_S).bytes_per_s
     ceiling = ceiling_of(inputs, dev.name)
     out = []
     flight = in_flight(dev)
     if flight is not None:
-        out.append(in_flight_finding(flight, use.bytes_per_s, ceiling.bytes_per_s if ceiling else None))
+        out.append(in_flight_finding(flight, rate, ceiling.bytes_per_s if ceiling else None,
+                                     share_of_ceiling(rate, ceiling) if ceiling else None))
     opt = [r.block_by_phase.get("optimizer", Window()) for r in rows]
     moved = float(statistics.median(w.read_bytes + w.write_bytes for w in opt)) if opt else 0.0
-    per_drive = ceiling.bytes_per_s if ceiling else use.bytes_per_s
-    source = "its ceiling" if ceiling else "the bandwidth measured while busy (ceiling unknown)"
+    per_drive = ceiling.bytes_per_s if ceiling else rate
+    source = _per_drive_source(ceiling)
     drives = sum(1 for d in run.devices if not d.is_lower and any(d.direction(op).bytes for op in ("read", "write")))
     if moved > 0 and per_drive > 0:
         out.append(what_if_finding(moved, per_drive, source, optimizer_s, optimizer_compute_s, max(1, drives)))
     return out
 
 
-def in_flight_finding(f: InFlight, busy_bytes_per_s: float, ceiling: float | None) -> Finding:
+def _per_drive_source(ceiling: DeviceCeiling | None) -> str:
+    if ceiling is None:
+        return "the bandwidth measured while busy (ceiling unknown)"
+    if ceiling.job is not None:
+        return "its ceiling, this job's swap pattern replayed"
+    return f"its ceiling ({ceiling.source})" if ceiling.cap else f"its ceiling ({ceiling.source}; not this job's pattern)"
+
+
+def in_flight_finding(f: InFlight, busy_bytes_per_s: float, ceiling: float | None,
+                      share: float | None = None) -> Finding:
+    """`share`: busy_bytes_per_s's share of the ceiling as reports show it (at most 1; default: the plain ratio, capped)."""
     seen = (f"{f.device}: queue depth {f.mean_depth:.1f} × {units.size(f.request_bytes)} requests keeps "
             f"{units.mib(f.bytes)} in flight")
     figures: dict[str, float | int | str | None] = {
@@ -61,9 +78,10 @@ def in_flight_finding(f: InFlight, busy_bytes_per_s: float, ceiling: float | Non
         figures["action"] = "measure the drive's ceiling (--ceiling)"
         return Finding("advice", f"{seen}; what this drive needs is unknown without its ceiling — {CEILING_HINT}.",
                        rule, figures)
+    shown = min(1.0, busy_bytes_per_s / ceiling) if share is None else share
     if busy_bytes_per_s >= NEAR_CEILING * ceiling:
         figures["action"] = "add drives (RAID0) or use a faster drive"
-        return Finding("advice", f"{seen}, and the drive runs at {busy_bytes_per_s / ceiling:.0%} of its "
+        return Finding("advice", f"{seen}, and the drive runs at {shown:.0%} of its "
                                  f"ceiling while busy: a deeper queue will not help, more or faster drives will.",
                        rule, figures)
     if f.mean_lat_s is None:
@@ -79,7 +97,7 @@ def in_flight_finding(f: InFlight, busy_bytes_per_s: float, ceiling: float | Non
                                  f"queue_depth or block_size: run `{SWEEP}`.", rule, figures)
     figures["action"] = f"sweep the aio settings ({SWEEP})"
     return Finding("advice", f"{seen}, at least the {units.mib(need)} this drive needs, yet it runs at "
-                             f"{busy_bytes_per_s / ceiling:.0%} of its ceiling while busy: the gap is not queue "
+                             f"{shown:.0%} of its ceiling while busy: the gap is not queue "
                              f"depth (request size, the filesystem, the CPU side) — run `{SWEEP}`.", rule, figures)
 
 

@@ -70,8 +70,8 @@ def demo(workdir: Path | None, drive_cap: float, out: Path | None, workload: str
         run = run_demo(workdir, int(cap), say, workload, steps, bed=bed, log=log, on_step=on_step)
     unsaved = save_and_say(run, where)   # the message when the run went elsewhere (docs/faults.md)
     # the scratch drive's ceiling is its cap, known exactly (a test bed's is not passed on here)
-    known = tuple(DeviceCeiling(d.name, cap, "the scratch drive's blkio cap (--drive-cap), each direction", cap, cap)
-                  for d in run.devices if not d.is_lower) if cap and bed is None else ()
+    known = tuple(DeviceCeiling(d.name, cap, "the scratch drive's blkio cap (--drive-cap), each direction", cap, cap,
+                                cap=True) for d in run.devices if not d.is_lower) if cap and bed is None else ()
     judged = trace_report(run, VerdictInputs(ceilings=known))
     if unsaved is None:
         write_html(judged, where / "report.html")

@@ -15,7 +15,7 @@ from ..errors import IotuneError, NoSpaceError, UsageError
 from ..model.fleet import FleetRun, is_fleet_dir, load_fleet
 from ..model.run import TraceRun
 from ..model.runfile import (check_can_save, default_run_dir, give_to_sudo_user, load_run, save_or_spare,
-                              save_run_or_spare)
+                              save_record, save_run_or_spare)
 from .fleet import fleet_nodes, trace_fleet_cli
 from .options import (MultiNodeOptions, ReportOutput, chosen_format, emit, format_option, given, html_option,
                       library_errors, multinode_group, refuse_remote_iotune, refuse_width_with_json, report_output,
@@ -135,8 +135,14 @@ def trace_here(argv: list[str], targets: TargetOptions, how: RunOptions, save: S
         run = trace_window(how.duration or 0, opts, progress)
     if progress:
         sys.stderr.write("\r\x1b[2K")
-    unsaved = None if save.no_save else save_and_say(run, save.out or default_run_dir(argv[0] if argv else "window"))
-    judged = trace_report(run, gather_inputs(run, verdict, say))
+    where = save.out or default_run_dir(argv[0] if argv else "window")
+    unsaved = None if save.no_save else save_and_say(run, where)
+    inputs, measured = gather_inputs(run, verdict, say)
+    if measured is not None:
+        run = replace(run, job_ceiling=measured)
+        if not save.no_save and unsaved is None:
+            keep_job_ceiling(run, where)
+    judged = trace_report(run, inputs)
     emit(judged, output.format, output.width, output.block_size)
     write_html(judged, output.html_path)
     end_with([unsaved] if unsaved else [], run.exit_status)    # after the report: it may be all that is left
@@ -254,9 +260,26 @@ def report(run_path: Path, output: ReportOutput, verdict: VerdictOptions) -> Non
     if is_fleet_dir(run_path):
         return report_fleet(run_path, output, verdict)
     run = load_run(run_path)
-    judged = trace_report(run, gather_inputs(run, verdict, say))
+    inputs, measured = gather_inputs(run, verdict, say)
+    if measured is not None:
+        run = replace(run, job_ceiling=measured)
+        keep_job_ceiling(run, run_path)
+    judged = trace_report(run, inputs)
     emit(judged, output.format, output.width, output.block_size)
     write_html(judged, output.html_path)
+
+
+def keep_job_ceiling(run: TraceRun, where: Path) -> None:
+    """Save the job-pattern ceiling just measured in the run's run.json, so a
+    later `iotune report` shows it again; a warning when it cannot be."""
+    try:
+        saved = save_record(run, where)
+    except (OSError, NoSpaceError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        say(f"warning: the job-pattern ceiling was not saved with the run ({why}): `iotune report {where}` "
+            f"will not show it without --ceiling")
+        return
+    say(f"saved the job-pattern ceiling in {saved}")
 
 
 def report_fleet(path: Path, output: ReportOutput, verdict: VerdictOptions) -> None:

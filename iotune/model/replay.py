@@ -26,7 +26,12 @@ with the median optimizer time. A step that swaps parameters
 (offload_param to NVMe) is refused: when parameters move depends on the
 forward and backward (prefetch, reuse distance), not on a fixed schedule.
 
-Pure: stdlib only.
+The schedule also keeps the swap directory the paths are relative to, as
+traced (where a ceiling replays it: on the same drive), and the settings the
+job's swap handle was made with (the hook's {"k": "aio"} event), so a
+ceiling can be measured at the job's own settings too.
+
+Pure: stdlib and iotune.model only.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import IotuneError
+from .aio import AioSettings
 from .attribution import PARAMETERS, categorize_swap_path
 from .hook_events import event_lines
 
@@ -115,6 +121,8 @@ class SwapSchedule:
     rank: int = 0
     source: str = ""             # where the events came from
     version: int = SCHEDULE_VERSION
+    swap_dir: str = ""           # the absolute directory the paths are relative to, as traced ("": unknown)
+    traced_aio: AioSettings | None = None     # the settings the job's swap handle was made with (None: not recorded)
 
     @property
     def read_bytes(self) -> int:
@@ -171,16 +179,19 @@ class SwapSchedule:
     def to_json(self) -> dict[str, Any]:
         return {"version": self.version, "step": self.step, "rank": self.rank, "source": self.source,
                 "optimizer_s": self.optimizer_s, "traced_s": self.traced_s, "tail_s": self.tail_s,
-                "read_bytes": self.read_bytes, "write_bytes": self.write_bytes,
+                "read_bytes": self.read_bytes, "write_bytes": self.write_bytes, "swap_dir": self.swap_dir,
+                "traced_aio": self.traced_aio.to_ds_json() if self.traced_aio is not None else None,
                 "groups": [g.to_json() for g in self.groups]}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SwapSchedule:
         """Loads what to_json wrote (read_bytes/write_bytes are derived, not read back)."""
+        aio = data.get("traced_aio")
         return cls(tuple(SwapGroup.from_json(g) for g in data.get("groups") or ()), int(data.get("step", 0)),
                    float(data.get("optimizer_s", 0.0)), float(data.get("traced_s", 0.0)),
                    float(data.get("tail_s", 0.0)), int(data.get("rank", 0)), str(data.get("source", "")),
-                   int(data.get("version", SCHEDULE_VERSION)))
+                   int(data.get("version", SCHEDULE_VERSION)), str(data.get("swap_dir", "")),
+                   AioSettings.from_ds_json(dict(aio)) if isinstance(aio, Mapping) else None)
 
 
 def safe_relative(path: str) -> str:
@@ -263,18 +274,33 @@ def _step_events(events: list[Mapping[str, Any]], step: int, end_ns: int) -> lis
             and str(ev.get("n", "")) not in NOT_IN_STEP and when(ev) <= end_ns]
 
 
-def _relative_to(paths: Iterable[str], swap_dir: str | None) -> Callable[[str], str]:
-    """A function making each swap path relative to the swap directory: `swap_dir`, else the
-    directory holding DeepSpeed's zero_stage_<n>/ folder, else the files' common directory."""
+def _swap_base(paths: Iterable[str], swap_dir: str | None) -> str:
+    """The swap directory: `swap_dir`, else the directory holding DeepSpeed's zero_stage_<n>/
+    folder, else the files' common directory."""
     paths = list(paths)
-    base = swap_dir
-    if base is None:
-        marks = [p.replace("\\", "/").split("/zero_stage_")[0] for p in paths if "/zero_stage_" in p]
-        base = marks[0] if marks and len(set(marks)) == 1 else os.path.commonpath([os.path.dirname(p) for p in paths])
+    if swap_dir is not None:
+        return swap_dir
+    marks = [p.replace("\\", "/").split("/zero_stage_")[0] for p in paths if "/zero_stage_" in p]
+    return marks[0] if marks and len(set(marks)) == 1 else os.path.commonpath([os.path.dirname(p) for p in paths])
 
+
+def _relative_to(base: str) -> Callable[[str], str]:
+    """A function making each swap path relative to the swap directory `base`."""
     def rel(path: str) -> str:
         return safe_relative(os.path.relpath(path, base).replace(os.sep, "/"))
     return rel
+
+
+def traced_aio(events: Iterable[Mapping[str, Any]]) -> AioSettings | None:
+    """The settings of the first aio handle the process's swappers made (the hook's "aio" events), or None."""
+    for ev in events:
+        if ev.get("k") == "aio":
+            try:
+                return AioSettings(int(ev["block_size"]), int(ev["queue_depth"]), int(ev["intra_op_parallelism"]),
+                                   bool(ev["single_submit"]), bool(ev["overlap_events"]))
+            except (KeyError, TypeError, ValueError):
+                return None
+    return None
 
 
 def steady_steps(events: list[Mapping[str, Any]]) -> list[int]:
@@ -311,7 +337,8 @@ def swap_schedule(events: Iterable[Mapping[str, Any]], step: int | None = None, 
     _refuse_parameters(chosen, step)
     swaps = [ev for ev in chosen if ev.get("k") == "swap"]
     start = min([window.t0_ns] + [int(ev["t"]) for ev in swaps])
-    builder = _Builder(start, _relative_to((str(ev["p"]) for ev in swaps), swap_dir))
+    base = _swap_base((str(ev["p"]) for ev in swaps), swap_dir)
+    builder = _Builder(start, _relative_to(base))
     for ev in chosen:
         if ev.get("k") == "swap":
             builder.swap(ev)
@@ -319,7 +346,7 @@ def swap_schedule(events: Iterable[Mapping[str, Any]], step: int | None = None, 
             builder.wait(ev)
     groups, tail_s = builder.finish(window.t1_ns)
     return SwapSchedule(groups, step, (window.t1_ns - window.t0_ns) / 1e9, (window.t1_ns - start) / 1e9,
-                        tail_s, rank, source)
+                        tail_s, rank, source, swap_dir=base if os.path.isabs(base) else "", traced_aio=traced_aio(events))
 
 
 def _why_not_steady(step: int, steady: list[int]) -> str:

@@ -16,6 +16,8 @@ from .record import known_fields
 
 from .appio import AppLayer
 from .attribution import Attribution
+from .job_ceiling import MeasuredJobCeiling
+from .replay import SwapSchedule
 
 SCHEMA_VERSION = 1
 
@@ -154,6 +156,8 @@ class TraceRun:
     clock_origin_ns: int = 0         # CLOCK_MONOTONIC time of timeline t_s = 0
     attribution: Attribution | None = None   # from the injected hooks, if any
     app: AppLayer | None = None       # the application layer (probes/appio.c), if traced
+    swap_schedule: SwapSchedule | None = None     # one steady step's swap I/O (from the hooks), if it had one
+    job_ceiling: MeasuredJobCeiling | None = None  # the schedule replayed without compute (--ceiling), if measured
     schema: int = SCHEMA_VERSION
 
     def device(self, name: str) -> DeviceStats | None:
@@ -174,6 +178,8 @@ class TraceRun:
             "clock_origin_ns": self.clock_origin_ns,
             "attribution": self.attribution.to_json() if self.attribution else None,
             "app": self.app.to_json() if self.app else None,
+            "swap_schedule": self.swap_schedule.to_json() if self.swap_schedule else None,
+            "job_ceiling": self.job_ceiling.to_json() if self.job_ceiling else None,
         }
         if include_timeline:
             out["timeline"] = [p._asdict() for p in self.timeline]
@@ -205,4 +211,6 @@ class TraceRun:
         d["drops"] = {str(k): int(v) for k, v in (d.get("drops") or {}).items()}
         d["attribution"] = Attribution.from_json(d["attribution"]) if d.get("attribution") else None
         d["app"] = AppLayer.from_json(d["app"]) if d.get("app") else None
+        d["swap_schedule"] = SwapSchedule.from_json(d["swap_schedule"]) if d.get("swap_schedule") else None
+        d["job_ceiling"] = MeasuredJobCeiling.from_json(d["job_ceiling"]) if d.get("job_ceiling") else None
         return cls(**d)

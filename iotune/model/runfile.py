@@ -63,6 +63,27 @@ def save_run(run: TraceRun, directory: Path) -> Path:
 NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
+def save_record(run: TraceRun, path: Path) -> Path:
+    """Rewrite the run.json of a run saved at `path` (its directory or its
+    run.json) from `run`, its timeline files untouched (a run.json that holds
+    its timeline inline keeps it): written under a temporary name, then
+    renamed over the old one, with the old one's owner and mode. Returns the
+    run.json; a full drive raises NoSpaceError and leaves the old one."""
+    run_file = path / RUN_FILE if path.is_dir() else path
+    inline = not (run_file.parent / TIMELINE_FILE).exists()
+    tmp = run_file.with_name(run_file.name + ".tmp")
+    try:
+        old = os.stat(run_file)
+        tmp.write_text(json.dumps(run.to_json(include_timeline=inline), indent=1) + "\n")
+        os.replace(tmp, run_file)
+    except OSError as e:
+        _give_up(e, [], [tmp])
+    with contextlib.suppress(OSError):
+        os.chown(run_file, old.st_uid, old.st_gid)
+        os.chmod(run_file, old.st_mode & 0o7777)
+    return run_file
+
+
 def make_dirs(directory: Path) -> list[Path]:
     """mkdir -p, returning the directories it made (outermost first)."""
     missing = [d for d in (directory, *directory.parents) if not d.exists()][::-1]

@@ -12,6 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import units
+
+from .job_ceiling import MeasuredJobCeiling, job_pattern_label
+from .replay_result import JobCeiling
 from .run import TraceRun
 
 # Verdict.limit values.
@@ -70,7 +74,13 @@ class Verdict:
 
 @dataclass(frozen=True)
 class DeviceCeiling:
-    """What one traced device can do, and where that figure came from."""
+    """What one traced device can do, and where that figure came from.
+
+    With `job`, the figure is the job's own swap pattern replayed without
+    its compute (the fastest this job's pattern moves on the drive: an upper
+    bound for it, with a spread); with `cap`, it is a limit set on the drive
+    (a blkio cap) rather than measured; otherwise it was measured with
+    another pattern (fio's, a sweep's), which the job may beat."""
 
     device: str                    # as in TraceRun.devices[].name
     bytes_per_s: float             # read and write together (the sweep's score: their harmonic mean)
@@ -78,6 +88,41 @@ class DeviceCeiling:
     read_bytes_per_s: float | None = None     # each direction alone, when measured
     write_bytes_per_s: float | None = None
     lat_us: float | None = None               # mean per-request latency at the measured point, if known
+    job: JobCeiling | None = None             # the job-pattern ceiling this figure is the median of
+    cap: bool = False                         # a limit set on the drive (the demo's blkio cap), not measured
+
+    @classmethod
+    def of_job(cls, m: MeasuredJobCeiling) -> DeviceCeiling:
+        """A run's job-pattern ceiling as the verdict takes it."""
+        again = f"; measured again ({m.attempts} measurements): the run was faster than the first" if m.earlier else ""
+        return cls(m.device, m.ceiling.bytes_per_s,
+                   f"this job's swap pattern replayed on {m.device} in {m.directory}: {m.ceiling.sentence}{again}",
+                   job=m.ceiling)
+
+    @property
+    def kind(self) -> str:
+        """"job-pattern" (the job's own swap pattern replayed), "cap" (a limit set on the drive) or
+        "other-pattern" (measured with fio's pattern, or a sweep's)."""
+        return JOB_PATTERN if self.job is not None else CAP if self.cap else OTHER_PATTERN
+
+    @property
+    def top_bytes_per_s(self) -> float:
+        """The fastest it measured: the top of a job-pattern ceiling's spread, else the figure itself."""
+        return self.job.max_bytes_per_s if self.job is not None else self.bytes_per_s
+
+    @property
+    def label(self) -> str:
+        """How a sentence names it after "its", figure and kind included: "ceiling, this job's swap
+        pattern replayed, 41.5 MB/s (41.3–41.8, 3 runs)" or "60.8 MB/s ceiling (fio probe …; not this
+        job's pattern)"."""
+        if self.job is not None:
+            return f"ceiling, {job_pattern_label(self.job)}"
+        if self.cap:
+            return f"{units.mb_s(self.bytes_per_s)} ceiling ({self.source})"
+        return f"{units.mb_s(self.bytes_per_s)} ceiling ({self.source}; not this job's pattern)"
+
+
+JOB_PATTERN, CAP, OTHER_PATTERN = "job-pattern", "cap", "other-pattern"
 
 
 @dataclass(frozen=True)

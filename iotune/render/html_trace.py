@@ -16,7 +16,7 @@ from ..model import units
 from ..model.appio import IFACE_TITLES
 from ..model.histogram import lat_slot_bounds, log2_from_sizes, size_slot_bounds
 from ..model.run import TraceRun
-from ..model.verdict import TraceReport, Verdict
+from ..model.verdict import JOB_PATTERN, TraceReport, Verdict
 from .page import TIMELINE_POINTS, Page, colour, esc, sig
 
 MAX_STEP_BARS = 300         # more steps than this are shown in groups (mean per group)
@@ -169,7 +169,9 @@ def verdict_ceilings(verdict: Verdict | None) -> list[Ceiling]:
     for f in verdict.of_kind("distance") if verdict is not None else ():
         cap, dev = f.figures.get("ceiling_bytes_per_s"), f.figures.get("device")
         if isinstance(cap, (int, float)) and cap > 0 and isinstance(dev, str):
-            out.append(Ceiling(dev, cap / 1e6, str(f.figures.get("ceiling_source") or "")))
+            job = f.figures.get("ceiling_kind") == JOB_PATTERN      # its source names the step and the spread: long
+            out.append(Ceiling(dev, cap / 1e6, "this job's swap pattern replayed" if job else
+                               str(f.figures.get("ceiling_source") or "")))
     return out
 
 

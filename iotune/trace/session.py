@@ -24,7 +24,7 @@ from ..opbuild.oplocks import BuildLock
 from ..blockdev.targets import queue_limits
 from ..model.run import DeviceStats, HostInfo, TimelinePoint, TraceRun
 from . import child as childproc
-from .attribution import inject_env, read_events
+from .attribution import inject_env, read_events, read_schedule
 from .lockwatch import JobLockWatch, check_before_start, seen_stale
 from .appprobe import AppProbe
 from .applayer import AppOptions, app_config, app_layer
@@ -86,8 +86,8 @@ def trace_command(argv: list[str], opts: TraceOptions, progress: Progress | None
         status = childproc.exit_status(proc.returncode)
         outcome = "interrupted" if intr.interrupted else ("completed" if status == 0 else "failed")
         run = _assemble(probe, app, opts, started, duration, tuple(argv), status, outcome)
-        return replace(run, clock_origin_ns=config.t0_ns,
-                       attribution=read_events(events) if events else None)
+        return replace(run, clock_origin_ns=config.t0_ns, attribution=read_events(events) if events else None,
+                       swap_schedule=read_schedule(events) if events else None)
 
 
 def _job_env(opts: TraceOptions) -> dict[str, str]:

@@ -234,7 +234,8 @@ def test_recorded_capped_run_is_storage_bound_at_the_cap() -> None:
     assert (round(stall["optimizer_s"], 3), round(stall["optimizer_stall_s"], 3)) == (1.480, 1.470)
     opt_bytes = [r.block_by_phase["optimizer"] for r in steady(step_breakdowns(run))]
     assert all(w.read_bytes == 12 * 3_688_704 + 2_097_152 for w in opt_bytes)   # optimizer state + gradients
-    assert round(one(v, "distance")["share_of_ceiling"], 2) == 1.04            # 62.3 MB/s while busy
+    d = one(v, "distance")      # 63.1 MB/s while busy in the median of steps 1-6, over the cap: shown at most 100%
+    assert round(d["steady_bytes_per_s_busy"] / 60e6, 2) == 1.05 and d["share_of_ceiling"] == 1.0
     assert one(v, "advice", "in flight")["action"] == "add drives (RAID0) or use a faster drive"
     what_if = one(v, "advice", "RAID0")
     # 0.004 s computing + 92,732,416 B / (2 × 60 MB/s)

@@ -17,7 +17,11 @@ Stdlib only: this runs inside the traced job, whichever Python it uses.
   (partitioned and pipelined optimizer swappers, the parameter swapper) are
   wrapped so each wait() appends {"k": "wait", "s": step, "n": phase, "t0",
   "t1"}: the time the training thread is blocked on its swaps, the I/O
-  stall not hidden behind compute.
+  stall not hidden behind compute. Each such handle, when made, appends
+  {"k": "aio", "block_size", "queue_depth", "single_submit",
+  "overlap_events", "intra_op_parallelism", "t"}: the job's own aio
+  settings, as the handle reports them (a replay of its swap I/O runs at
+  them too).
 
 - Checkpoints: the parts of every save and load, the files a save leaves
   and what of them is not yet durable, and the sweep's save, restore and
@@ -369,6 +373,10 @@ def _timed_handles(op):
     class aio_handle(base):  # noqa: N801 - stands in for the op's own name
         _iotune_timed = True
 
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            _emit_aio(self)
+
         def wait(self, *args, **kwargs):
             t0 = time.monotonic_ns()
             try:
@@ -379,6 +387,18 @@ def _timed_handles(op):
 
     op.aio_handle = aio_handle
     return op
+
+
+def _emit_aio(handle):
+    """The settings a swapper's handle was made with, as the handle reports them."""
+    try:
+        event = {"k": "aio", "block_size": int(handle.get_block_size()), "queue_depth": int(handle.get_queue_depth()),
+                 "single_submit": bool(handle.get_single_submit()),
+                 "overlap_events": bool(handle.get_overlap_events()),
+                 "intra_op_parallelism": int(handle.get_intra_op_parallelism()), "t": time.monotonic_ns()}
+    except Exception:  # noqa: BLE001 - attribution must never break the job
+        return
+    _emit(event)
 
 
 def _patch_swapper(module):
