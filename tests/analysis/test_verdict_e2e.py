@@ -104,7 +104,7 @@ def test_the_ceiling_measures_the_cap(nvme_opt: tuple[dict[str, Any], Verdict, P
     _, v, _ = nvme_opt
     d = figures(v, "distance")
     # the run holds its swap schedule: --ceiling replays it in the drive's cgroup (fio only without one:
-    # tests/test_job_ceiling_bed.py), reading then writing at the cap
+    # tests/trace/test_job_ceiling_bed.py), reading then writing at the cap
     assert d["ceiling_kind"] == "job-pattern" and str(d["ceiling_source"]).startswith("this job's swap pattern "), d
     assert 0.85 * CAP <= d["ceiling_bytes_per_s"] <= 1.15 * CAP, d
     # the job's steady steps read, then write, at the cap while busy; a share is never shown above 100 %

@@ -35,7 +35,7 @@ from iotune.model.verdict import DeviceCeiling, Verdict, VerdictInputs
 from iotune.render.registry import render
 from iotune.resources import schema_path
 
-from .verdict_records import training_run
+from tests.verdict_records import training_run
 
 MB = 1_000_000
 MiB = 1 << 20
@@ -259,7 +259,7 @@ def test_a_run_of_one_step_compares_the_whole_run() -> None:
 
 
 def test_a_save_is_not_compared_with_the_swap_patterns_ceiling() -> None:
-    from .records import checkpointed_run
+    from tests.records import checkpointed_run
 
     run = checkpointed_run()
     dev = next(d.name for d in run.devices if not d.is_lower)

@@ -9,7 +9,7 @@ without compute at DeepSpeed's defaults and at the job's settings, and
 Why 40 MB/s: the tiny step swaps 46.4 MB each way against ~17 ms of
 compute, so it is I/O-bound; at 100 MB/s the throttle's burst when the
 direction changes is a larger share of a shorter step
-(tests/test_replay_bed.py). Measured here (2026-11-28, 2 cores shared with
+(tests/sweep/test_replay_bed.py). Measured here (2026-11-28, 2 cores shared with
 other jobs, load 8-9): the module in 160 s (trace and report --ceiling at 2
 settings x 5 replays 130 s, the fio fallback 19 s); ceiling 41.3 MB/s
 (40.2–41.6, 5 runs, the job's 512 KiB setting), the median steady step
@@ -34,13 +34,13 @@ from iotune.model.aio import DEEPSPEED_AIO_DEFAULTS, AioSettings
 from iotune.model.runfile import load_run
 from iotune.model.verdict import Verdict
 from iotune.volumes.scratch import scratch_drive
-from tests.conftest import needs_deepspeed, needs_fio, needs_root
+from tests.conftest import needs_bpf, needs_deepspeed, needs_fio, needs_root
 
 CAP = 40_000_000
 STEPS = 4                      # step 0 creates Adam's moments; steps 1-2 are steady, 3 the last
 OWN_BLOCK = 512 * 1024
 
-pytestmark = [needs_deepspeed, needs_root]
+pytestmark = [needs_deepspeed, needs_root, needs_bpf]
 
 
 @dataclass(frozen=True)
