@@ -27,7 +27,7 @@ from iotune.sweep.user_job import UserJob, probe_shape, run_with_config
 from iotune.workloads.presets import PRESETS, tensor_numels
 from iotune.workloads.strategies import WorkloadSpec, ds_config
 
-from tests.conftest import needs_deepspeed, needs_root_for
+from tests.conftest import needs_deepspeed, needs_fio, needs_root_for
 
 ROOT = Path(__file__).resolve().parents[2]
 GPT_JOB = ROOT / "tests" / "data" / "gpt_job.py"
@@ -162,6 +162,7 @@ def test_a_held_out_jobs_locked_memory_with_parameters_on_nvme_is_predicted(tmp_
     assert abs(measured - predicted) <= 0.01 * predicted, (predicted, measured, run.stderr[-2000:])
 
 
+@needs_fio
 @needs_root_for("a test bed")
 @needs_deepspeed
 def test_the_offload_search_honours_steps_timeout(tmp_path: Path) -> None:
@@ -173,6 +174,7 @@ def test_the_offload_search_honours_steps_timeout(tmp_path: Path) -> None:
     assert "did not complete 4 optimizer steps within 2 s (--steps-timeout)" in r.stderr, r.stderr
 
 
+@needs_fio
 @needs_root_for("a test bed")
 @needs_deepspeed
 def test_ctrl_c_ends_the_search_with_130_and_the_journal_resumes(tmp_path: Path) -> None:

@@ -18,12 +18,13 @@ from iotune.model.offload import JobShape, OffloadKnobs
 from iotune.model.host_memory import host_memory
 from iotune.workloads.presets import PRESETS, tensor_numels
 
-from tests.conftest import needs_deepspeed, needs_root
+from tests.conftest import needs_deepspeed, needs_fio, needs_root
 from tests.project.test_schemas import conforms
 
 NVME = ["--fix", "zero_optimization.offload_optimizer.device=nvme", "--fix", "zero_optimization.offload_param.device=none"]
 
 
+@needs_fio
 @needs_root
 @needs_deepspeed
 def test_pinned_to_nvme_the_search_runs_pipelined_candidates_with_the_buffers_they_need(tmp_path: Path) -> None:
@@ -88,6 +89,7 @@ def test_pinned_to_nvme_the_search_runs_pipelined_candidates_with_the_buffers_th
     assert "s/step (" not in again.stderr
 
 
+@needs_fio
 @needs_root
 @needs_deepspeed
 def test_where_ram_holds_the_state_the_optimizer_in_ram_runs_first_and_its_gain_is_less_io(tmp_path: Path) -> None:
@@ -187,6 +189,7 @@ def test_the_what_if_reports_gradient_accumulation_without_applying_it(tmp_path:
     assert doc["recommended"] == {} and doc["config"]["gradient_accumulation_steps"] == 1      # not applied
 
 
+@needs_fio
 @needs_root
 @needs_deepspeed
 def test_the_users_own_command_and_config_are_the_loop(tmp_path: Path) -> None:

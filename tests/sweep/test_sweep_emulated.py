@@ -111,6 +111,11 @@ def run_cli(args: list[str], out: Path) -> subprocess.Popen[str]:
 @needs_root
 @needs_fuse
 def test_killed_sweep_resumes_without_rerunning(tmp_path: Path) -> None:
+    """Ctrl-C after 4 trials, then the same command: nothing measured is
+    measured again, the resumed sweep still picks a point at the drive's
+    ceiling, and replaying its journal runs nothing and ranks the same.
+    (That an adaptive sweep reaches the ceiling at all is
+    test_fio_sweep_reaches_the_ceiling_and_ranks_by_the_limits'.)"""
     (tmp_path / "p.toml").write_text(
         '[space]\nblock_size = ["64K", "256K", "1M"]\nqueue_depth = [1, 4, 16]\nintra_op_parallelism = [1]\n'
         'single_submit = [false]\noverlap_events = [true]\n'
@@ -119,10 +124,6 @@ def test_killed_sweep_resumes_without_rerunning(tmp_path: Path) -> None:
         return {m for m in Path("/proc/mounts").read_text().splitlines() if "iotune-emulated" in m}
 
     before = emulated_mounts()       # e.g. this module's own drive fixture
-    whole = run_cli([], tmp_path / "whole")
-    whole_out, err = whole.communicate(timeout=600)
-    assert whole.returncode == 0, err[-2000:]
-
     journal = tmp_path / "killed" / "journal.jsonl"
     p = run_cli([], tmp_path / "killed")
     deadline = time.monotonic() + 300
@@ -143,11 +144,11 @@ def test_killed_sweep_resumes_without_rerunning(tmp_path: Path) -> None:
     ids = [(t.point.key(), t.repeat) for t in final]
     assert ids[: len(done)] == done and len(ids) == len(set(ids))          # nothing re-run
     assert resumed["trials_run_now"] == len(ids) - len(done)
-    # the interrupted-and-resumed sweep and the uninterrupted one both pick a point at the
-    # drive's ceiling (which points the adaptive path visits can differ between independent
-    # runs on a real device; tests/sweep/test_sweep.py shows equal rankings for equal measurements)
-    for doc in (json.loads(whole_out), resumed):
-        assert doc["ranking"][0]["read_bytes_per_s"] >= 0.95 * CEILING
+    # the interrupted-and-resumed sweep picks a point at the drive's ceiling (which points the
+    # adaptive path visits can differ between runs on a real device, so the pick is held to the
+    # ceiling, not to another run's pick; tests/sweep/test_sweep.py shows equal rankings for equal
+    # measurements)
+    assert resumed["ranking"][0]["read_bytes_per_s"] >= 0.95 * CEILING
     # and a resumed sweep is its journal: replaying it runs nothing and ranks the same
     replay = run_cli([], tmp_path / "killed")
     out, err = replay.communicate(timeout=600)

@@ -54,12 +54,22 @@ def test_effects_name_whichever_dimension_moved_the_score_more() -> None:
 
 
 NO_BTRFS = "needs mkfs.btrfs (btrfs-progs): scripts/setup.sh" if shutil.which("mkfs.btrfs") is None else None
+
+
+def accepted(fragment: dict, **kw: object) -> None:
+    """Stands in for DeepSpeed's check of the recommended aio block (its own
+    tests: test_sweep_e2e, test_warmstart), which would load DeepSpeed here."""
+    return None
+
+
 needs_layouts = requires(needs_root, needs_fio, pytest.mark.skipif(NO_BTRFS is not None, reason=NO_BTRFS or ""))
 
 
 @needs_layouts
-def test_sweep_ranks_layouts_and_aio_settings_together(tmp_path: Path) -> None:
+def test_sweep_ranks_layouts_and_aio_settings_together(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from iotune.volumes.layout import md_available
+
+    monkeypatch.setattr("iotune.sweep.aio.pipeline.validate_with_deepspeed", accepted)
 
     (tmp_path / "p.toml").write_text(
         '[space]\nblock_size = ["1M"]\nqueue_depth = [1, 8]\nintra_op_parallelism = [1]\nsingle_submit = [false]\n'
@@ -182,12 +192,13 @@ READS_SPARED = 0.25     # how much closer the reads stay than the writes, measur
 
 
 @needs_layouts
-def test_filesystem_dimension_ranks_nodatacow_above_cow(tmp_path: Path) -> None:
+def test_filesystem_dimension_ranks_nodatacow_above_cow(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """btrfs with copy-on-write writes new extents and checksums on every
     direct write: on a drive capped at 1200 MB/s its writes stay well below
     nodatacow's in the same run (the filesystem's own limit, ENVIRONMENT.md),
     and its reads lose far less. Both layouts are measured in this run and
     compared by ratio."""
+    monkeypatch.setattr("iotune.sweep.aio.pipeline.validate_with_deepspeed", accepted)
     (tmp_path / "p.toml").write_text(
         '[space]\nblock_size = ["1M"]\nqueue_depth = [8]\nintra_op_parallelism = [1]\nsingle_submit = [false]\n'
         'overlap_events = [true]\n[run]\nsearch = "grid"\nrepeats = 1\nconfirm_top = 0\nfile_bytes = "8M"\n'

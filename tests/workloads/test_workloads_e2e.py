@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,6 +54,16 @@ def traced(tmp_path: Path, device: str, workload: list[str], *trace_args: str):
     losses = [json.loads(line.split(" ", 1)[1])["loss"] for line in r.stderr.splitlines()
               if line.startswith("IOTUNE_STEP ")]
     return load_run(out), losses, r.stderr
+
+
+@pytest.fixture(scope="module")
+def nvme_opt_tiny(swap_fs: tuple[str, Path], tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
+    """One traced run of the built-in nvme-opt workload (tiny, STEPS steps, with
+    the startup hook), shared by the tests that read it: ((run, losses, stderr),
+    its nvme_path)."""
+    device, mnt = swap_fs
+    swap = mnt / "nvme-opt-tiny"
+    return traced(tmp_path_factory.mktemp("nvme-opt-tiny"), device, workload("nvme-opt", swap)), swap
 
 
 def workload(strategy: str, swap: Path | None, *extra: str, launcher: bool = False) -> list[str]:
@@ -156,9 +167,9 @@ def test_zenflow_workaround_is_still_needed() -> None:
 
 
 @needs_tracing
-def test_injection_does_not_change_results(swap_fs, tmp_path: Path) -> None:
+def test_injection_does_not_change_results(swap_fs, nvme_opt_tiny, tmp_path: Path) -> None:
     device, mnt = swap_fs
-    on = traced(tmp_path / "on", device, workload("nvme-opt", mnt / "inject-on"))
+    on, _ = nvme_opt_tiny
     off = traced(tmp_path / "off", device, workload("nvme-opt", mnt / "inject-off"), "--no-inject")
     assert off[0].attribution is None and on[0].attribution is not None
     assert on[1] == off[1] and len(on[1]) == STEPS      # bit-identical losses
@@ -233,7 +244,8 @@ def test_checkpoint_phase_is_recorded(swap_fs, tmp_path: Path) -> None:
 
 @needs_tracing
 @pytest.mark.parametrize("size", ["tiny", "small"])
-def test_plan_predicts_traced_swap_bytes_exactly(swap_fs, tmp_path: Path, size: str) -> None:
+def test_plan_predicts_traced_swap_bytes_exactly(swap_fs, request: pytest.FixtureRequest, tmp_path: Path,
+                                                 size: str) -> None:
     from iotune.analysis.calibration import BLOCK_LEVEL, check
     from iotune.analysis.planner import make_plan
     from iotune.model.attribution import GRADIENTS, OPTIMIZER_CATEGORIES
@@ -241,7 +253,11 @@ def test_plan_predicts_traced_swap_bytes_exactly(swap_fs, tmp_path: Path, size: 
     from iotune.workloads.presets import tensor_numels
 
     device, mnt = swap_fs
-    run, _, _ = traced(tmp_path, device, workload("nvme-opt", mnt / f"plan-{size}", "--size", size))
+    if size == "tiny":                           # the tiny preset's run is the one other tests read too
+        (run, _, _), swap = request.getfixturevalue("nvme_opt_tiny")
+    else:
+        swap = mnt / f"plan-{size}"
+        run, _, _ = traced(tmp_path, device, workload("nvme-opt", swap, "--size", size))
     shape = PRESETS[size]
     plan = make_plan(PlanInput(params=shape.param_count(), strategy="nvme-opt", precision="fp32",
                                numels=tuple(tensor_numels(shape))))
@@ -260,5 +276,5 @@ def test_plan_predicts_traced_swap_bytes_exactly(swap_fs, tmp_path: Path, size: 
         assert r.error_pct is not None and abs(r.error_pct) < 0.1, (r.direction, r.error_pct)
     # space: the swap files DeepSpeed leaves under nvme_path (master, moments and the
     # swappable tensors' fp32 gradients) are exactly the plan's NVMe capacity
-    files = [f for f in (mnt / f"plan-{size}").rglob("*.swp") if f.is_file()]
+    files = [f for f in swap.rglob("*.swp") if f.is_file()]
     assert sum(f.stat().st_size for f in files) == plan.nvme_capacity_bytes
