@@ -135,7 +135,8 @@ def run_job(job: Job, work: Path, machine: HostContext, site: Path | None, plan:
     (work / "probe" / "swap").mkdir(parents=True)
     tensors, why = runner.probe(config_for(job, CONFIGS[0], work / "probe" / "swap"), work / "probe", None, 900)
     if tensors is None or tensors.startup is None:
-        return [{"job": job.name, "dtype": job.dtype, "status": "failed", "error": f"probe: {why}"}]
+        return [{"job": job.name, "dtype": job.dtype, "held_out": job.held_out, "status": "failed",
+                 "error_text": f"probe: {why}", "error": None}]
     rows = []
     for strategy in CONFIGS:
         run_dir = work / strategy
