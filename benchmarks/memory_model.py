@@ -4,7 +4,7 @@ can trust at the user's scale": "Memory you can bet on").
 
 Run by hand, alone on the machine (2 cores: about 15 minutes), from the repository:
 
-    PYTHONPATH=. .venv/bin/python benchmarks/memory_model.py [--path DIR] [--only tiny,gpt] [--steps 3]
+    PYTHONPATH=. .venv/bin/python benchmarks/memory_model.py [--path DIR] [--only tiny,gpt:fp32] [--steps 3]
 
 For each job and dtype, the job starts once up to deepspeed.initialize (the
 search's shape probe: the job's own baseline), then each config runs real
@@ -194,13 +194,14 @@ def jobs_of(only: str) -> list[Job]:
     every = [Job(n, d, False) for n in BUILTIN for d in ("fp32", "bf16")]
     every += [Job("gpt", "fp32", True), Job("gpt", "bf16", True), Job("trainer", "fp32", True)]
     names = set(only.split(",")) if only else None
-    return [j for j in every if names is None or j.name in names]
+    return [j for j in every if names is None or j.name in names or f"{j.name}:{j.dtype}" in names]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--path", type=Path, default=Path("/var/tmp"), help="where the trials swap (a disk with room)")
-    ap.add_argument("--only", default="", help="comma-separated jobs: tiny, small, wide, gpt, trainer")
+    ap.add_argument("--only", default="", help="comma-separated jobs (tiny, small, wide, gpt, trainer), or "
+                                                "job:dtype (tiny:bf16)")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" /
                     f"memory_model-{dt.date.today().isoformat()}.json")

@@ -237,7 +237,8 @@ def test_the_hook_reports_rss_and_each_parameter_storage_once_at_initialize(tmp_
                        timeout=300)
     assert r.returncode == 3, r.stderr
     tensors = read_tensors(tmp_path / "events")
-    assert tensors is not None and tensors.startup is not None and tensors.numels == (1000, 1_000_000, 1000)   # its own first
+    assert tensors is not None and tensors.startup is not None
+    assert tensors.numels == (1000, 1_000_000, 1000)            # the module's own parameter first
     assert tensors.startup.param_storage_bytes == 4_000_000 + 4_000 + 2_000
     assert tensors.startup.peak_rss_bytes >= tensors.startup.rss_bytes > 4_006_000
     [at_exit] = read_memory(tmp_path / "events")

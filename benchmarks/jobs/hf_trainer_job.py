@@ -50,7 +50,9 @@ class RandomTokens(torch.utils.data.Dataset):
 training = TrainingArguments(output_dir=tempfile.mkdtemp(prefix="hf-trainer-job-"), max_steps=args.steps,
                              per_device_train_batch_size=config["train_micro_batch_size_per_gpu"],
                              gradient_accumulation_steps=config.get("gradient_accumulation_steps", 1),
-                             learning_rate=1e-4, logging_steps=1, save_strategy="no", report_to=[],
+                             learning_rate=config.get("optimizer", {}).get("params", {}).get("lr", 1e-4),
+                             weight_decay=config.get("optimizer", {}).get("params", {}).get("weight_decay", 0.0),
+                             logging_steps=1, save_strategy="no", report_to=[],
                              deepspeed=args.deepspeed_config, bf16=bool(config.get("bf16", {}).get("enabled")),
                              dataloader_num_workers=0, use_cpu=True)
 # built after TrainingArguments, so that ZeRO-3 builds it under deepspeed.zero.Init (HF's integration)

@@ -45,6 +45,8 @@ transient
                            is first swapped out (nvme optimizer)
   forward/backward         the largest parameter gathered whole while its
                            module runs, and its gradient before the reduce;
+                           the flat copy of the reduce bucket the
+                           reduce-scatter makes (accelerator memory);
                            activations where the model is known; the fp32
                            copies of one bucket's gradients on their way to
                            the swap files (nvme optimizer)
@@ -243,6 +245,10 @@ def _transients(knobs: OffloadKnobs, shape: JobShape, context: HostContext) -> l
     if context.activation_bytes:
         out.append(MemoryItem("activations", context.activation_bytes, False, "one micro-batch through the model",
                               "forward/backward", on_device=True))
+    bucket = min(knobs.reduce_bucket_size, shape.params_total)
+    out.append(MemoryItem("reduce-scatter copy of the bucket", bucket * d, False,
+                          f"{bucket:,} elements x {d} B: the flat copy reduce_scatter_coalesced makes of the bucket "
+                          f"(comm/coalesced_collectives.py)", "forward/backward", on_device=True))
     if knobs.nvme_optimizer:
         bucket = min(knobs.reduce_bucket_size, shape.params_per_rank)
         out.append(MemoryItem("fp32 gradients on their way to NVMe", bucket * 4, False,

@@ -75,8 +75,7 @@ def _trials(o: OffloadOutcome) -> list[str]:
     lines = ["", HEAD]
     lines += [_row(t) for t in o.trials if t.role != "what-if"]
     lines.append("  (s/step: median of the steady steps, the first left out; I/O wait: per step, the training "
-                 "thread blocked on its swaps; locked: VmLck; peak: VmHWM (MB, decimal), against the host-memory "
-                 "model's peak; "
+                 "thread blocked on its swaps; locked: VmLck; peak: VmHWM, against the host-memory model's peak; "
                  "swap: bytes read + written per steady step, by the startup hook; predicted: iotune's models, "
                  "before the trial ran)")
     if o.step_error is not None:

@@ -36,7 +36,8 @@ def job_context(context: HostContext, startup: StartupMemory | None) -> HostCont
         return context
     note = (f"VmRSS {units.mib(startup.rss_bytes)} when it called deepspeed.initialize, less "
             f"{units.mib(startup.param_storage_bytes)} of parameter storage")
-    return replace(context, baseline_bytes=startup.baseline_bytes, startup_peak_bytes=startup.peak_rss_bytes, baseline_source=BASELINE_JOB, baseline_note=note)
+    return replace(context, baseline_bytes=startup.baseline_bytes, startup_peak_bytes=startup.peak_rss_bytes,
+                   baseline_source=BASELINE_JOB, baseline_note=note)
 
 
 def host_baseline(context: HostContext, margin: float = FIT_MARGIN) -> HostBaseline:
