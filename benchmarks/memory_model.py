@@ -169,7 +169,22 @@ def summary(rows: list[dict[str, Any]], margin: float) -> dict[str, Any]:
             "worst_under_prediction": max(worst, 0.0), "worst_over_prediction": -min(min(errors, default=0.0), 0.0),
             "margin_in_force": margin, "proposed_margin": round(max(worst, 0.0) + 0.02, 4),
             "exceeded_margin": [f"{r['job']} {r['dtype']} {r['config']}" for r in done
-                                if r["measured_bytes"] > r["predicted_bytes"] * (1 + margin)]}
+                                if r["measured_bytes"] > r["predicted_bytes"] * (1 + margin)],
+            "reference_calibrated": calibrated(done)}
+
+
+def calibrated(done: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the errors would be if each job's first config (as the
+    search's reference trial) calibrated the others: its measured peak minus
+    its prediction (when positive) added to their predictions. Not what
+    iotune does today: the evidence for doing it."""
+    errors = []
+    for job in {(r["job"], r["dtype"]) for r in done}:
+        runs = [r for r in done if (r["job"], r["dtype"]) == job]
+        offset = max(0, runs[0]["measured_bytes"] - runs[0]["predicted_bytes"])
+        errors += [r["measured_bytes"] / (r["predicted_bytes"] + offset) - 1 for r in runs[1:]]
+    return {"runs": len(errors), "median_abs_error": statistics.median(abs(e) for e in errors) if errors else None,
+            "worst_under_prediction": max(max(errors, default=0.0), 0.0)}
 
 
 def table(rows: list[dict[str, Any]]) -> str:

@@ -43,8 +43,8 @@ def test_the_verdict_at_its_boundaries() -> None:
     assert host_fit(101, 100, margin=0.0).verdict == "over"
     assert host_fit(100, 100, margin=0.0).verdict == "tight"    # without a margin the budget itself is admitted
     assert host_fit(91, 100, margin=0.0).verdict == "tight"
-    assert host_fit(90, 100).verdict == "fits"                  # exactly 90 %: not above it
-    assert host_fit(9 << 30, 10 << 30).verdict == "fits"        # 9/10 exactly, at any magnitude
+    assert host_fit(90, 100, margin=0.0).verdict == "fits"      # exactly 90 %: not above it
+    assert host_fit(9 << 30, 10 << 30, margin=0.0).verdict == "fits"     # 9/10 exactly, at any magnitude
     assert host_fit(100, 110, margin=0.1).verdict == "tight"    # 100 x 1.1 == 110: admitted, no float rounding
     assert host_fit(101, 110, margin=0.1).verdict == "over"
     assert not host_fit(1, 0).admitted and host_fit(0, 0).verdict == "fits"
@@ -54,7 +54,7 @@ def test_the_verdict_says_it_with_the_numbers_and_round_trips() -> None:
     over = host_fit(3 << 20, 2 << 20, margin=0.0, budget_label=" (MemAvailable)")
     assert over.clause == "over 2.0 MiB (MemAvailable)" and not over.admitted
     assert over.sentence == "peaks at 3.0 MiB, over 2.0 MiB (MemAvailable)"
-    assert host_fit(95 << 20, 100 << 20, budget_label=" of RAM").clause == (
+    assert host_fit(95 << 20, 100 << 20, margin=0.0, budget_label=" of RAM").clause == (
         "95 % of 100.0 MiB of RAM: above 90 %, little is left for the page cache and other processes")
     assert host_fit(50 << 20, 100 << 20).clause == "50.0 MiB to spare of 100.0 MiB"
     assert host_fit(100, 105, margin=0.1).clause.endswith("with a 10 % margin")
@@ -106,12 +106,16 @@ def test_lint_doctor_and_the_offload_search_give_the_same_verdict(monkeypatch: p
     eps = 1e-6
     need = math.ceil(Fraction(peak) * (1 + Fraction(repr(FIT_MARGIN))))     # the least budget the margin admits
     at_tight = -(-peak * 10 // 9)               # the smallest budget of which the peak is at most 90 %
-    assert at_tight > need
-    cases = {need - 1: "over", need: "tight", round(need / (1 - eps)): "tight", at_tight - 1: "tight",
-             at_tight: "fits", 2 * peak: "fits"}
-    for budget, expected in cases.items():
+
+    def expected(budget: int) -> str:
+        if budget < need:
+            return "over"
+        return "fits" if budget >= at_tight else "tight"     # tight only where the margin is under 1/9
+    budgets = [need - 1, need, round(need / (1 - eps)), at_tight - 1, at_tight, 2 * peak]
+    assert expected(need - 1) == "over" and expected(need) != "over" and expected(2 * peak) == "fits"
+    for budget in budgets:
         got = (lint_verdict(budget), doctor_verdict(budget, monkeypatch), offload_verdict(budget))
-        assert got == (expected,) * 3, (budget, peak, got)
+        assert got == (expected(budget),) * 3, (budget, peak, got)
 
 
 # -- one trial time limit ----------------------------------------------------------------------------------------------

@@ -273,7 +273,10 @@ def swap_split_groups(knobs: OffloadKnobs, shape: JobShape) -> list[int]:
 # Whether a peak fits the host, decided here for `plan`, `lint`, `doctor --ds-config` and `sweep offload`.
 # The margin: the worst under-prediction of a peak (measured VmHWM / predicted - 1) that
 # benchmarks/memory_model.py measured on real steps here (docs/benchmarks.md), plus MARGIN_HEADROOM.
-UNDER_PREDICTION = 0.0
+# 2026-11-28: 18 runs, the worst a held-out transformers job built whole in fp32 (tests/data/gpt_job.py,
+# optimizer on NVMe): 1,628.3 MB measured for 1,177.8 MB predicted, mostly freed memory the C allocator
+# keeps (with a fixed mmap threshold the same job peaks 22 % lower).
+UNDER_PREDICTION = 0.383
 MARGIN_HEADROOM = 0.02
 FIT_MARGIN = round(UNDER_PREDICTION + MARGIN_HEADROOM, 4)   # admitted when peak x (1 + margin) <= the budget
 TIGHT_SHARE = 0.9       # an admitted peak above this share of the budget is tight (doctor and lint warn)
