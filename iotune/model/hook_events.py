@@ -202,7 +202,8 @@ class MemorySample:
 
 
 def read_memory(events_dir: Path) -> list[MemorySample]:
-    """Every rank's memory samples, in file order (one per completed step)."""
+    """Every rank's memory samples, in file order (one per completed step,
+    and one at the exit of each process that reported anything)."""
     out = []
     rank = 0
     for _, ev in _event_lines(events_dir):
@@ -231,14 +232,35 @@ def read_io_waits(events_dir: Path) -> dict[int, float]:
 
 
 @dataclass(frozen=True)
+class StartupMemory:
+    """One process as it called deepspeed.initialize (bytes): its VmRSS, its
+    VmHWM (the peak so far) and the host memory its parameters' storages
+    held then (each distinct storage once; under deepspeed.zero.Init the
+    partitions, ds_tensor, since the parameters' own data is then empty)."""
+
+    rss_bytes: int
+    peak_rss_bytes: int
+    param_storage_bytes: int
+
+    @property
+    def baseline_bytes(self) -> int:
+        """What the process holds besides its parameters, which the
+        host-memory model counts as items of their own (so never twice)."""
+        return max(0, self.rss_bytes - self.param_storage_bytes)
+
+
+@dataclass(frozen=True)
 class JobTensors:
     """What the hook saw of the job's model: every parameter tensor's element
-    count in model order, the data-parallel size and the micro-batch."""
+    count in model order, the data-parallel size and the micro-batch; and
+    the process's memory at deepspeed.initialize (the largest rank's
+    baseline; None: an older hook, or unreadable)."""
 
     numels: tuple[int, ...]
     world: int
     micro_batch: int
     partition_dtype: str = ""       # fp32 | bf16 | fp16 ZeRO-3 partitions them in ("": not reported)
+    startup: StartupMemory | None = None
 
 
 def read_tensors(events_dir: Path) -> JobTensors | None:
@@ -246,13 +268,17 @@ def read_tensors(events_dir: Path) -> JobTensors | None:
     seen): the engine's, at its first step, else deepspeed.initialize's
     (whose micro-batch is unknown: 0)."""
     found: list[JobTensors] = []
+    starts: list[StartupMemory] = []
     for _, ev in _event_lines(events_dir):
         if ev.get("k") == "shape" and isinstance(ev.get("numels"), list):
             found.append(JobTensors(tuple(int(n) for n in ev["numels"]), int(ev.get("world", 1)),
                                     int(ev.get("micro", 1)), str(ev.get("dtype") or "")))
+            if isinstance(ev.get("rss"), int):
+                starts.append(StartupMemory(int(ev["rss"]), int(ev.get("hwm", ev["rss"])), int(ev.get("params", 0))))
     dtype = next((t.partition_dtype for t in found if t.partition_dtype), "")
     best = next((t for t in found if t.micro_batch), found[0] if found else None)
-    return replace(best, partition_dtype=dtype) if best is not None else None
+    startup = max(starts, key=lambda m: (m.baseline_bytes, m.peak_rss_bytes), default=None)
+    return replace(best, partition_dtype=dtype, startup=startup) if best is not None else None
 
 
 @dataclass(frozen=True)

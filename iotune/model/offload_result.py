@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .offload import GainSplit, OffloadKnobs
-from .record import from_fields
+from .record import JsonRecord, from_fields
 
 
 @dataclass(frozen=True)
@@ -32,8 +32,8 @@ class Refused:
 class OffloadTrial:
     key: str                          # the candidate's changed keys, as JSON
     changes: dict[str, Any]           # DeepSpeed dotted key -> value, against the base config
-    status: str                       # ok | failed
-    error: str = ""
+    status: str                       # ok | failed | skipped (MemAvailable fell below its need: never started)
+    error: str = ""                   # failed: DeepSpeed's message; skipped: the numbers
     samples_per_s: float = 0.0        # median over the steps after the first
     optimizer_step_s: float = 0.0
     step_s: float = 0.0               # median over the steps after the first
@@ -49,10 +49,20 @@ class OffloadTrial:
     ran: str = ""                     # what ran: the user's command, or the built-in model named on purpose
     predicted_step_s: float = 0.0     # the step-time model's prediction before the trial ran (0: none)
     step_times_s: list[float] = field(default_factory=list)   # every steady step's time, in order (raw samples)
-    peak_rss_bytes: int = 0           # VmHWM of the job after its steps (the largest rank)
+    peak_rss_bytes: int = 0           # VmHWM of the job, the largest rank's (a failed trial: as far as it got; 0: none)
     predicted_host_bytes: int = 0     # the host-memory model's peak for one rank
     drive_rates: dict[str, float] = field(default_factory=dict)   # the reference: the drive's rates it was predicted at
     pair_order: str = ""              # a pair's trial: candidate-first | reference-first, as the rule ordered it
+    available_bytes: int = 0          # MemAvailable, read right before the trial (0: not read)
+    baseline_bytes: int = 0           # the process baseline its prediction counts (HostBaseline)
+    baseline_source: str = ""         # job | machine
+
+    @property
+    def peak_error(self) -> float | None:
+        """Measured VmHWM over the predicted peak, less 1 (positive: under-predicted; None: either unknown)."""
+        if not self.peak_rss_bytes or not self.predicted_host_bytes:
+            return None
+        return self.peak_rss_bytes / self.predicted_host_bytes - 1
 
     @property
     def swapped_bytes(self) -> int:
@@ -64,6 +74,22 @@ class OffloadTrial:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> OffloadTrial:
         return from_fields(cls, data)
+
+
+@dataclass(frozen=True)
+class HostBaseline(JsonRecord):
+    """What the search's host-memory predictions start from, and how
+    candidates are admitted: the process baseline (the job's own at
+    deepspeed.initialize, or iotune's own process), measured how, and the
+    margin a predicted peak must leave under the budget."""
+
+    baseline_bytes: int = 0
+    source: str = ""              # job | machine (iotune.model.host_memory.BASELINE_*)
+    note: str = ""                # how it was measured, with the numbers
+    engine_bytes: int = 0         # with a job's baseline: what deepspeed.initialize adds (measured once)
+    startup_peak_bytes: int = 0   # with a job's baseline: its VmHWM at deepspeed.initialize
+    margin: float = 0.0           # admitted when peak x (1 + margin) <= the budget
+    margin_note: str = ""         # where the margin comes from
 
 
 def short_changes(changes: dict[str, Any]) -> str:
@@ -94,7 +120,7 @@ class WhatIf:
 
     key: str                          # DeepSpeed's key, e.g. gradient_accumulation_steps
     value: int
-    status: str                       # ok | failed
+    status: str                       # ok | failed | skipped
     error: str = ""
     samples_per_s: float = 0.0
     optimizer_share: float = 0.0      # time in DeepSpeedEngine.step() / step time
@@ -127,6 +153,7 @@ class OffloadOutcome:
     tie_break: str = ""                       # equal within noise: which of the two was kept, and why
     more_pairs: int = 0                       # undecided: about this many more pairs would settle it
     more_s: float = 0.0                       # and their time at the pairs' measured trial times
+    memory: HostBaseline | None = None        # the host-memory baseline and margin the candidates were admitted by
 
     @property
     def recommended(self) -> dict[str, Any]:
@@ -143,4 +170,5 @@ class OffloadOutcome:
                 "reference_changes": self.reference_changes, "base_over": list(self.base_over),
                 "predictions": [asdict(p) for p in self.predictions], "step_error": self.step_error,
                 "trials_run_now": self.trials_run_now, "decision": self.decision, "tie_break": self.tie_break,
-                "more_pairs": self.more_pairs, "more_s": self.more_s}
+                "more_pairs": self.more_pairs, "more_s": self.more_s,
+                "memory": self.memory.to_json() if self.memory else None}

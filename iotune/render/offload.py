@@ -13,10 +13,19 @@ HEAD = (f"  {'candidate':<58} {'role':<9} {'s/step':>7} {'predicted':>9} {'I/O w
         f"{'predicted':>9} {'peak MB':>8} {'predicted':>9} {'swap MB':>8} {'predicted':>9}")
 
 
+def _peak(t: OffloadTrial) -> str:
+    """VmHWM against the prediction, for a trial that did not end ok."""
+    if not t.peak_rss_bytes:
+        return f"predicted peak {units.mb(t.predicted_host_bytes)} MB" if t.predicted_host_bytes else ""
+    return f"peak {units.mb(t.peak_rss_bytes)} MB, predicted {units.mb(t.predicted_host_bytes)}"
+
+
 def _row(t: OffloadTrial) -> str:
     name = f"  {short_changes(t.changes)[:58]:<58} {t.role.replace('pair-', ''):<9}"
+    if t.status == "skipped":
+        return f"{name} {t.error}"
     if t.status != "ok":
-        return f"{name} failed: {t.error}"
+        return f"{name} failed: {t.error}" + (f" ({_peak(t)})" if _peak(t) else "")
     predicted = f"{t.predicted_step_s:.2f}" if t.predicted_step_s else "-"
     return (f"{name} {t.step_s:7.2f} {predicted:>9} {t.io_wait_s:8.2f} {units.mb(t.locked_bytes):>9} "
             f"{units.mb(t.predicted_locked_bytes):>9} {units.mb(t.peak_rss_bytes):>8} "
@@ -31,12 +40,24 @@ def _header(o: OffloadOutcome) -> list[str]:
         lines.append(f"  your config does not fit this host: {'; '.join(o.base_over)}")
         lines.append(f"  reference instead (the smallest change that fits): {short_changes(o.reference_changes)}"
                      if o.reference_changes else "  and no candidate fits either")
+    if o.memory is not None:
+        lines.append(f"  host memory: {_baseline(o)}; candidates admitted with {o.memory.margin_note}")
     if o.refused:
         lines.append(f"  refused before running ({len(o.refused)}):")
         lines += [f"    {r.reasons[0]}" for r in o.refused[:5]]
         if len(o.refused) > 5:
             lines.append(f"    ... and {len(o.refused) - 5} more (--json lists them all)")
     return lines
+
+
+def _baseline(o: OffloadOutcome) -> str:
+    m = o.memory
+    if m is None or not m.baseline_bytes:
+        return "no process baseline measured"
+    if m.source == "job":
+        return (f"baseline {units.mb(m.baseline_bytes)} MB, your job's own process ({m.note}), + "
+                f"{units.mb(m.engine_bytes)} MB deepspeed.initialize adds")
+    return f"baseline {units.mb(m.baseline_bytes)} MB, {m.note}"
 
 
 def _predictions(o: OffloadOutcome) -> list[str]:
@@ -86,7 +107,7 @@ def _what_if(o: OffloadOutcome) -> list[str]:
     for w in o.what_if:
         lines.append(f"  {w.value:<32} " + (f"{w.samples_per_s:9.2f} {100 * w.optimizer_share:14.0f}% "
                                             f"{units.mb(w.nvme_bytes_per_sample):>15}" if w.status == "ok"
-                                            else f"failed: {w.error}"))
+                                            else f"{w.status}: {w.error}"))
     return lines
 
 

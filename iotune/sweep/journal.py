@@ -63,8 +63,9 @@ class Journal:
         self.trials.append(trial)
 
     def find_offload(self, key: str, role: str, nth: int) -> OffloadTrial | None:
-        """The `nth` offload trial journaled with these changes (`key`) and role, if any."""
-        same = [t for t in self.offload_trials if t.key == key and t.role == role]
+        """The `nth` offload trial journaled with these changes (`key`) and role, if any
+        (one skipped for want of memory is not: it is tried again)."""
+        same = [t for t in self.offload_trials if t.key == key and t.role == role and t.status != "skipped"]
         return same[nth] if nth < len(same) else None
 
     def record_offload(self, trial: OffloadTrial) -> None:

@@ -110,9 +110,11 @@ def test_over_the_host_budget_is_refused_with_the_numbers_and_is_oom_killed_for_
                         str(tmp_path), "-o", str(tmp_path / "j")], capture_output=True, text=True, env=ENV,
                        timeout=600)
     assert r.returncode == 1, r.stderr
-    assert (f"offload: the job's own config does not fit: needs {peak / 2**20:.1f} MiB of host memory at its peak"
-            in r.stderr), r.stderr
-    assert f"over {budget / 2**20:.1f} MiB (--max-host-memory)" in r.stderr
+    # the search predicts from the job's own baseline, measured at deepspeed.initialize: near the machine's
+    [own] = [line for line in r.stderr.splitlines() if line.startswith("offload: the job's own config does not fit")]
+    said = float(own.split("needs ")[1].split(" MiB")[0]) * 2**20
+    assert abs(said - peak) < 0.25 * peak, (said, peak)
+    assert f"over {budget / 2**20:.1f} MiB (--max-host-memory) with a" in own
     with memory_cgroup(budget) as group:
         real = train(cfg, preexec=lambda: (group / "cgroup.procs").write_text(str(os.getpid())))
     assert real.returncode == -signal.SIGKILL and "IOTUNE_STEP" not in real.stdout, real.stderr[-2000:]

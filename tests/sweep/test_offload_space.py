@@ -9,7 +9,7 @@ import pytest
 
 from iotune.errors import UsageError
 from iotune.model.offload import JobShape, OffloadKnobs, violations
-from iotune.model.host_memory import host_memory
+from iotune.model.host_memory import FIT_MARGIN, host_memory
 from iotune.sweep.offload.space import Budget, candidates, dimensions, parse_fixes
 from iotune.workloads.presets import PRESETS, tensor_numels
 
@@ -77,7 +77,7 @@ def test_a_candidate_over_the_memory_budget_is_refused_with_the_numbers() -> Non
     [reason] = refused[0].reasons
     assert fit == [] and reason.startswith(f"needs {need / 2**20:.1f} MiB of host memory at its peak (")
     assert f"optimizer state in RAM {16 * SHAPE.params_per_rank / 2**20:.1f} MiB" in reason
-    assert reason.endswith(f"over {(need - 1) / 2**20:.1f} MiB (MemAvailable)")
+    assert reason.endswith(f"over {(need - 1) / 2**20:.1f} MiB (MemAvailable) with a {FIT_MARGIN * 100:.3g} % margin")
     locked = host_memory(NVME, SHAPE).locked_bytes
     _, refused = candidates(NVME, SHAPE, [], {}, Budget(memlock_bytes=locked - 1))
     assert refused[0].reasons == (f"locks {locked / 2**20:.1f} MiB of swap buffers, over ulimit -l "

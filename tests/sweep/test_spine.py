@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,8 @@ from iotune.doctor import jobfacts
 from iotune.errors import UsageError
 from iotune.model.checkpoint import WriterSettings
 from iotune.model.checkpoint_sweep import CheckpointCandidate, CheckpointRequest, CheckpointTrial, RestoreCheck
-from iotune.model.host_memory import FIT_MARGIN, TIGHT_SHARE, HostContext, HostFit, host_fit, host_memory
+from iotune.model.host_memory import (FIT_MARGIN, MARGIN_HEADROOM, TIGHT_SHARE, UNDER_PREDICTION, HostContext, HostFit,
+                                     host_fit, host_memory, margin_note)
 from iotune.model.journal import read_journal
 from iotune.model.lint import LintEnv
 from iotune.model.offload import JobShape, OffloadKnobs
@@ -35,22 +38,23 @@ from iotune.sweep.user_job import UserJob
 
 
 def test_the_verdict_at_its_boundaries() -> None:
-    assert FIT_MARGIN == 0.0 and TIGHT_SHARE == 0.9
-    assert host_fit(101, 100).verdict == "over"
-    assert host_fit(100, 100).verdict == "tight"                # the budget itself is admitted
-    assert host_fit(91, 100).verdict == "tight"
-    assert host_fit(90, 100).verdict == "fits"                  # exactly 90 %: not above it
-    assert host_fit(9 << 30, 10 << 30).verdict == "fits"        # 9/10 exactly, at any magnitude
+    assert FIT_MARGIN == round(UNDER_PREDICTION + MARGIN_HEADROOM, 4) and MARGIN_HEADROOM == 0.02
+    assert TIGHT_SHARE == 0.9
+    assert host_fit(101, 100, margin=0.0).verdict == "over"
+    assert host_fit(100, 100, margin=0.0).verdict == "tight"    # without a margin the budget itself is admitted
+    assert host_fit(91, 100, margin=0.0).verdict == "tight"
+    assert host_fit(90, 100, margin=0.0).verdict == "fits"      # exactly 90 %: not above it
+    assert host_fit(9 << 30, 10 << 30, margin=0.0).verdict == "fits"     # 9/10 exactly, at any magnitude
     assert host_fit(100, 110, margin=0.1).verdict == "tight"    # 100 x 1.1 == 110: admitted, no float rounding
     assert host_fit(101, 110, margin=0.1).verdict == "over"
     assert not host_fit(1, 0).admitted and host_fit(0, 0).verdict == "fits"
 
 
 def test_the_verdict_says_it_with_the_numbers_and_round_trips() -> None:
-    over = host_fit(3 << 20, 2 << 20, budget_label=" (MemAvailable)")
+    over = host_fit(3 << 20, 2 << 20, margin=0.0, budget_label=" (MemAvailable)")
     assert over.clause == "over 2.0 MiB (MemAvailable)" and not over.admitted
     assert over.sentence == "peaks at 3.0 MiB, over 2.0 MiB (MemAvailable)"
-    assert host_fit(95 << 20, 100 << 20, budget_label=" of RAM").clause == (
+    assert host_fit(95 << 20, 100 << 20, margin=0.0, budget_label=" of RAM").clause == (
         "95 % of 100.0 MiB of RAM: above 90 %, little is left for the page cache and other processes")
     assert host_fit(50 << 20, 100 << 20).clause == "50.0 MiB to spare of 100.0 MiB"
     assert host_fit(100, 105, margin=0.1).clause.endswith("with a 10 % margin")
@@ -85,15 +89,33 @@ def offload_verdict(budget: int) -> str:
     return fit.verdict
 
 
+def test_the_margin_refuses_just_over_and_admits_just_under() -> None:
+    """Admitted only when peak x (1 + FIT_MARGIN) fits: a budget one byte
+    under that product refuses, the product itself admits (exactly, at any
+    magnitude); the clause names the margin and where it comes from."""
+    for peak in (1_000_000, 13_900_000_000):
+        need = math.ceil(Fraction(peak) * (1 + Fraction(repr(FIT_MARGIN))))
+        assert host_fit(peak, need).admitted and not host_fit(peak, need - 1).admitted
+        assert host_fit(peak, need - 1).clause.endswith(f"with a {FIT_MARGIN * 100:.3g} % margin")
+    assert margin_note() == (f"a {FIT_MARGIN * 100:.1f} % margin: the worst under-prediction measured, "
+                             f"{UNDER_PREDICTION * 100:.1f} %, plus 2 %")
+
+
 def test_lint_doctor_and_the_offload_search_give_the_same_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
     peak = host_memory(OffloadKnobs.from_ds_config(CFG), JobShape(NUMELS, 1), HostContext()).peak_bytes
     eps = 1e-6
+    need = math.ceil(Fraction(peak) * (1 + Fraction(repr(FIT_MARGIN))))     # the least budget the margin admits
     at_tight = -(-peak * 10 // 9)               # the smallest budget of which the peak is at most 90 %
-    cases = {peak - 1: "over", peak: "tight", round(peak / (1 - eps)): "tight", at_tight - 1: "tight",
-             at_tight: "fits", 2 * peak: "fits"}
-    for budget, expected in cases.items():
+
+    def expected(budget: int) -> str:
+        if budget < need:
+            return "over"
+        return "fits" if budget >= at_tight else "tight"     # tight only where the margin is under 1/9
+    budgets = [need - 1, need, round(need / (1 - eps)), at_tight - 1, at_tight, 2 * peak]
+    assert expected(need - 1) == "over" and expected(need) != "over" and expected(2 * peak) == "fits"
+    for budget in budgets:
         got = (lint_verdict(budget), doctor_verdict(budget, monkeypatch), offload_verdict(budget))
-        assert got == (expected,) * 3, (budget, peak, got)
+        assert got == (expected(budget),) * 3, (budget, peak, got)
 
 
 # -- one trial time limit ----------------------------------------------------------------------------------------------

@@ -39,7 +39,8 @@ def search_options(fn: F) -> F:
                           "knob)."),
         click.option("--max-host-memory", type=SIZE, default=None, metavar="SIZE",
                      help="Host memory one rank may use at its peak, everything counted (default: MemAvailable "
-                          "when the sweep starts)."),
+                          "when the sweep starts). Either way MemAvailable is read again before every trial, and "
+                          "a trial whose predicted peak, with the margin, no longer fits is skipped."),
         click.option("--what-if", "what_if", default=None, metavar="KEY=V1,V2,...",
                      help="Run the chosen config at each value of a knob that changes the training itself "
                           "(grad_accum, micro_batch; with ZenFlow in the config, topk_ratio and update_interval) "

@@ -70,18 +70,25 @@ def runner_for(args: OffloadArgs, plan: TrialPlan) -> tuple[Runner, dict[str, An
     return runner, cfg or {}, {"model": model, "seq_len": runner.seq_len, "steps": plan.steps}
 
 
+def mem_available() -> int | None:
+    return ram_bytes("MemAvailable")
+
+
 def host_budget(max_host_memory: int | None) -> Budget:
     """What one rank may use at its peak: --max-host-memory, else MemAvailable;
-    ulimit -l unless this process may lock without limit (root, CAP_IPC_LOCK)."""
+    ulimit -l unless this process may lock without limit (root, CAP_IPC_LOCK).
+    MemAvailable is read again before every trial either way."""
     locked = None if can_lock_unlimited() else memlock_bytes()
     if max_host_memory is not None:
-        return Budget(max_host_memory, locked, "--max-host-memory")
-    return Budget(ram_bytes("MemAvailable"), locked, "MemAvailable")
+        return Budget(max_host_memory, locked, "--max-host-memory", mem_available)
+    return Budget(mem_available(), locked, "MemAvailable", mem_available)
 
 
 def host_context(runner: Runner, cfg: dict[str, Any]) -> HostContext:
-    """The machine's part of the host-memory model: DeepSpeed's accelerator
-    and a process's baseline (measured once), and the built-in model's activations."""
+    """The machine's part of the host-memory model: DeepSpeed's accelerator,
+    a process's baseline and what deepspeed.initialize adds to it (measured
+    once; the search replaces the baseline by the job's own, measured in its
+    shape probe), and the built-in model's activations."""
     from ...workloads.baseline import measure_baseline
 
     base = measure_baseline()
@@ -90,7 +97,7 @@ def host_context(runner: Runner, cfg: dict[str, Any]) -> HostContext:
         knobs = OffloadKnobs.from_ds_config(cfg)
         micro = int(cfg.get("train_micro_batch_size_per_gpu", 1))
         activations = get_preset(runner.size).activation_bytes(micro, runner.seq_len, DTYPE_BYTES.get(knobs.dtype, 4))
-    return HostContext(base.accelerator, base.baseline_bytes, activations)
+    return HostContext(base.accelerator, base.baseline_bytes, activations, engine_bytes=base.engine_bytes)
 
 
 def plan_of(args: OffloadArgs) -> TrialPlan:

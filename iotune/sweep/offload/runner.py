@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 from ...host.proc import last_line
-from ...model.hook_events import (JobTensors, read_events, read_io_waits, read_memory, read_tensors,
-                                 step_timings)
+from ...model.hook_events import (JobTensors, MemorySample, read_events, read_io_waits, read_memory,
+                                 read_tensors, step_timings)
 from ...model.sweep import TRIAL_TIMEOUT_S
 from ...workloads.presets import PRESETS
-from ..user_job import PLACEHOLDER, UserJob, run_with_config
+from ..user_job import PLACEHOLDER, UserJob, probe_shape, run_with_config
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,12 @@ class Runner(Protocol):
     def run(self, cfg: dict[str, Any], work: Path, cgroup: str | None, plan: TrialPlan) -> RunResult:
         ...
 
+    def probe(self, cfg: dict[str, Any], work: Path, cgroup: str | None,
+              timeout_s: float) -> tuple[JobTensors | None, str]:
+        """The job started once and stopped at deepspeed.initialize: its
+        tensors and its process's memory then (None, why: not seen)."""
+        ...
+
 
 def steady_agree(plan: TrialPlan) -> Callable[[Path], bool]:
     """The early-end rule of `plan`, on a trial's events directory."""
@@ -98,25 +104,37 @@ class CommandRunner:
                                  steady_agree(plan))
         events = work / "events"
         att = read_events(events)
-        timings, memory, tensors = step_timings(att), read_memory(events), read_tensors(events)
+        timings, tensors = step_timings(att), read_tensors(events)
         waits = read_io_waits(events)
         needed = plan.min_steps if job.ended_by == "enough" else plan.steps
+        locked, rss, peak = memory_seen(read_memory(events), tensors)
         if len(timings) < needed:
             why = (f"did not complete {plan.steps} optimizer steps within {plan.timeout_s:g} s (--steps-timeout); "
                    f"{len(timings)} seen" if job.ended_by == "time limit" else
                    f"{len(timings)} of {plan.steps} steps (exit {job.returncode}, {job.ended_by or 'exited'})")
-            return RunResult("failed", error=f"{why}: {failure_line(job.returncode, job.stderr)}", tensors=tensors)
+            return RunResult("failed", error=f"{why}: {failure_line(job.returncode, job.stderr)}", tensors=tensors,
+                             locked_bytes=locked, rss_bytes=rss, peak_rss_bytes=peak)
         steady = timings[1:] or timings
         step_s = statistics.median(t.step_s for t in steady)
         world = tensors.world if tensors else 1
         return RunResult("ok", samples_per_step(cfg) * world / step_s,
-                         statistics.median(t.optimizer_step_s for t in steady), step_s,
-                         max((m.locked_bytes for m in memory), default=0),
-                         max((m.rss_bytes for m in memory), default=0), tensors=tensors,
+                         statistics.median(t.optimizer_step_s for t in steady), step_s, locked, rss, tensors=tensors,
                          swap_bytes=steady_swap_bytes(att, {t.step for t in steady}),
                          io_wait_s=statistics.median(waits.get(t.step, 0.0) for t in steady),
-                         step_times_s=tuple(round(t.step_s, 6) for t in steady),
-                         peak_rss_bytes=max((m.peak_rss_bytes for m in memory), default=0))
+                         step_times_s=tuple(round(t.step_s, 6) for t in steady), peak_rss_bytes=peak)
+
+    def probe(self, cfg: dict[str, Any], work: Path, cgroup: str | None,
+              timeout_s: float) -> tuple[JobTensors | None, str]:
+        return probe_shape(self.job, cfg, work, cgroup, timeout_s, dict(self.env))
+
+
+def memory_seen(samples: list[MemorySample], tensors: JobTensors | None) -> tuple[int, int, int]:
+    """(locked, RSS, peak RSS) bytes from what the hook wrote, however far the
+    job got: the largest VmLck and VmRSS after a step or at its exit, and its
+    VmHWM, at least what it was at deepspeed.initialize (0: nothing seen)."""
+    at_init = tensors.startup.peak_rss_bytes if tensors is not None and tensors.startup is not None else 0
+    return (max((m.locked_bytes for m in samples), default=0), max((m.rss_bytes for m in samples), default=0),
+            max([at_init, *(m.peak_rss_bytes for m in samples)]))
 
 
 OOM_EXITS = (-9, 137)
@@ -162,11 +180,19 @@ class BuiltinRunner:
         return (sys.executable, "-W", "ignore", "-m", "iotune.workloads.train", "--ds-config", PLACEHOLDER,
                 "--size", self.size, "--steps", str(steps), *seq)
 
-    def run(self, cfg: dict[str, Any], work: Path, cgroup: str | None, plan: TrialPlan) -> RunResult:
+    def command(self, cfg: dict[str, Any], steps: int, timeout_s: float) -> CommandRunner:
+        """The built-in workload as the command it runs as."""
         env = (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0"), ("MASTER_ADDR", "127.0.0.1"),
                ("MASTER_PORT", str(29500 + os.getpid() % 5000)))
-        job = UserJob(self.argv(plan.steps), Path("ds_config.json"), cfg, plan.steps, plan.timeout_s)
-        return CommandRunner(job, self.seq_len, env, self.what).run(cfg, work, cgroup, plan)
+        job = UserJob(self.argv(steps), Path("ds_config.json"), cfg, steps, timeout_s)
+        return CommandRunner(job, self.seq_len, env, self.what)
+
+    def run(self, cfg: dict[str, Any], work: Path, cgroup: str | None, plan: TrialPlan) -> RunResult:
+        return self.command(cfg, plan.steps, plan.timeout_s).run(cfg, work, cgroup, plan)
+
+    def probe(self, cfg: dict[str, Any], work: Path, cgroup: str | None,
+              timeout_s: float) -> tuple[JobTensors | None, str]:
+        return self.command(cfg, 1, timeout_s).probe(cfg, work, cgroup, timeout_s)
 
 
 def samples_per_step(cfg: dict[str, Any]) -> int:

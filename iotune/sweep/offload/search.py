@@ -47,6 +47,7 @@ from typing import Any
 from ...errors import IotuneError, UsageError
 from ...host.ledger import temp_dir
 from ...model import units
+from ...model.hook_events import StartupMemory
 from ...model.host_memory import HostContext, host_memory
 from ...model.offload import JobShape, OffloadKnobs, step_swap_bytes, sub_groups
 from ...model.offload_result import OffloadOutcome, OffloadTrial, Prediction, WhatIf, short_changes
@@ -57,9 +58,9 @@ from ..drive_rates import aio_point, measure_drive_rates
 from ..executor import Target
 from ..journal import Journal
 from .runner import BuiltinRunner, RunResult, Runner, TrialPlan, samples_per_step
+from .memory import baseline_sentence, host_baseline, job_context, memory_now, skipped_trial
 from .space import KEYS, Budget, candidates, dimensions, refusals
 from .confirm import Confirmation, Cost, confirm_pairs, cost_of, rank_by_cost, tie_break
-from ..user_job import UserJob, probe_shape
 from .what_if import ZENFLOW_TOPK, ZENFLOW_WHAT_IF, what_if_plan, what_if_refusal
 
 ASSUMED_ERROR = 0.15       # the step-time model's error before any trial measured it (the wide grid: 0.17)
@@ -129,6 +130,12 @@ class Trials:
         seen = self.journal.find_offload(key, role, nth)
         if seen is not None:
             return seen
+        now = memory_now(knobs, self.shape, self.search.budget, self.search.context)     # MemAvailable, read again
+        if now.skip:
+            skipped = skipped_trial(key, changes, role, self.search.runner.what, now, self.search.context)
+            self.journal.record_offload(skipped)
+            self.say(f"offload: {role} {short_changes(changes)}: {skipped.error}")
+            return skipped
         self.say(f"offload: {role} {short_changes(changes)}" + (f", predicted {predicted_s:.2f} s/step" if
                                                                   predicted_s else "") + " ...")
         t0 = time.monotonic()
@@ -138,6 +145,8 @@ class Trials:
             cfg = apply_changes(self.search.base_cfg, changes, str(work / "swap"))
             r = self.search.runner.run(cfg, work, self.target.cgroup, self.search.plan)
         t = self._record(knobs, key, changes, role, r, round(time.monotonic() - t0, 3), predicted_s)
+        t = replace(t, available_bytes=now.available_bytes or 0, baseline_bytes=self.search.context.baseline_bytes,
+                    baseline_source=self.search.context.baseline_source)
         if rates is not None:
             t = replace(t, drive_rates=asdict(rates))
         t = replace(t, pair_order=pair_order)
@@ -166,7 +175,9 @@ def search_offload(search: OffloadSearch, target: Target, journal: Journal,
     refusal = what_if_refusal(search.what_if, search.base_cfg)
     if refusal:
         raise UsageError(refusal)
-    shape, dtype = job_shape(search, target, say)
+    shape, dtype, startup = job_shape(search, target, say)
+    search = replace(search, context=job_context(search.context, startup))
+    say(baseline_sentence(search.context))
     base = partitioned_in(OffloadKnobs.from_ds_config(search.base_cfg), dtype)
     searched, skipped = dimensions(base, shape, search.fixes)
     fit, refused = candidates(base, shape, searched, search.fixes, search.budget, search.context)
@@ -186,8 +197,9 @@ def search_offload(search: OffloadSearch, target: Target, journal: Journal,
     rates = DriveRates(**known.drive_rates) if known and known.drive_rates else drive_rates(search, target, say)
     ref_trial = trials.run(reference, "reference", rates=rates)
     if ref_trial.status != "ok":
-        raise IotuneError(f"the reference config ({short_changes(knob_changes(base, reference))}) failed on real "
-                          f"steps: {ref_trial.error}; nothing can be predicted without one measured run")
+        raise IotuneError(f"the reference config ({short_changes(knob_changes(base, reference))}) "
+                          f"{'failed on real steps' if ref_trial.status == 'failed' else 'did not run'}: "
+                          f"{ref_trial.error}; nothing can be predicted without one measured run")
     predictions = predict_all(fit, shape, Reference(reference, ref_trial.step_s, ref_trial.io_wait_s), rates,
                               reference, search)
     chosen = [p for p in predictions if p.run]
@@ -229,7 +241,8 @@ def _outcome(search: OffloadSearch, base: OffloadKnobs, shape: JobShape, searche
         base_over=over, predictions=tuple(predictions), recommended_changes=chosen,
         step_error=median_abs_error([(t.predicted_step_s, t.step_s) for t in done]),
         trials_run_now=trials.ran, decision=confirm.decision, tie_break=tied,
-        more_pairs=d.more_pairs_needed if d and confirm.ratios else 0, more_s=confirm.more_s)
+        more_pairs=d.more_pairs_needed if d and confirm.ratios else 0, more_s=confirm.more_s,
+        memory=host_baseline(search.context))
 
 
 def _cheaper(candidate: OffloadKnobs, reference: OffloadKnobs, base: OffloadKnobs, shape: JobShape,
@@ -320,29 +333,32 @@ def partitioned_in(knobs: OffloadKnobs, dtype: str) -> OffloadKnobs:
     return replace(knobs, dtype=dtype, grad_accum_dtype=knobs.grad_accum_dtype or knobs.dtype)
 
 
-def job_shape(search: OffloadSearch, target: Target, say: Callable[[str], None]) -> tuple[JobShape, str]:
-    """The job's parameter tensors and the dtype they are partitioned in
-    ("": the config's): the built-in model's are known (built under
-    deepspeed.zero.Init, in the config's dtype); the user's job is started
-    once and stopped at deepspeed.initialize, where its hook reports them,
-    before DeepSpeed allocates anything."""
+def job_shape(search: OffloadSearch, target: Target,
+              say: Callable[[str], None]) -> tuple[JobShape, str, StartupMemory | None]:
+    """The job's parameter tensors, the dtype they are partitioned in ("":
+    the config's) and its process's memory at deepspeed.initialize (None:
+    not measured), from one start of the job stopped at deepspeed.initialize,
+    where its hook reports them, before DeepSpeed allocates anything. The
+    built-in model's tensors are known (built under deepspeed.zero.Init, in
+    the config's dtype): its start measures the memory only."""
     runner = search.runner
-    if isinstance(runner, BuiltinRunner):
-        if runner.size not in PRESETS:
-            raise UsageError(f"unknown --model '{runner.size}': choose one of {', '.join(PRESETS)}")
-        return JobShape(tuple(tensor_numels(PRESETS[runner.size]))), ""
-    job: UserJob = runner.job       # type: ignore[attr-defined]
-    say(f"offload: starting {runner.what} up to deepspeed.initialize, to see its tensors")
+    preset = runner.size if isinstance(runner, BuiltinRunner) else None
+    if preset is not None and preset not in PRESETS:
+        raise UsageError(f"unknown --model '{preset}': choose one of {', '.join(PRESETS)}")
+    say(f"offload: starting {runner.what} up to deepspeed.initialize, to see its "
+        + ("memory there" if preset else "tensors and its memory there"))
     with contextlib.ExitStack() as stack:
         work = temp_dir(stack, ".iotune-offload-", target.files_dir)
         (work / "swap").mkdir()
-        tensors, error = probe_shape(job, apply_changes(search.base_cfg, {}, str(work / "swap")), work,
-                                     target.cgroup, search.plan.timeout_s, dict(getattr(runner, "env", ())))
+        tensors, error = runner.probe(apply_changes(search.base_cfg, {}, str(work / "swap")), work, target.cgroup,
+                                      search.plan.timeout_s)
+    if preset is not None:
+        return JobShape(tuple(tensor_numels(PRESETS[preset]))), "", tensors.startup if tensors is not None else None
     if tensors is None:
         raise IotuneError(f"your command reported no DeepSpeed model ({error}): iotune sees the model's tensors "
                           f"through its startup hook on PYTHONPATH, at deepspeed.initialize, so the command must "
                           f"train with DeepSpeed in Python")
-    return JobShape(tensors.numels, max(1, tensors.world)), tensors.partition_dtype
+    return JobShape(tensors.numels, max(1, tensors.world)), tensors.partition_dtype, tensors.startup
 
 
 def _reason(key: str, value: Any, base: OffloadKnobs, shape: JobShape, tied: bool = False) -> str:

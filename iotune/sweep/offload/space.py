@@ -15,7 +15,8 @@ from __future__ import annotations
 import difflib
 import itertools
 import json
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...errors import UsageError
@@ -130,11 +131,13 @@ def _why_not(key: str, base: OffloadKnobs, shape: JobShape, fixes: dict[str, Any
 @dataclass(frozen=True)
 class Budget:
     """What the host allows one rank: its memory at the peak
-    (iotune.model.host_memory), and ulimit -l (None: no limit)."""
+    (iotune.model.host_memory), and ulimit -l (None: no limit); `available`
+    reads MemAvailable again before each trial (None: not re-read)."""
 
     host_bytes: int | None = None
     memlock_bytes: int | None = None
     source: str = ""            # where host_bytes comes from, for messages ("MemAvailable", "--max-host-memory")
+    available: Callable[[], int | None] | None = field(default=None, compare=False)
 
 
 def candidates(base: OffloadKnobs, shape: JobShape, dims: list[Dimension], fixes: dict[str, Any] | None = None,

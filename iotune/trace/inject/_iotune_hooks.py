@@ -27,6 +27,10 @@ Stdlib only: this runs inside the traced job, whichever Python it uses.
   and what of them is not yet durable, and the sweep's save, restore and
   replay of a user's job: see _iotune_ckpt.py.
 
+Memory: after every completed optimizer step, and at the interpreter's
+exit in a process that reported anything, {"k": "mem", "s", "lck", "rss",
+"hwm", "at": "step"|"exit"} (VmLck, VmRSS and VmHWM in bytes).
+
 Events go to IOTUNE_EVENTS_DIR/events-<pid>.jsonl, buffered and flushed at
 the end of every phase, after every checkpoint save or load, at exit and on
 SIGTERM (when the job has not set its own handler: the hook then flushes and
@@ -42,9 +46,12 @@ bed: iotune.trace.agent.node_identity computes the same).
 
 Shape (`iotune sweep offload`): deepspeed.initialize is wrapped so that
 its first call appends {"k": "shape", "numels", "world", "micro": 0, "at":
-"initialize", "dtype"} before DeepSpeed allocates anything (each
-parameter's full element count, ds_numel under deepspeed.zero.Init; dtype:
-the one ZeRO-3 will partition the parameters in). With
+"initialize", "dtype", "rss", "hwm", "params"} before DeepSpeed allocates
+anything (each parameter's full element count, ds_numel under
+deepspeed.zero.Init; dtype: the one ZeRO-3 will partition the parameters in;
+rss and hwm: the process's VmRSS and VmHWM at that moment, and params the
+bytes of host memory its parameters' storages hold then, from which iotune
+takes the job's own baseline: see _parameter_storage_bytes). With
 IOTUNE_SHAPE_ONLY=1 the process then leaves (SystemExit(0)): the sweep
 learns the model's tensors without building the optimizer, whose buffers
 alone may not fit the host.
@@ -202,9 +209,9 @@ def _emit_shape(engine):
     _emit({"k": "shape", "numels": numels, "world": world, "micro": micro, "t": time.monotonic_ns()})
 
 
-def _emit_memory(step):
-    """After a completed optimizer step: this process's locked memory (VmLck:
-    DeepSpeed's swap buffers), RSS and peak RSS (VmHWM), in bytes."""
+def _status_memory():
+    """This process's VmLck, VmRSS and VmHWM from /proc/self/status, in
+    bytes (None: unreadable)."""
     mem = {}
     try:
         with open("/proc/self/status") as fh:
@@ -213,9 +220,31 @@ def _emit_memory(step):
                 if key in ("VmLck", "VmRSS", "VmHWM"):
                     mem[key] = int(rest.split()[0]) * 1024
     except (OSError, ValueError, IndexError):
+        return None
+    return mem
+
+
+def _emit_memory(step, at="step"):
+    """After a completed optimizer step (and at exit): this process's locked
+    memory (VmLck: DeepSpeed's swap buffers), RSS and peak RSS (VmHWM), in bytes."""
+    mem = _status_memory()
+    if mem is None:
         return
     _emit({"k": "mem", "s": step, "lck": mem.get("VmLck", 0), "rss": mem.get("VmRSS", 0),
-           "hwm": mem.get("VmHWM", 0), "t": time.monotonic_ns()})
+           "hwm": mem.get("VmHWM", 0), "at": at, "t": time.monotonic_ns()})
+
+
+def _memory_at_exit():
+    """At the interpreter's exit, in a process that reported anything: its
+    memory once more, so a job that fails before or between steps (an
+    exception, a stop after its steps) still tells its peak (VmHWM). A kill
+    (SIGKILL, the OOM killer) leaves no such sample."""
+    try:
+        if _state["out"] is not None:
+            _emit_memory(_state["step"], "exit")
+            _flush()
+    except Exception:  # noqa: BLE001 - never break the job's exit
+        pass
 
 
 def _max_steps():
@@ -330,6 +359,39 @@ def _config_precision(args, kwargs):
     return None
 
 
+def _parameter_storage_bytes(model):
+    """Bytes of host memory the model's parameters hold right now: every
+    distinct storage (counted once: tied weights share one) behind a
+    parameter's data and, under ZeRO-3, its partition (ds_tensor; the data
+    itself is then an empty placeholder), on the CPU only (a GPU's memory is
+    not the process's RSS). The host-memory model counts the parameters DeepSpeed
+    keeps as items of their own, so the baseline leaves these out."""
+    seen = {}
+    for p in model.parameters():
+        for t in (p, getattr(p, "ds_tensor", None)):
+            if t is None or t.device.type != "cpu":
+                continue
+            storage = t.untyped_storage()
+            if storage.nbytes():
+                seen[storage.data_ptr()] = storage.nbytes()
+    return sum(seen.values())
+
+
+def _startup_memory(model):
+    """What the process holds as it calls deepspeed.initialize, for the
+    baseline of iotune's host-memory model: "rss" (VmRSS), "hwm" (VmHWM,
+    its peak so far) and "params" (_parameter_storage_bytes), in bytes; {}
+    when any is unreadable (the shape is reported all the same)."""
+    try:
+        mem = _status_memory()
+        if not mem or "VmRSS" not in mem:
+            return {}
+        return {"rss": mem["VmRSS"], "hwm": mem.get("VmHWM", mem["VmRSS"]),
+                "params": _parameter_storage_bytes(model)}
+    except Exception:  # noqa: BLE001 - attribution must never break the job
+        return {}
+
+
 def _patch_initialize(module):
     orig = module.initialize
 
@@ -346,7 +408,8 @@ def _patch_initialize(module):
             if numels is not None:
                 world = os.environ.get("WORLD_SIZE", "1")
                 _emit({"k": "shape", "numels": numels, "world": int(world) if world.isdigit() else 1,
-                       "micro": 0, "at": "initialize", "dtype": dtype, "t": time.monotonic_ns()})
+                       "micro": 0, "at": "initialize", "dtype": dtype, **_startup_memory(model),
+                       "t": time.monotonic_ns()})
             if os.environ.get("IOTUNE_SHAPE_ONLY") == "1":
                 _emit({"k": "stop", "steps": 0, "t": time.monotonic_ns()})
                 _flush()
@@ -470,6 +533,7 @@ class _Finder(importlib.abc.MetaPathFinder):
 def install():
     _iotune_ckpt.bind(_emit, _state, _flush)
     _flush_on_sigterm()
+    atexit.register(_memory_at_exit)
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder())
     os.makedirs(os.environ["IOTUNE_EVENTS_DIR"], exist_ok=True)
