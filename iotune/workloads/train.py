@@ -108,7 +108,7 @@ def spec_from_args(a: argparse.Namespace) -> WorkloadSpec:
     strategy = a.strategy or "nvme-opt"
     precision = a.precision or "auto"
     if precision == "auto":
-        from .precision import machine_precision
+        from iotune.workloads.precision import machine_precision
 
         precision, why = machine_precision()
         print(f"iotune-train: precision {precision} (auto: {why})", file=sys.stderr, flush=True)
