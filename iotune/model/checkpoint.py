@@ -50,6 +50,29 @@ CHECKPOINT_KEYS = ("tag_validation", "checkpoint_serialization", "writer", "load
                    "use_node_local_storage", "parallel_write")
 IO_BUFFER_DEFAULT = 64 << 20
 O_DIRECT_ALIGNMENT = 512                # the aio handle's get_alignment(): 512 B x intra_op_parallelism
+# runtime/model_checkpointing/utils.py reads these for any writer block; deepspeed/launcher/launch.py sets them
+LAUNCHER_VARS = ("CROSS_RANK", "CROSS_SIZE")
+WRITER_LAUNCHER = ("a writer block reads CROSS_RANK and CROSS_SIZE, which only the deepspeed launcher sets: under "
+                   "torchrun or a plain `python` DeepSpeed fails at start-up with KeyError: 'CROSS_SIZE'")
+
+
+def restarts_adam(config: dict[str, Any]) -> bool:
+    """DeepSpeed 0.19.8 restores the weights of this config's checkpoints but
+    restarts Adam (lint rule checkpoint-nvme-optimizer-restart): ZeRO-3 with
+    the optimizer offloaded to NVMe (a stage DeepSpeed decides, "auto",
+    counts as 3)."""
+    zero = config.get("zero_optimization")
+    zero = zero if isinstance(zero, dict) else {}
+    offload = zero.get("offload_optimizer")
+    if not isinstance(offload, dict) or offload.get("device") != "nvme":
+        return False
+    stage = zero.get("stage", 0)
+    if isinstance(stage, bool):
+        return False
+    try:
+        return float(str(stage).replace("_", "")) == 3
+    except ValueError:
+        return True                       # "auto": DeepSpeed decides, maybe 3
 
 
 @dataclass(frozen=True)

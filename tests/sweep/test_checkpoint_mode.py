@@ -75,9 +75,10 @@ def test_the_request_carries_every_option(tmp_path: Path) -> None:
         save_at=3, measure_steps=4, interval_steps=50, restore_steps=2, repeats=3, dirty_limits=(32 << 20,),
         aio_candidates=(AioSettings(block_size=1 << 20), AioSettings(block_size=8 << 20)), timeout_s=600.0,
         cgroup="/sys/fs/cgroup/x")
-    # without --steps: as many steps after the save as the restore compares, at least 2
-    assert request_for(CheckpointArgs(restore_steps=3), tmp_path, None, tmp_path).measure_steps == 3
-    assert request_for(CheckpointArgs(), tmp_path, None, tmp_path).measure_steps == 2
+    # without --steps: as many steps after the save as the restore compares (default 3), at least 2
+    assert request_for(CheckpointArgs(), tmp_path, None, tmp_path).restore_steps == 3
+    assert request_for(CheckpointArgs(), tmp_path, None, tmp_path).measure_steps == 3
+    assert request_for(CheckpointArgs(restore_steps=1), tmp_path, None, tmp_path).measure_steps == 2
 
 
 def test_a_users_job_goes_into_the_request_as_its_argv(tmp_path: Path) -> None:

@@ -46,11 +46,12 @@ import os
 from typing import Any
 
 from ...model import units
-from ...model.checkpoint import CHECKPOINT_KEYS, WRITER_KEYS, WRITER_TYPES, checkpoint_bytes, io_buffer_problem
+from ...model.checkpoint import (CHECKPOINT_KEYS, WRITER_KEYS, WRITER_LAUNCHER, WRITER_TYPES, checkpoint_bytes,
+                                 io_buffer_problem, restarts_adam)
 from ...model.lint import LintEnv, LintFinding
 from ...model.offload import JobShape, OffloadKnobs
 from .paths import OPTIMIZER_BYTES_PER_PARAM, swap_paths
-from .view import aio_block, as_int, device, finding, stage
+from .view import aio_block, as_int, finding
 
 ISSUE_7549 = "https://github.com/deepspeedai/DeepSpeed/issues/7549"
 
@@ -100,9 +101,7 @@ def _writer_rules(cfg: dict[str, Any], env: LintEnv, writer: dict[str, Any]) -> 
         return [finding("checkpoint-writer-type", "error", where,
                         f"DeepSpeed asserts at start-up: checkpoint.writer.type {writer.get('type')!r} is not one of "
                         f"{', '.join(WRITER_TYPES)}", "set type to python or fast")]
-    out = [finding("checkpoint-writer-launcher", "warning", "checkpoint.writer",
-                   "a writer block reads CROSS_RANK and CROSS_SIZE, which only the deepspeed launcher sets: under "
-                   "torchrun or a plain `python` DeepSpeed fails at start-up with KeyError: 'CROSS_SIZE'",
+    out = [finding("checkpoint-writer-launcher", "warning", "checkpoint.writer", WRITER_LAUNCHER,
                    "start the job with the deepspeed launcher, or export CROSS_RANK (this node's index) and "
                    "CROSS_SIZE (the number of nodes)")]
     if kind == "mock":
@@ -137,7 +136,7 @@ def _fast_rules(cfg: dict[str, Any], env: LintEnv, writer: dict[str, Any]) -> li
 
 
 def _nvme_restore_rules(cfg: dict[str, Any]) -> list[LintFinding]:
-    if device(cfg, "offload_optimizer") != "nvme" or stage(cfg).value not in (3, None):
+    if not restarts_adam(cfg):
         return []
     where = "zero_optimization.offload_optimizer.device"
     out = [finding("checkpoint-nvme-world-size", "warning", where,

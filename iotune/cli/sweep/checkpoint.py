@@ -40,10 +40,12 @@ def checkpoint_options(fn: F) -> F:
                           "directory, e.g. another drive)."),
         click.option("--save-at", type=click.IntRange(min=1), default=2, show_default=True, metavar="STEP",
                      help="Save after this optimizer step (the ones before set the pace)."),
-        click.option("--restore-steps", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
-                     help="Steps after the restore whose losses must equal the uninterrupted run's (DeepSpeed "
-                          "0.19.8 restarts Adam after an NVMe restore, so from the second step on no candidate "
-                          "matches; 1 checks the weights exactly)."),
+        click.option("--restore-steps", type=click.IntRange(min=1), default=3, show_default=True, metavar="N",
+                     help="Steps compared after the restore with the uninterrupted run: the first step's loss "
+                          "checks the weights (exactly), the later steps' the optimizer state (within 1e-5 "
+                          "relative: a restarted Adam differs from the second step on). A checkpoint that loses the "
+                          "optimizer state is not recommended, unless every candidate does (DeepSpeed 0.19.8 with "
+                          "the optimizer on NVMe); 1 checks the weights only."),
         click.option("--checkpoint-every", type=click.IntRange(min=1), default=10, show_default=True,
                      metavar="STEPS",
                      help="Your job's checkpoint interval in optimizer steps, over which a checkpoint's cost is "
@@ -85,8 +87,12 @@ def checkpoint(drive: DriveOptions, job: JobOptions, checkpoint: CheckpointOptio
     aio blocks of --block-sizes.
 
     Each trial saves in a real run and loads in a fresh process whose next
-    steps' losses must equal the uninterrupted run's: a checkpoint that does
-    not restore is never recommended. Candidates are ranked by what the
+    steps' losses are compared with the uninterrupted run's: the first
+    step's for the weights, the later ones' for the optimizer state (Adam).
+    A checkpoint that does not restore its weights is never recommended, one
+    that loses the optimizer state only when every candidate does, and the
+    report then says so. Candidates DeepSpeed would refuse under your job's
+    launcher are refused before running. Candidates are ranked by what the
     checkpoint adds to its interval (--checkpoint-every).
 
     \b

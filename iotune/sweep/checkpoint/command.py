@@ -10,12 +10,14 @@ built-in model with the user's config."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ...model.aio import AioSettings
+from ...model.checkpoint import LAUNCHER_VARS
 from ...model.checkpoint_sweep import CheckpointOutcome, CheckpointRequest
 from ...model.sweep import TRIAL_TIMEOUT_S
 from ...workloads.presets import get_preset
@@ -41,7 +43,7 @@ class CheckpointArgs:
     checkpoint_dirs: tuple[Path, ...] = ()       # where save_checkpoint may write (default: --path)
     save_at: int = 2
     steps: int | None = None                     # steps timed after the save
-    restore_steps: int = 1
+    restore_steps: int = 3                       # the 1st checks the weights, the later the optimizer state
     every: int = 10                              # the job's checkpoint interval, in optimizer steps
     dirty_limits: tuple[int, ...] = ()
     block_sizes: tuple[int, ...] = ()            # aio blocks to try with the fast writer
@@ -53,7 +55,7 @@ class CheckpointArgs:
 
 def request_for(args: CheckpointArgs, swap_dir: Path, cgroup: str | None, out: Path) -> CheckpointRequest:
     """The library's request: the user's job, or the built-in model named."""
-    user = ()
+    user: tuple[str, ...] = ()
     if args.steps_cmd:
         job = parse_user_job(args.steps_cmd, args.ds_config, args.steps or 2, args.steps_timeout_s or TRIAL_TIMEOUT_S,
                              need_nvme=False)
@@ -67,7 +69,8 @@ def request_for(args: CheckpointArgs, swap_dir: Path, cgroup: str | None, out: P
         save_at=args.save_at, measure_steps=steps, interval_steps=args.every, restore_steps=args.restore_steps,
         repeats=args.repeats, dirty_limits=args.dirty_limits,
         aio_candidates=tuple(AioSettings(block_size=b) for b in args.block_sizes),
-        timeout_s=args.steps_timeout_s or TRIAL_TIMEOUT_S, cgroup=cgroup or "")
+        timeout_s=args.steps_timeout_s or TRIAL_TIMEOUT_S, cgroup=cgroup or "",
+        launcher_vars=all(v in os.environ for v in LAUNCHER_VARS))
 
 
 def run_checkpoint_command(args: CheckpointArgs, say: Callable[[str], None]) -> CheckpointOutcome:

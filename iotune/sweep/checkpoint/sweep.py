@@ -23,9 +23,10 @@ from pathlib import Path
 from ... import __version__
 from ...errors import UsageError
 from ...fs.directio import direct_io_problem
+from ...model.checkpoint import restarts_adam
 from ...model.checkpoint_io import OFFLOADED
 from ...model.checkpoint_sweep import (DEFAULTS, CandidateResult, CheckpointCandidate, CheckpointOutcome,
-                                      CheckpointRequest, CheckpointTrial)
+                                      CheckpointRequest, CheckpointTrial, RestoreCheck)
 from ...model.journal import SweepEnv
 from ..journal import NAME as JOURNAL_NAME, Journal, keep_aside, open_journal
 from .space import aio_stage, refusal, target_stage, writeback_stage, writer_stage
@@ -41,9 +42,6 @@ def check_request(request: CheckpointRequest) -> None:
                         ("restore_steps", request.restore_steps), ("repeats", request.repeats)):
         if value < 1:
             raise UsageError(f"{name} must be at least 1, not {value}")
-    if request.measure_steps < request.restore_steps:
-        raise UsageError(f"the restore is compared on {request.restore_steps} step(s) after the save, but only "
-                         f"{request.measure_steps} are run after it: measure at least as many steps as are compared")
     if request.interval_steps < request.measure_steps:
         raise UsageError(f"the checkpoint interval ({request.interval_steps} steps) is shorter than the steps "
                          f"measured after a save ({request.measure_steps}): raise the interval or measure fewer")
@@ -103,6 +101,7 @@ class Search:
         self.request, self.say, self.runner, self.journal = request, say, runner, journal
         self.config = base_config(request)
         self.tried: list[CheckpointCandidate] = []
+        self.refused: dict[str, list[str]] = {}      # reason -> candidates refused for it, not yet said
 
     def trials_of(self, candidate: CheckpointCandidate) -> list[CheckpointTrial]:
         return [t for t in self.journal.checkpoint_trials if t.candidate == candidate]
@@ -115,14 +114,13 @@ class Search:
             if self.journal.find_checkpoint(candidate, repeat) is not None:
                 continue
             if why:
-                trial = CheckpointTrial(candidate, repeat, "refused", why)
-            else:
-                self.say(f"checkpoint: {candidate.label()} (repeat {repeat + 1}/{self.request.repeats})")
-                trial = self.runner(self.request, candidate, repeat)
+                self.journal.record_checkpoint(CheckpointTrial(candidate, repeat, "refused", why))
+                self.refused.setdefault(why, []).append(candidate.label())
+                break
+            self.say(f"checkpoint: {candidate.label()} (repeat {repeat + 1}/{self.request.repeats})")
+            trial = self.runner(self.request, candidate, repeat)
             self.journal.record_checkpoint(trial)
             self.say(f"  {_said(trial, self.request.interval_steps)}")
-            if why:
-                break
         return summarize(candidate, self.trials_of(candidate), self.request.interval_steps)
 
     def stage(self, best: CandidateResult, candidates: list[CheckpointCandidate]) -> CandidateResult:
@@ -130,7 +128,15 @@ class Search:
             r = self.measure(c)
             if better(r, best, self.request.measure_steps):
                 best = r
+        self.say_refused()
         return best
+
+    def say_refused(self) -> None:
+        """Each reason once, with the candidates refused for it."""
+        for why, labels in self.refused.items():
+            which = labels[0] if len(labels) == 1 else f"{len(labels)} candidates ({', '.join(labels)})"
+            self.say(f"checkpoint: refused before running: {which}: {why}")
+        self.refused.clear()
 
 
 def run_checkpoint_sweep(request: CheckpointRequest, say: Say = lambda _: None,
@@ -143,20 +149,22 @@ def run_checkpoint_sweep(request: CheckpointRequest, say: Say = lambda _: None,
     identity of the drive swapped to (default: the swap directory)."""
     check_request(request)
     s = Search(request, say, runner, open_checkpoint_journal(request, fresh, say, drive))
-    defaults = s.measure(DEFAULTS)
+    defaults = s.measure(DEFAULTS)                  # never refused: no writer block, no dirty limit
     best = s.stage(defaults, writer_stage(request, DEFAULTS))
     best = s.stage(best, target_stage(request, best.candidate))
     best = s.stage(best, writeback_stage(request, best.candidate, offloaded_share(s.trials_of(best.candidate))))
     with_job_aio = best
     best = s.stage(best, aio_stage(request, best.candidate))
     results = tuple(summarize(c, s.trials_of(c), request.interval_steps) for c in s.tried)
-    pick = best if best.restores else None
+    pick = best if best.restore_rank > 0 else None
     return CheckpointOutcome(request, tuple(s.journal.checkpoint_trials), results, defaults, pick,
-                             aio_statement(request, with_job_aio, best, results), tuple(notes(defaults, pick)))
+                             aio_statement(request, with_job_aio, best, results),
+                             tuple(notes(defaults, pick, restarts_adam(s.config))))
 
 
 def summarize(candidate: CheckpointCandidate, trials: list[CheckpointTrial], interval_steps: int) -> CandidateResult:
-    """Medians over the candidate's trials; it restores only if every trial ran and restored."""
+    """Medians over the candidate's trials; it restores only if every trial
+    ran and restored, the weights and the optimizer state apart."""
     def med(values: list[float | None]) -> float | None:
         known = [v for v in values if v is not None]
         return statistics.median(known) if known else None
@@ -164,11 +172,26 @@ def summarize(candidate: CheckpointCandidate, trials: list[CheckpointTrial], int
     bad = next((t for t in trials if not t.restores), None)
     reason = "" if bad is None else (bad.error or (bad.restore.reason if bad.restore else "not restored"))
     durable = [t.not_durable_bytes for t in trials if t.not_durable_bytes is not None]
+    checks = [t.restore for t in trials if t.ok and t.restore is not None]
+    shown = (bad.restore if bad is not None else None) or (checks[0] if checks else None)
     return CandidateResult(candidate, len(trials), bool(trials) and bad is None, med([t.save_s for t in trials]),
                            med([t.restore.load_s if t.restore else None for t in trials]),
                            med([t.interval_s(interval_steps) for t in trials]),
                            int(statistics.median(durable)) if durable else None, reason,
-                           med([t.overhead_s() for t in trials]), med([t.jitter_s() for t in trials]) or 0.0)
+                           med([t.overhead_s() for t in trials]), med([t.jitter_s() for t in trials]) or 0.0,
+                           *_restored(trials, checks), shown)
+
+
+def _restored(trials: list[CheckpointTrial], checks: list[RestoreCheck]) -> tuple[bool | None, bool | None]:
+    """(weights restored, optimizer state restored) over the trials: True
+    when every trial's check says so, False when one says not, None when
+    not checked (a trial refused or failed before its check)."""
+    if any(not c.weights_ok for c in checks):
+        return False, None
+    if not trials or len(checks) < len(trials):
+        return None, None
+    optimizer = [c.optimizer_restored for c in checks]
+    return True, (False if False in optimizer else True if all(optimizer) else None)
 
 
 SAVE_AS_FAST = 1.10          # "saves as fast": within 10 %
@@ -176,15 +199,18 @@ DURABLE_GAIN = 0.5           # "more durable": at most half the bytes left in th
 
 
 def better(r: CandidateResult, best: CandidateResult, measured_steps: int = 1) -> bool:
-    """`r` restores and costs less than `best` beyond the noise (or `best`
-    cannot be picked): by the checkpoint's overhead when both use the same
-    aio block, by the whole interval's cost when they do not; within the
-    noise (the larger step jitter times the steps measured after the save),
-    `r` wins only by being as fast to save and much more durable
+    """`r` restores more than `best` (the weights and the optimizer state
+    over the weights alone, over nothing), or as much and costs less beyond
+    the noise: by the checkpoint's overhead when both use the same aio
+    block, by the whole interval's cost when they do not; within the noise
+    (the larger step jitter times the steps measured after the save), `r`
+    wins only by being as fast to save and much more durable
     (iotune.model.checkpoint_sweep)."""
-    if not r.restores or r.interval_s is None or r.overhead_s is None:
+    if r.restore_rank == 0 or r.interval_s is None or r.overhead_s is None:
         return False
-    if not best.restores or best.interval_s is None or best.overhead_s is None:
+    if r.restore_rank != best.restore_rank:
+        return r.restore_rank > best.restore_rank
+    if best.interval_s is None or best.overhead_s is None:
         return True
     same_aio = r.candidate.aio == best.candidate.aio
     mine, theirs = (r.overhead_s, best.overhead_s) if same_aio else (r.interval_s, best.interval_s)
@@ -217,18 +243,35 @@ def aio_statement(request: CheckpointRequest, job_aio: CandidateResult, best: Ca
             f"serves both")
 
 
-def notes(defaults: CandidateResult, pick: CandidateResult | None) -> list[str]:
+def notes(defaults: CandidateResult, pick: CandidateResult | None, adam_restarts: bool = False) -> list[str]:
     out = []
-    if not defaults.restores:
+    if defaults.restore_rank == 0:
         out.append(f"DeepSpeed's defaults do not restore this job either ({defaults.reason}): what the job keeps "
                    f"outside DeepSpeed's checkpoint, or DeepSpeed's own restore, is at fault, not the writer")
     if pick is None:
-        out.append("no candidate's checkpoint restored: nothing is recommended")
+        out.append("no candidate's checkpoint restored the weights: nothing is recommended")
+    elif pick.restore_rank == 1:
+        out.append(optimizer_lost_note(adam_restarts))
     return out
+
+
+def optimizer_lost_note(adam_restarts: bool) -> str:
+    """Said once when every candidate that restored the weights lost the optimizer state."""
+    why = ("DeepSpeed 0.19.8 restarts Adam after restoring a ZeRO-3 checkpoint with the optimizer offloaded to "
+           "NVMe (lint rule checkpoint-nvme-optimizer-restart): whatever the writer, after a resume your "
+           "training differs from the uninterrupted run from the second step on. " if adam_restarts else "")
+    return (f"no candidate restored the optimizer state: every checkpoint that restored the weights lost it. {why}"
+            f"The pick is chosen by the weights alone: expect a fresh Adam start after each resume (a learning-rate "
+            f"warm-up helps){'; offload_optimizer device cpu restores the moments' if adam_restarts else ''}")
 
 
 def _cost(r: CandidateResult) -> str:
     return "-" if r.interval_s is None else f"{r.interval_s:.2f} s"
+
+
+def _restore_said(check: RestoreCheck) -> str:
+    """The check's verdict; the losses too when the optimizer state was lost."""
+    return check.reason if check.weights_ok and check.optimizer_restored is False else check.verdict()
 
 
 def _said(t: CheckpointTrial, interval_steps: int) -> str:
@@ -237,7 +280,6 @@ def _said(t: CheckpointTrial, interval_steps: int) -> str:
     if not t.ok:
         return f"failed: {t.error}"
     cost = t.interval_s(interval_steps)
-    restore = "restores" if t.restores else f"does NOT restore ({t.restore.reason if t.restore else '?'})"
+    restore = "does NOT restore (not checked)" if t.restore is None else _restore_said(t.restore)
     return (f"save {t.save_s:.3f} s, {t.file_bytes / 1e6:.1f} MB, interval {cost:.2f} s; {restore}"
             if t.save_s is not None and cost is not None else restore)
-

@@ -1,24 +1,29 @@
 """One checkpoint trial: a real save_checkpoint and a real load_checkpoint.
 
 - save run: the job trains `save_at` steps, saves (with the candidate's
-  writer, directory and writeback limit), and trains `measure_steps` more,
-  each timed: those steps carry what the save left behind (writeback);
+  writer, directory and writeback limit), and trains on: `measure_steps`
+  steps timed (they carry what the save left behind: writeback), and as
+  many as the restore compares;
 - restore run: a fresh process, on a fresh swap directory, loads that
-  checkpoint and trains `restore_steps` steps; each step's loss must equal
-  the save run's loss at the same step (exactly, or within loss_rel_tol).
+  checkpoint and trains `restore_steps` steps. The first step's losses
+  check the weights (exactly, or within loss_rel_tol), the later steps'
+  the optimizer state (within optimizer_rel_tol): see
+  iotune.model.checkpoint_sweep.
 
 The built-in workload (iotune.workloads.train) saves and restores itself
 (--save-at, --load-checkpoint) and resumes its data at the right batch (its
-batches are a function of the seed and the micro-step). A user's job is
-driven by the startup hook (_iotune_ckpt.py): it saves after the save_at-th
-step, captures the inputs of the next forward calls, and in the restore run
-loads the checkpoint before the first forward and replays those inputs, so
-a job whose data loader starts over is compared on the batches the
-uninterrupted run trained on; the hook seeds torch's generators right after
-the save and right after the load, so dropout draws match too. What a job
-keeps outside DeepSpeed's checkpoint (its own scheduler, its data order
-beyond the replayed batches) is not restored by any candidate: the defaults
-then fail the check as well, and the outcome says so.
+batches are a function of the seed and the micro-step; its model draws no
+random numbers). A user's job is driven by the startup hook
+(_iotune_ckpt.py): it saves after the save_at-th step, captures the inputs
+of the next forward calls with the random number generators' states at
+each, and in the restore run loads the checkpoint before the first forward
+and replays those inputs, setting the generators right before each replayed
+forward: a job whose data loader starts over, or draws its batches from
+torch's global generator, is compared on the batches the uninterrupted run
+trained on next, with the same dropout draws. What a job keeps outside
+DeepSpeed's checkpoint (its own scheduler, its data order beyond the
+replayed batches) is not restored by any candidate: the defaults then fail
+the check as well, and the outcome says so.
 
 Everything a trial creates (swap and checkpoint directories, configs,
 events) is removed when it ends.
@@ -30,6 +35,7 @@ import contextlib
 import json
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -39,14 +45,17 @@ from ...host.ledger import private_tmp, temp_dir
 from ...host.proc import last_line
 from ...host.writeback import dirty_limit
 from ...model.attribution import Attribution
+from ...model.checkpoint import LAUNCHER_VARS, restarts_adam
 from ...model.checkpoint_io import CheckpointCall
-from ...model.checkpoint_sweep import CheckpointCandidate, CheckpointRequest, CheckpointTrial, RestoreCheck
+from ...model.checkpoint_sweep import (OPTIMIZER_LOST, CheckpointCandidate, CheckpointRequest, CheckpointTrial,
+                                      RestoreCheck)
 from ...model.hook_events import hook_env, read_events, read_losses
 from ...resources import inject_dir
 from ...workloads.strategies import WorkloadSpec, ds_config
 from ..config import REMOVE, aio_block_changes, candidate_config
 from ..user_job import PLACEHOLDER, JobRun, run_job
 from ..executor import TrialFailed
+from .space import launcher_refusal
 
 SWAP_PREFIX = "iotune-swap-"
 CKPT_PREFIX = "iotune-ckpt-"
@@ -115,11 +124,11 @@ def _cpu_writer_env(request: CheckpointRequest, candidate: CheckpointCandidate) 
 
 def save_run(request: CheckpointRequest, candidate: CheckpointCandidate, config: dict[str, Any], work: Path,
              ckpt: Path) -> Run:
-    steps = request.save_at + request.measure_steps
+    steps = request.save_at + max(request.measure_steps, request.restore_steps)
     env = _cpu_writer_env(request, candidate)
     if request.steps_cmd:
         env.update(IOTUNE_CKPT_SAVE_AT=str(request.save_at), IOTUNE_CKPT_DIR=str(ckpt),
-                   IOTUNE_CKPT_SEED=str(request.seed), IOTUNE_CKPT_CAPTURE=str(work.parent / "capture"),
+                   IOTUNE_CKPT_CAPTURE=str(work.parent / "capture"),
                    IOTUNE_CKPT_CAPTURE_COUNT=str(request.restore_steps * accumulation(config)))
         (work.parent / "capture").mkdir(exist_ok=True)
     tail = ["--steps", str(steps), "--save-at", str(request.save_at), "--checkpoint-dir", str(ckpt)]
@@ -131,37 +140,75 @@ def restore_run(request: CheckpointRequest, candidate: CheckpointCandidate, conf
                 ckpt: Path) -> Run:
     env = _cpu_writer_env(request, candidate)
     if request.steps_cmd:
-        env.update(IOTUNE_CKPT_LOAD=str(ckpt), IOTUNE_CKPT_SEED=str(request.seed),
-                   IOTUNE_CKPT_REPLAY=str(work.parent / "capture"))
+        env.update(IOTUNE_CKPT_LOAD=str(ckpt), IOTUNE_CKPT_REPLAY=str(work.parent / "capture"))
     tail = ["--steps", str(request.save_at + request.restore_steps), "--load-checkpoint", str(ckpt)]
     return _run(request, config, work, tail, env, request.restore_steps)
 
 
 def check_restore(request: CheckpointRequest, config: dict[str, Any], saved: Run, restored: Run) -> RestoreCheck:
-    """The restored run's first steps' losses against the save run's at the same steps."""
+    """The restored run's first steps' losses against the save run's at the
+    same steps: the first step's check the weights, the later ones' the
+    optimizer state (iotune.model.checkpoint_sweep)."""
     gas = accumulation(config)
-    first = request.save_at * gas
-    want = saved.losses[first:first + request.restore_steps * gas]
-    got = restored.losses[:request.restore_steps * gas]
+    count = request.restore_steps * gas
+    want = saved.losses[request.save_at * gas:][:count]
+    got = restored.losses[:count]
     load = _call(restored.att, "load")
     loaded, load_s = (load.loaded, load.seconds) if load is not None else (None, None)
-    diffs = [abs(a - b) / abs(b) if b else abs(a - b) for a, b in zip(got, want)]
-    worst = max(diffs) if diffs else None
-    reason = ""
+    weights = _compare(want, got, 0, gas, request.loss_rel_tol)
+    optimizer = _compare(want, got, gas, count - gas, request.optimizer_rel_tol) if weights.equal else Compared()
+    reason = _failure(request, load, want, got, count, gas, restored)
+    if not reason and weights.equal is False:
+        reason = f"{_mismatch(request, want, got, weights, gas)}: the weights were not restored"
+    elif not reason and optimizer.equal is False:
+        restart = " (Adam restarted)" if restarts_adam(config) else ""
+        reason = (f"{OPTIMIZER_LOST}{restart}: {_mismatch(request, want, got, optimizer, gas)}, beyond "
+                  f"{request.optimizer_rel_tol:g}")
+    diffs = [d for d in (weights.worst, optimizer.worst) if d is not None]
+    return RestoreCheck(not reason, tuple(want), tuple(got), max(diffs) if diffs else None, loaded, load_s, reason,
+                        weights.equal, optimizer.equal, gas, weights.worst, optimizer.worst)
+
+
+@dataclass(frozen=True)
+class Compared:
+    """Losses compared: equal within the tolerance (None: not compared),
+    the worst relative difference, the first index beyond the tolerance."""
+
+    equal: bool | None = None
+    worst: float | None = None
+    first_beyond: int | None = None
+
+
+def _compare(want: Sequence[float], got: Sequence[float], start: int, count: int, tol: float) -> Compared:
+    """want[start:start+count] against got's, when both hold that many."""
+    if count < 1 or len(want) < start + count or len(got) < start + count:
+        return Compared()
+    diffs = [abs(a - b) / abs(b) if b else abs(a - b) for a, b in zip(got[start:start + count],
+                                                                      want[start:start + count])]
+    beyond = next((start + i for i, d in enumerate(diffs) if d > tol), None)
+    return Compared(beyond is None, max(diffs), beyond)
+
+
+def _mismatch(request: CheckpointRequest, want: Sequence[float], got: Sequence[float], c: Compared, gas: int) -> str:
+    at = c.first_beyond if c.first_beyond is not None else 0
+    diff = abs(got[at] - want[at]) / abs(want[at]) if want[at] else abs(got[at] - want[at])
+    return (f"loss after the restore {got[at]!r} != {want[at]!r} of the uninterrupted run at step "
+            f"{request.save_at + at // gas + 1} (relative difference {diff:.3g})")
+
+
+def _failure(request: CheckpointRequest, load: CheckpointCall | None, want: Sequence[float], got: Sequence[float],
+             count: int, gas: int, restored: Run) -> str:
+    """Why the losses cannot all be compared ("" : they can)."""
     if load is not None and load.raised:
-        reason = f"load_checkpoint raised {load.raised}"
-    elif loaded is False:
-        reason = "load_checkpoint found no checkpoint to load (no `latest` naming a tag)"
-    elif len(want) < request.restore_steps * gas:
-        reason = f"the uninterrupted run recorded {len(want)} loss(es) after the save, not {request.restore_steps * gas}"
-    elif len(got) < len(want):
-        reason = (f"the restored run failed before its step {len(got) // gas + 1} (exit {restored.job.returncode}): "
-                  f"{last_line(restored.job.stderr, 'no output on stderr')}")
-    elif worst is not None and worst > request.loss_rel_tol:
-        at = diffs.index(worst)
-        reason = (f"loss after the restore {got[at]!r} != {want[at]!r} of the uninterrupted run at step "
-                  f"{request.save_at + at // gas + 1} (relative difference {worst:.3g})")
-    return RestoreCheck(not reason, tuple(want), tuple(got), worst, loaded, load_s, reason)
+        return f"load_checkpoint raised {load.raised}"
+    if load is not None and load.loaded is False:
+        return "load_checkpoint found no checkpoint to load (no `latest` naming a tag)"
+    if len(want) < count:
+        return f"the uninterrupted run recorded {len(want)} loss(es) after the save, not {count}"
+    if len(got) < count:
+        return (f"the restored run failed before its step {len(got) // gas + 1} (exit {restored.job.returncode}): "
+                f"{last_line(restored.job.stderr, 'no output on stderr')}")
+    return ""
 
 
 def _call(att: Attribution | None, op: str) -> CheckpointCall | None:
@@ -213,6 +260,8 @@ def _measured(request: CheckpointRequest, candidate: CheckpointCandidate, repeat
     call = _call(saved.att, "save")
     if call is None:
         why = last_line(saved.job.stderr, "no output on stderr")
+        if any(f"KeyError: '{v}'" in saved.job.stderr for v in LAUNCHER_VARS):
+            why += f"; {launcher_refusal('')}"
         return CheckpointTrial(candidate, repeat, "failed", f"save_checkpoint did not complete (exit "
                                f"{saved.job.returncode}): {why}", raw=raw)
     times = step_times(saved.att)

@@ -28,15 +28,18 @@ Driving a user's job (the checkpoint sweep; nothing happens without these):
 - IOTUNE_CKPT_SAVE_AT=N and IOTUNE_CKPT_DIR=D: right after the N-th
   completed optimizer step, engine.save_checkpoint(D).
 - IOTUNE_CKPT_LOAD=D: before the first forward, engine.load_checkpoint(D).
-- IOTUNE_CKPT_SEED=S: right after that save, and right after that load,
-  torch.manual_seed(S), so both runs draw the same random numbers (dropout)
-  from there on.
 - IOTUNE_CKPT_CAPTURE=C with IOTUNE_CKPT_CAPTURE_COUNT=K: after the save,
   the inputs of the next K forward calls are saved (torch.save) as
-  C/<i>.pt; IOTUNE_CKPT_REPLAY=C: after the load, the next forward calls
-  take those inputs instead of the job's own, in order. A job whose data
-  loader starts over when it restarts is then fed, after its restore, the
-  very batches the uninterrupted run trained on next.
+  C/<i>.pt, each with the random number generators' states at that
+  forward: torch's (CPU, and CUDA's when CUDA is initialised), Python's
+  `random` and numpy's global one (when the job imported numpy).
+  IOTUNE_CKPT_REPLAY=C: after the load, the next forward calls take those
+  inputs instead of the job's own, in order, and each sets the generators
+  to the states saved with its inputs right before it runs. A job whose
+  data loader starts over when it restarts is then fed, after its restore,
+  the very batches the uninterrupted run trained on next, and its dropout
+  (any random draw from the forward on) draws what the uninterrupted run
+  drew, wherever the job drew its data from before that forward.
 
 IOTUNE_CPU_FAST_WRITER=1 (set by the checkpoint sweep for iotune's own
 workload on the CPU accelerator only): a workaround that lets DeepSpeed
@@ -52,6 +55,7 @@ DeepSpeed's generic UtilsBuilder (compiled on first use).
 
 import ctypes
 import os
+import random
 import shutil
 import sys
 import time
@@ -287,7 +291,6 @@ def after_step(engine, completed):
     if not directory or not save_at.isdigit() or int(save_at) != completed:
         return
     engine.save_checkpoint(directory)
-    _seed()
     count = os.environ.get("IOTUNE_CKPT_CAPTURE_COUNT", "0")
     _ctx["captured"] = -int(count) if count.isdigit() else 0     # negative: inputs still to capture
 
@@ -298,30 +301,70 @@ def before_forward(engine, args, kwargs):
     if load and not _ctx["loaded"]:
         _ctx["loaded"] = True
         engine.load_checkpoint(load)
-        _seed()
     capture, replay = os.environ.get("IOTUNE_CKPT_CAPTURE"), os.environ.get("IOTUNE_CKPT_REPLAY")
     if capture and _ctx["captured"] < 0:
-        import torch
-
         index = int(os.environ.get("IOTUNE_CKPT_CAPTURE_COUNT", "0")) + _ctx["captured"]
-        torch.save((args, kwargs), os.path.join(capture, f"{index}.pt"))
         _ctx["captured"] += 1
+        _guarded("capture", _capture, os.path.join(capture, f"{index}.pt"), args, kwargs)
     elif replay and _ctx["loaded"]:
         path = os.path.join(replay, f"{_ctx['replayed']}.pt")
         if os.path.isfile(path):
-            import torch
-
-            args, kwargs = torch.load(path, weights_only=False)
             _ctx["replayed"] += 1
+            args, kwargs = _guarded("replay", _replay, path, args, kwargs) or (args, kwargs)
     return args, kwargs
 
 
-def _seed():
-    seed = os.environ.get("IOTUNE_CKPT_SEED", "")
-    if seed.isdigit():
-        import torch
+def _guarded(what, fn, *args):
+    """fn(*args), or None when it fails: the job goes on, and says why on stderr."""
+    try:
+        return fn(*args)
+    except Exception as e:  # noqa: BLE001 - the hook must never break the job
+        sys.stderr.write(f"iotune: checkpoint {what} of a forward's inputs failed: {type(e).__name__}: {e}\n")
+        return None
 
-        torch.manual_seed(int(seed))
+
+def _capture(path, args, kwargs):
+    import torch
+
+    torch.save({"args": args, "kwargs": kwargs, "rng": _rng_state()}, path)
+
+
+def _replay(path, args, kwargs):
+    """The captured inputs, with the generators set as they were at that forward."""
+    import torch
+
+    saved = torch.load(path, weights_only=False)
+    _set_rng(saved.get("rng") or {})
+    return saved["args"], saved["kwargs"]
+
+
+def _rng_state():
+    """The states every random draw of a forward may come from: torch's
+    (CPU, and CUDA's per device once CUDA is initialised), Python's random
+    and numpy's global generator (when the job imported numpy)."""
+    import torch
+
+    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        state["numpy"] = numpy.random.get_state()
+    return state
+
+
+def _set_rng(state):
+    import torch
+
+    if "python" in state:
+        random.setstate(state["python"])
+    if "torch" in state:
+        torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    numpy = sys.modules.get("numpy")
+    if "numpy" in state and numpy is not None:
+        numpy.random.set_state(state["numpy"])
 
 
 # -- the CPU-accelerator workaround for the fast writer ------------------------------
