@@ -11,9 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .conftest import needs_deepspeed
+from tests.conftest import needs_deepspeed
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "iotune" / "workloads" / "nvme_adam_restart.py"
 GUIDE = ROOT / "docs" / "guide" / "checkpoints.md"
 
