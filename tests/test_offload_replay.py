@@ -23,11 +23,12 @@ replay stands for; the forward and backward are the same for every
 candidate and only add the shared machine's noise), and replays are
 compared as ratios to your config's replays in the same pairs.
 
-Measured here (2026-11-28, 2 cores shared at a load average of 9, the gate
-shut: the traced step replayed at 1.05-1.07 of its time): replays of 1e9,
-1844352 and 461088 took 0.59, 0.60 and 1.63 of your config's; real
-optimizer steps 0.70, 0.76 and 2.10 s against its 1.25 s (0.56, 0.61,
-1.68); Spearman 1.0. The module took 7 min 44 s.
+Measured here (2026-11-28, 2 cores shared at a load average of 9-10), two
+runs. The gate shut (the traced step replayed at 1.07 of its time):
+replays of 1e9, 1844352 and 461088 took 0.59, 0.60 and 1.63 of your
+config's; real optimizer steps 0.70, 0.76 and 2.10 s against its 1.25 s
+(0.56, 0.61, 1.68); Spearman 1.0; 7 min 44 s. The gate open (1.03):
+0.59, 0.60, 1.60 against 0.56, 0.61, 1.63; Spearman 1.0; 6 min 25 s.
 """
 
 from __future__ import annotations
