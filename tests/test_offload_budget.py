@@ -197,3 +197,28 @@ def test_the_journal_keeps_replays_and_older_journals_still_load(tmp_path: Path)
                                         '{"kind":"offload-trial","key":"{}","changes":{},"status":"ok"}\n')
     old = Journal(tmp_path / "old.jsonl")
     assert old.offload_replays == [] and old.replay_bases == [] and len(old.offload_trials) == 1
+
+
+def test_replayable_candidates_the_budget_cannot_rank_are_left_undecided(tmp_path: Path) -> None:
+    """A plan with no room for replays ranks nothing: each candidate is undecided, at its cost."""
+    from iotune.sweep.executor import Target
+    from iotune.sweep.offload.replay_rank import Replays, split
+    from iotune.sweep.offload.stages import ReplayStage, rank
+
+    from .test_offload_schedule import NVME, TINY, traced
+
+    rp = Replays(traced("tiny-1e9"), NVME, TINY, {}, Target(tmp_path), Journal(tmp_path / "j.jsonl"), print)
+    derived, rest = split(rp, [(json.dumps({"zero_optimization.sub_group_size": n}),
+                                replace(NVME, sub_group_size=n)) for n in (461_088, 922_176)] +
+                          [("{}", replace(NVME, pipeline_read=True, optimizer_buffer_count=8))])
+    assert [k for k, _, _ in derived] == ['{"zero_optimization.sub_group_size": 461088}',
+                                          '{"zero_optimization.sub_group_size": 922176}']
+    assert rest == [("{}", "pipelining: DeepSpeed's pipelined swapper overlaps a read handle and a write handle, "
+                           "which the replay (one handle) does not represent")]
+    stage = ReplayStage(ReplayOutcome(True, "ok"), rp, tuple(derived), 40.0)
+    plan = fit_plan(10.0, "--budget 10 s", PlanCosts(30.0, 40.0, 0.0), 2, 0, 6)
+    clock = SearchClock(10.0)
+    o = rank(stage, plan, clock)
+    assert o.ranked == () and o.pick == "" and clock.stopped
+    assert clock.undecided == [f"undecided: sub_group_size={n} vs your config: not ranked on replays (≈ 40 s)"
+                               for n in (461088, 922176)]

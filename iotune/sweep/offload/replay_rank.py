@@ -202,7 +202,8 @@ def rank_candidate(rp: Replays, key: str, changes: dict[str, Any], knobs: Offloa
 
 def rank_all(rp: Replays, ranked: Sequence[tuple[str, dict[str, Any], OffloadKnobs, SwapSchedule]],
              clock: SearchClock, estimate_s: float) -> tuple[list[ReplayRank], list[str]]:
-    """Every candidate ranked on replays, fastest first, and the keys the budget left unranked.
+    """Every candidate ranked on replays, fastest first, and the keys left unranked (the budget
+    did not hold their first look, or their replay failed: both said).
     The schedules share one start (align_starts), so their seconds compare across candidates;
     the rank is by the ratio to your config's replays in the same pairs, which a drive slower
     or faster from one candidate's replays to the next (a shared machine) does not move."""
@@ -213,7 +214,7 @@ def rank_all(rp: Replays, ranked: Sequence[tuple[str, dict[str, Any], OffloadKno
         try:
             r = rank_candidate(rp, key, changes, knobs, schedule, aligned[0], clock, estimate_s)
         except ReplayError as e:
-            rp.say(f"offload: replay of {key} failed: {e}")
+            rp.say(f"offload: the replay of {short_changes(changes)} failed ({e}): it is left unranked")
             r = None
         if r is None:
             left.append(key)

@@ -115,9 +115,9 @@ def rank(stage: ReplayStage, plan: SearchPlan, clock: SearchClock) -> ReplayOutc
     free = set(_journaled_first(stage))
     todo = sorted(((key, _changes(key), knobs, s) for key, knobs, s in stage.derived), key=lambda t: t[0] not in free)
     ranked, left = rank_all(stage.replays, todo[:plan.replay_candidates], clock, stage.batch_s)
-    left += [key for key, *_ in todo[plan.replay_candidates:]]
-    clock.stopped = clock.stopped or bool(left)
-    for key in left:
+    cut = [key for key, *_ in todo[plan.replay_candidates:]]
+    clock.stopped = clock.stopped or bool(cut)
+    for key in left + cut:
         clock.undecided.append(undecided_unrun(short_changes(_changes(key)), "not ranked on replays",
                                                stage.batch_s))
     pick = replay_pick(ranked)
