@@ -19,7 +19,7 @@ import click
 from click.core import ParameterSource
 
 from ..errors import IotuneError, UsageError
-from ..model.units import parse_count, parse_rate, parse_size
+from ..model.units import parse_count, parse_duration, parse_rate, parse_size
 from ..render.base import RenderOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -124,6 +124,7 @@ SIZE = ParsedType("SIZE", parse_size, int)                  # 512K and 1M binary
 POSITIVE_SIZE = ParsedType("SIZE", parse_size, int, positive="600TB")   # a drive's capacity or endurance
 RATE = ParsedType("RATE", parse_rate, float)                # bytes/s: 200MB/s decimal, 2GiB/s binary; /s optional
 COUNT = ParsedType("N", parse_count, int)                   # a parameter count: 16B, 1.5B, 350M, 7e9
+DURATION = ParsedType("DURATION", parse_duration, float)   # seconds: 45m, 2h, 1h30m, 90s
 
 
 def csv_list(convert: Callable[[str], Any]) -> Callable[[Any, Any, str | None], tuple[Any, ...] | None]:

@@ -6,7 +6,11 @@ An append-only JSON-lines file. Line 1 is a header:
 trial: {"kind": "trial", ...Trial.to_json()} for the aio sweep's,
 {"kind": "offload-trial", ...OffloadTrial.to_json()} for the whole-offload
 search's, or {"kind": "checkpoint-trial", ...CheckpointTrial.to_json()} for
-the checkpoint sweep's. A crash or Ctrl-C leaves at most a partial last
+the checkpoint sweep's. The offload search also journals its replays:
+{"kind": "offload-replay-base", "key", ...ReplayBase.to_json()} (the
+reference trial's steady step, to derive candidates' schedules from) and
+{"kind": "offload-replay", ...ReplayBatch.to_json()}; an iotune that does not
+know a kind skips it. A crash or Ctrl-C leaves at most a partial last
 line, which reading skips.
 """
 
@@ -20,7 +24,9 @@ from typing import Any, ClassVar
 
 from ..errors import RecordError
 from .checkpoint_sweep import CheckpointTrial
+from .offload_plan import ReplayBatch
 from .offload_result import OffloadTrial
+from .offload_schedule import ReplayBase
 from .record import from_fields
 from .sweep import Trial
 
@@ -77,6 +83,8 @@ class JournalContents:
     trials: tuple[Trial, ...] = ()
     offload_trials: tuple[OffloadTrial, ...] = ()
     checkpoint_trials: tuple[CheckpointTrial, ...] = ()
+    offload_replays: tuple[ReplayBatch, ...] = ()
+    replay_bases: tuple[tuple[str, ReplayBase], ...] = ()     # (the reference's key, its steady step)
 
 
 # each trial's kind of record: (its reader, what a damaged line is not)
@@ -84,6 +92,8 @@ TRIAL_KINDS: dict[str, tuple[Callable[[dict[str, Any]], Any], str]] = {
     "trial": (Trial.from_json, "a trial record"),
     "offload-trial": (OffloadTrial.from_json, "an offload trial record"),
     "checkpoint-trial": (CheckpointTrial.from_json, "a checkpoint trial record"),
+    "offload-replay": (ReplayBatch.from_json, "an offload replay record"),
+    "offload-replay-base": (lambda d: (str(d["key"]), ReplayBase.from_json(d)), "an offload replay base record"),
 }
 
 
@@ -117,7 +127,8 @@ def read_journal_lines(lines: list[str], path: Path) -> JournalContents:
             except (KeyError, TypeError, ValueError, AttributeError) as e:
                 raise _corrupt(path, n, f"not {what} ({type(e).__name__}: {e})") from None
     return JournalContents(env, tuple(trials["trial"]), tuple(trials["offload-trial"]),
-                           tuple(trials["checkpoint-trial"]))
+                           tuple(trials["checkpoint-trial"]), tuple(trials["offload-replay"]),
+                           tuple(trials["offload-replay-base"]))
 
 
 def _header(rec: dict[str, Any], path: Path, n: int) -> SweepEnv:

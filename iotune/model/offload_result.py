@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .offload import GainSplit, OffloadKnobs
+from .offload_plan import ReplayOutcome, SearchPlan
 from .record import JsonRecord, from_fields
 
 
@@ -154,10 +155,21 @@ class OffloadOutcome:
     more_pairs: int = 0                       # undecided: about this many more pairs would settle it
     more_s: float = 0.0                       # and their time at the pairs' measured trial times
     memory: HostBaseline | None = None        # the host-memory baseline and margin the candidates were admitted by
+    replay: ReplayOutcome | None = None       # the replay ranking (None: the search ran before it existed)
+    plan: SearchPlan | None = None            # what the search planned within its budget
+    stopped: str = ""                         # budget | max pairs | "" (decided, or nothing left to run)
+    undecided: tuple[str, ...] = ()           # what it could not decide, with what deciding would take
+    picked: dict[str, Any] = field(default_factory=dict)   # the candidate the pairs confirmed ({}: none)
+    picked_by: str = ""                       # replay | real steps: what picked it
 
     @property
     def recommended(self) -> dict[str, Any]:
         return self.recommended_changes
+
+    @property
+    def compared(self) -> bool:
+        """Some candidate was measured against the reference: on real steps, or ranked on replays."""
+        return self.best is not None or bool(self.picked) or bool(self.replay and self.replay.ranked)
 
     def to_json(self) -> dict[str, Any]:
         return {"model": self.model, "base_changes": self.base_changes,
@@ -171,4 +183,7 @@ class OffloadOutcome:
                 "predictions": [asdict(p) for p in self.predictions], "step_error": self.step_error,
                 "trials_run_now": self.trials_run_now, "decision": self.decision, "tie_break": self.tie_break,
                 "more_pairs": self.more_pairs, "more_s": self.more_s,
-                "memory": self.memory.to_json() if self.memory else None}
+                "memory": self.memory.to_json() if self.memory else None,
+                "replay": self.replay.to_json() if self.replay else None,
+                "plan": self.plan.to_json() if self.plan else None, "stopped": self.stopped,
+                "undecided": list(self.undecided), "picked": self.picked, "picked_by": self.picked_by}

@@ -77,6 +77,35 @@ def parse_count(text: str) -> int:
     return int(value)
 
 
+_DURATION_UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from a duration as people write one: '45m' -> 2700, '2h' -> 7200,
+    '1h30m' -> 5400, '90s' and '90' -> 90 (s, m or min, h; parts may be
+    fractions: '1.5h').
+
+    Raises ValueError with a message naming the accepted forms.
+    """
+    body = text.strip().lower()
+    parts = re.findall(r"(\d+(?:\.\d+)?)\s*(h|min|m|sec|s)?\s*", body)
+    units_seen = [u or "s" for _, u in parts]
+    if not body or re.fullmatch(r"(?:\d+(?:\.\d+)?\s*(?:h|min|m|sec|s)?\s*)+", body) is None \
+            or (len(parts) > 1 and "" in [u for _, u in parts]) or len(set(units_seen)) != len(units_seen):
+        raise ValueError(f"'{text}' is not a duration: write it as 45m, 2h, 1h30m or 90s (h, m or min, s)")
+    seconds = sum(float(v) * _DURATION_UNITS[u or "s"] for v, u in parts)
+    if seconds <= 0:
+        raise ValueError(f"'{text}': give a duration above 0, e.g. 45m")
+    return seconds
+
+
+def duration(s: float) -> str:
+    """A time span for plans and estimates: 45 -> '45 s', 150 -> '2.5 min', 5400 -> '1.5 h'."""
+    if s < 120:
+        return f"{s:.0f} s"
+    return f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
+
+
 def size(n: float) -> str:
     """A request or tensor size in the largest binary unit it reaches, whole
     when exact: 524288 -> '512 KiB', 1536 -> '1.5 KiB', 100 -> '100 B'."""

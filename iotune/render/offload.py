@@ -60,6 +60,38 @@ def _baseline(o: OffloadOutcome) -> str:
     return f"baseline {units.mb(m.baseline_bytes)} MB, {m.note}"
 
 
+def _plan(o: OffloadOutcome) -> list[str]:
+    if o.plan is None:
+        return []
+    return ["", *(f"  {line}" for line in o.plan.describe())]
+
+
+def _replay(o: OffloadOutcome) -> list[str]:
+    r = o.replay
+    if r is None:
+        return []
+    lines = ["", f"  Replays: {r.fidelity}"]
+    if r.ranked:
+        lines.append(f"  {'ranked on replays (fastest first)':<58} {'median s':>9} {'spread':>7} {'pairs':>5} "
+                     f"{'your config / it':>16}  verdict")
+        for x in r.ranked:
+            mark = "  <- the pick" if x.key == r.pick else ""
+            lines.append(f"  {short_changes(x.changes)[:58]:<58} {x.median_s:9.3f} {100 * x.spread:6.1f}% "
+                         f"{len(x.seconds):>5} {x.ratio:15.3f}x  {x.verdict}{mark}")
+        lines.append("  (median s: replays of the candidate's schedule, derived from your config's traced step and "
+                     "the byte model; spread: slowest - fastest over the median; pairs: ABBA with your config's)")
+    lines += [f"  real steps instead: {c}: {why}" for c, why in r.real_steps]
+    return lines
+
+
+def _stopped(o: OffloadOutcome) -> list[str]:
+    if not o.undecided and not o.stopped:
+        return []
+    why = {"budget": "the budget stopped the search", "max pairs": "--max-pairs stopped the pairs"}
+    return ["", f"  {why.get(o.stopped, 'stopped')}:" if o.stopped else "  not decided:",
+            *(f"  {u}" for u in o.undecided)]
+
+
 def _predictions(o: OffloadOutcome) -> list[str]:
     if not o.predictions:
         return []
@@ -122,19 +154,25 @@ def _verdict(o: OffloadOutcome) -> list[str]:
         return lines
     if not o.searched:
         return ["\nNothing to search: every dimension is left out (above); keeping your config"]
-    if o.best is None or o.verdict == "none":
-        return ["\nKeeping your config: " + ("no candidate could run" if o.best is None else
-                                             "no pair of the fastest candidate with it completed")]
+    if not o.compared:
+        return ["\nKeeping your config: no candidate could run"]
+    if not o.picked and o.best is None:
+        return ["\nKeeping your config: no candidate was faster on the replays, so none went to real steps"]
+    if o.verdict == "none":
+        return ["\nKeeping your config: " + ("the budget left no time for the pairs" if o.stopped == "budget" else
+                                             "no pair of the pick with it completed")]
     if o.verdict == "undecided":
         more = more_pairs_phrase(o.more_pairs, o.more_s)
         return [f"\nKeeping your config: the pairs could not tell the fastest candidate from it"
-                + (f"; {more} would settle it (--max-pairs)" if more else "")]
+                + (f"; {more} would settle it ({'--budget' if o.stopped == 'budget' else '--max-pairs'})"
+                   if more else "")]
     return [f"\nKeeping your config: the fastest candidate was {o.verdict} against it on real steps"
             + (" (and the cheaper of the two: see the tie-break above)" if o.tie_break else "")]
 
 
 def offload_console(o: OffloadOutcome, opts: RenderOptions) -> str:
-    lines = [*_header(o), *_predictions(o), *_trials(o), *_pairs(o), *_what_if(o), *_verdict(o)]
+    lines = [*_header(o), *_plan(o), *_replay(o), *_predictions(o), *_trials(o), *_pairs(o), *_stopped(o),
+             *_what_if(o), *_verdict(o)]
     return "\n".join(lines) + "\n"
 
 

@@ -24,7 +24,9 @@ from collections.abc import Callable
 from ..errors import NoSpaceError
 from ..model.checkpoint_sweep import CheckpointCandidate, CheckpointTrial
 from ..model.journal import JOURNAL_VERSION, TRIAL_KINDS, SweepEnv, read_journal
+from ..model.offload_plan import ReplayBatch
 from ..model.offload_result import OffloadTrial
+from ..model.offload_schedule import ReplayBase
 from ..model.sweep import Trial
 
 NAME = "journal.jsonl"          # in the sweep's output directory (-o/--out)
@@ -37,6 +39,8 @@ class Journal:
         self.trials: list[Trial] = list(contents.trials) if contents else []
         self.offload_trials: list[OffloadTrial] = list(contents.offload_trials) if contents else []
         self.checkpoint_trials: list[CheckpointTrial] = list(contents.checkpoint_trials) if contents else []
+        self.offload_replays: list[ReplayBatch] = list(contents.offload_replays) if contents else []
+        self.replay_bases: list[tuple[str, ReplayBase]] = list(contents.replay_bases) if contents else []
 
     def start(self, env: SweepEnv) -> None:
         """Write the header of a new journal (no-op when resuming)."""
@@ -71,6 +75,22 @@ class Journal:
     def record_offload(self, trial: OffloadTrial) -> None:
         self._append({"kind": "offload-trial", **trial.to_json()})
         self.offload_trials.append(trial)
+
+    def find_replay(self, key: str, batch: int) -> ReplayBatch | None:
+        """The offload search's replay batch `batch` of the candidate `key`, if journaled."""
+        return next((r for r in self.offload_replays if r.key == key and r.batch == batch), None)
+
+    def record_replay(self, batch: ReplayBatch) -> None:
+        self._append({"kind": "offload-replay", **batch.to_json()})
+        self.offload_replays.append(batch)
+
+    def find_replay_base(self, key: str) -> ReplayBase | None:
+        """The steady step journaled from the reference trial of changes `key`, if any."""
+        return next((b for k, b in self.replay_bases if k == key), None)
+
+    def record_replay_base(self, key: str, base: ReplayBase) -> None:
+        self._append({"kind": "offload-replay-base", "key": key, **base.to_json()})
+        self.replay_bases.append((key, base))
 
     def find_checkpoint(self, candidate: CheckpointCandidate, repeat: int) -> CheckpointTrial | None:
         """The checkpoint trial journaled for this candidate and repeat, if any."""

@@ -94,6 +94,38 @@ def run_replays(schedule: SwapSchedule, target: Target, aio: AioSettings = DEEPS
     return results
 
 
+def run_replay_plan(entries: Sequence[tuple[SwapSchedule, AioSettings]], order: Sequence[int], target: Target,
+                    timeout_s: float | None = None,
+                    command: Sequence[str] | None = None) -> tuple[tuple[int, ReplayResult], ...]:
+    """Replays of several schedules in one child (`--plan`), each at its aio setting (sizes padded
+    as DeepSpeed pads them there), in `order` (indices into `entries`: e.g. a candidate and the
+    job's own config in ABBA order): (index, result) per replay, in that order. Their files take
+    the sum of the schedules' on the target. ReplayError as run_replays."""
+    if any(aio.use_gds for _, aio in entries):
+        raise UsageError("use_gds: GPUDirect Storage is not replayed (DeepSpeed's aio_handle is); replay with "
+                         "use_gds false")
+    if not order or any(not 0 <= i < len(entries) for i in order):
+        raise UsageError(f"a replay plan needs an order of indices into its {len(entries)} schedule(s), got "
+                         f"{list(order)}")
+    timeout = timeout_s if timeout_s is not None else START_TIMEOUT_S + sum(
+        PER_REPEAT_TIMEOUT_S + 2 * entries[i][0].traced_s for i in order) + PER_REPEAT_TIMEOUT_S
+    plan = {"entries": [{"schedule": s.for_intra_op_parallelism(aio.intra_op_parallelism).to_json(),
+                         "aio": aio.to_ds_json()} for s, aio in entries], "order": list(order)}
+    with contextlib.ExitStack() as stack:
+        files = temp_dir(stack, ".iotune-replay-", target.files_dir)
+        where = temp_dir(stack, ".iotune-replay-schedule-")
+        (where / "plan.json").write_text(json.dumps(plan))
+        base = list(command) if command is not None else [sys.executable, "-m", REPLAYER_MODULE]
+        data = _run_child(base + ["--plan", str(where / "plan.json"), "--dir", str(files)], target.cgroup, timeout)
+    results = tuple(ReplayResult.from_json(r) for r in data.get("results") or ())
+    if len(results) != len(order):
+        raise ReplayError(f"the replayer returned {len(results)} results for {len(order)} replays", data)
+    short = _shortfall(results)
+    if short:
+        raise ReplayError(f"the replay did not move the schedule's bytes: {short}", data)
+    return tuple(zip(order, results))
+
+
 def _shortfall(results: Sequence[ReplayResult]) -> str | None:
     """The first short I/O of any replay, or None when every one moved all its bytes."""
     for r in results:

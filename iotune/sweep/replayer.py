@@ -5,6 +5,14 @@ iotune.sweep.replay (torch and DeepSpeed stay out of the sweep process):
     python -m iotune.sweep.replayer --schedule FILE --dir D --block-size B \\
         --queue-depth Q --intra-op-parallelism T --single-submit {0,1} \\
         --overlap-events {0,1} [--repeats N] [--no-compute]
+    python -m iotune.sweep.replayer --plan FILE --dir D [--no-compute]
+
+--plan replays several schedules in one process, each at its own aio
+setting: FILE holds {"entries": [{"schedule": ..., "aio": ...}, ...],
+"order": [0, 1, 1, 0, ...]}, the schedule each replay runs, in order (the
+offload search's ABBA pairs of a candidate and the job's own config). Each
+schedule's files are laid out under s<i>/ in D, all before any timing, and
+the results come in the order's order.
 
 It lays the schedule's tensor files out in D at their sizes (written with
 O_DIRECT through the same handle, then fsync'd, before any timing: a
@@ -39,9 +47,10 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from ..fs.directio import direct_io_problem
 from ..host.proc import prefer_interpreter_tools
@@ -50,6 +59,7 @@ from ..model.replay import READ, WRITE, ScheduleError, SwapGroup, SwapOp, SwapSc
 from ..model.replay_result import ReplayResult, WaitTiming
 from .replay_io import IoCount, IoCounter, Pattern, ReplayFailure, allocate_pool, layout_files, load_aio_op
 
+T = TypeVar("T")
 MARK_BYTES = 1024     # DeepSpeed's AIO_ALIGNED_BYTES: every request it issues starts on such a boundary
 # Idle before each replay, not timed: the job's step starts after its forward and backward with the
 # drive idle, and a blkio throttle still paying for the layout's writes held the first group back by
@@ -69,23 +79,38 @@ class ReplayArgs:
     aio: AioSettings
     repeats: int
     compute: bool
+    others: tuple[tuple[SwapSchedule, AioSettings], ...] = ()   # --plan: the schedules after the first
+    order: tuple[int, ...] = ()                                  # --plan: the schedule each replay runs
+
+    @property
+    def entries(self) -> tuple[tuple[SwapSchedule, AioSettings], ...]:
+        return ((self.schedule, self.aio), *self.others)
+
+    @property
+    def sequence(self) -> tuple[int, ...]:
+        return self.order or (0,) * self.repeats
 
 
 def parse_args(argv: list[str] | None) -> ReplayArgs:
     p = _Parser(prog="python -m iotune.sweep.replayer", description="Replay a swap schedule; prints one JSON object.")
-    p.add_argument("--schedule", required=True, help="the SwapSchedule's JSON file")
+    p.add_argument("--schedule", help="the SwapSchedule's JSON file")
+    p.add_argument("--plan", help="several schedules, each with its aio setting, and the order to replay them in")
     p.add_argument("--dir", required=True, help="an empty directory on the drive under test")
     for name in ("--block-size", "--queue-depth", "--intra-op-parallelism"):
-        p.add_argument(name, type=int, required=True)
-    p.add_argument("--single-submit", type=int, choices=(0, 1), required=True)
-    p.add_argument("--overlap-events", type=int, choices=(0, 1), required=True)
+        p.add_argument(name, type=int)
+    p.add_argument("--single-submit", type=int, choices=(0, 1))
+    p.add_argument("--overlap-events", type=int, choices=(0, 1))
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--no-compute", action="store_true", help="leave the job's compute out (the ceiling)")
     a = p.parse_args(argv)
-    try:
-        schedule = SwapSchedule.from_json(json.loads(Path(a.schedule).read_text()))
-    except (OSError, ValueError, KeyError, TypeError, ScheduleError) as e:
-        raise ReplayFailure("usage", f"cannot read the schedule {a.schedule}: {e}") from None
+    if (a.schedule is None) == (a.plan is None):
+        raise ReplayFailure("usage", "replayer: give either --schedule (with the aio arguments) or --plan")
+    if a.plan is not None:
+        return _plan_args(a)
+    if None in (a.block_size, a.queue_depth, a.intra_op_parallelism, a.single_submit, a.overlap_events):
+        raise ReplayFailure("usage", "replayer: --schedule needs --block-size, --queue-depth, "
+                                     "--intra-op-parallelism, --single-submit and --overlap-events")
+    schedule = _read(a.schedule, SwapSchedule.from_json)
     aio = AioSettings(a.block_size, a.queue_depth, a.intra_op_parallelism, bool(a.single_submit),
                       bool(a.overlap_events))
     if a.repeats < 1:
@@ -94,31 +119,64 @@ def parse_args(argv: list[str] | None) -> ReplayArgs:
                       not a.no_compute)
 
 
+def _read(path: str, load: Callable[[Any], T]) -> T:
+    """`load` of the JSON in `path`; a usage failure naming the file when it is not one."""
+    try:
+        return load(json.loads(Path(path).read_text()))
+    except (OSError, ValueError, KeyError, TypeError, ScheduleError) as e:
+        raise ReplayFailure("usage", f"cannot read the schedule {path}: {e}") from None
+
+
+def _plan_args(a: argparse.Namespace) -> ReplayArgs:
+    def load(data: dict[str, Any]) -> tuple[list[tuple[SwapSchedule, AioSettings]], tuple[int, ...]]:
+        entries = [(SwapSchedule.from_json(e["schedule"]), AioSettings.from_ds_json(dict(e["aio"])))
+                   for e in data["entries"]]
+        return entries, tuple(int(i) for i in data["order"])
+    entries, order = _read(a.plan, load)
+    if not entries or not order or any(not 0 <= i < len(entries) for i in order):
+        raise ReplayFailure("usage", f"the plan {a.plan} needs schedules and an order of their indices")
+    entries = [(_under(s if not a.no_compute else s.without_compute(), f"s{i}/"), aio)
+               for i, (s, aio) in enumerate(entries)]
+    (first, aio), *others = entries
+    return ReplayArgs(first, Path(a.dir), aio, len(order), not a.no_compute, tuple(others), order)
+
+
+def _under(schedule: SwapSchedule, prefix: str) -> SwapSchedule:
+    """`schedule` with its files under `prefix` (each schedule of a plan in a directory of its own)."""
+    groups = tuple(replace(g, ops=tuple(replace(op, path=prefix + op.path) for op in g.ops)) for g in schedule.groups)
+    return replace(schedule, groups=groups)
+
+
 def check_args(args: ReplayArgs) -> None:
     """What would make DeepSpeed refuse or abort, said before any I/O."""
-    threads = args.aio.intra_op_parallelism
-    for name in ("block_size", "queue_depth", "intra_op_parallelism"):
-        if getattr(args.aio, name) < 1:
-            raise ReplayFailure("usage", f"{name} must be at least 1")
-    if args.aio.block_size % 4096:
-        raise ReplayFailure("usage", f"block_size {args.aio.block_size} is not a multiple of 4096 (O_DIRECT)")
-    odd = [op for op in args.schedule.ops if op.size_bytes % threads or op.size_bytes < 1]
-    if odd:
-        raise ReplayFailure("usage", f"{odd[0].path}: {odd[0].size_bytes} bytes do not split into {threads} equal "
-                                     "shares (intra_op_parallelism), which DeepSpeed's aio refuses: replay it with "
-                                     "an intra_op_parallelism that divides every op")
-    if not args.schedule.groups:
-        raise ReplayFailure("usage", "the schedule has no swap operations: nothing to replay")
+    for schedule, aio in args.entries:
+        _check_entry(schedule, aio)
     if not args.directory.is_dir() or any(args.directory.iterdir()):
         raise ReplayFailure("directory", f"{args.directory} must be an empty directory on the drive under test")
     problem = direct_io_problem(str(args.directory))
     if problem:
         raise ReplayFailure("o_direct", f"{args.directory}: {problem}; DeepSpeed's aio opens every file with O_DIRECT")
     st = os.statvfs(args.directory)
-    need = sum(args.schedule.files().values())
+    need = sum(sum(s.files().values()) for s, _ in args.entries)
     if st.f_bavail * st.f_frsize < need:
         raise ReplayFailure("space", f"{args.directory} has {st.f_bavail * st.f_frsize} bytes free; the schedule's "
                                      f"files take {need}: free space on the drive")
+
+
+def _check_entry(schedule: SwapSchedule, aio: AioSettings) -> None:
+    threads = aio.intra_op_parallelism
+    for name in ("block_size", "queue_depth", "intra_op_parallelism"):
+        if getattr(aio, name) < 1:
+            raise ReplayFailure("usage", f"{name} must be at least 1")
+    if aio.block_size % 4096:
+        raise ReplayFailure("usage", f"block_size {aio.block_size} is not a multiple of 4096 (O_DIRECT)")
+    odd = [op for op in schedule.ops if op.size_bytes % threads or op.size_bytes < 1]
+    if odd:
+        raise ReplayFailure("usage", f"{odd[0].path}: {odd[0].size_bytes} bytes do not split into {threads} equal "
+                                     "shares (intra_op_parallelism), which DeepSpeed's aio refuses: replay it with "
+                                     "an intra_op_parallelism that divides every op")
+    if not schedule.groups:
+        raise ReplayFailure("usage", "the schedule has no swap operations: nothing to replay")
 
 
 # --- one replay -----------------------------------------------------------------------------
@@ -204,22 +262,28 @@ class Replay:
 
 def replay(args: ReplayArgs) -> dict[str, Any]:
     op, versions = load_aio_op()
-    a = args.aio
-    handle = op.aio_handle(block_size=a.block_size, queue_depth=a.queue_depth, single_submit=a.single_submit,
-                           overlap_events=a.overlap_events, intra_op_parallelism=a.intra_op_parallelism)
-    pool = allocate_pool(handle, args.schedule)
-    pattern = Pattern(sorted(args.schedule.files()), MARK_BYTES)
+    handles: dict[AioSettings, Any] = {}
+    for _, a in args.entries:
+        if a not in handles:
+            handles[a] = op.aio_handle(block_size=a.block_size, queue_depth=a.queue_depth,
+                                       single_submit=a.single_submit, overlap_events=a.overlap_events,
+                                       intra_op_parallelism=a.intra_op_parallelism)
+    first = handles[args.aio]
+    every = SwapSchedule(tuple(g for s, _ in args.entries for g in s.groups), 0, 0.0, 0.0)
+    pool = allocate_pool(first, every)       # DeepSpeed's locked buffers serve every handle (one shared manager)
+    pattern = Pattern(sorted(every.files()), MARK_BYTES)
     try:
-        layout_s = layout_files(handle, pool[0], args.schedule.files(), args.directory, pattern)
-        runner = Replay(handle, pool, args.schedule, args.directory, pattern)
+        layout_s = layout_files(first, pool[0], every.files(), args.directory, pattern)
+        runners = [Replay(handles[a], pool, s, args.directory, pattern) for s, a in args.entries]
         results = []
-        for _ in range(args.repeats):
+        for i in args.sequence:
             time.sleep(SETTLE_S)
-            results.append(runner.run(args.compute, a, layout_s))
+            results.append(runners[i].run(args.compute, args.entries[i][1], layout_s))
     finally:
         for buf in pool:
-            handle.free_cpu_locked_tensor(buf)
-    return {"results": [r.to_json() for r in results], "layout_s": layout_s, **versions}
+            first.free_cpu_locked_tensor(buf)
+    return {"results": [r.to_json() for r in results], "order": list(args.sequence), "layout_s": layout_s,
+            **versions}
 
 
 def run(argv: list[str] | None) -> tuple[int, dict[str, Any]]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import click
 
-from ..options import SIZE, F, emit, library_errors, option_group, resumable, say
+from ..options import DURATION, SIZE, F, emit, library_errors, option_group, resumable, say
 from .apply import apply_decision
 from ..groups import FormatOutput, sections
 from .groups import (ApplyOptions, DriveOptions, JobOptions, JournalOptions, SweepCommand, apply_options, drive_options,
@@ -25,6 +25,7 @@ class SearchOptions:
     what_if: str | None
     max_trials: int | None
     max_pairs: int
+    budget_s: float | None
 
 
 def search_options(fn: F) -> F:
@@ -54,6 +55,11 @@ def search_options(fn: F) -> F:
                           "confirm the pick; the rule decides from 3 pairs on, with a 95% confidence sequence valid "
                           "at every look, and an undecided pick says how many more pairs would settle it. Each pair "
                           "costs two trials: at 1B, minutes each."),
+        click.option("--budget", "budget_s", type=DURATION, default=None, metavar="DURATION",
+                     help="The most this run of the search may take, e.g. 45m, 2h or 1h30m (s, m, h). Before it "
+                          "starts it prints its plan fitted to the budget (fewer trials or pairs when it must) and, "
+                          "when the budget stops it, what it could not decide. Default: 24 trials of your job, "
+                          "timed on the reference trial."),
     )(fn)
 
 
@@ -104,12 +110,12 @@ def offload(drive: DriveOptions, job: JobOptions, search: SearchOptions, journal
                        ds_config=job.ds_config, steps_cmd=job.steps_cmd, fixes=search.fixes,
                        max_host_memory=search.max_host_memory, max_trials=search.max_trials or 12,
                        max_pairs=search.max_pairs, steps=job.steps, steps_timeout_s=job.steps_timeout_s,
-                       out=journal.out, fresh=journal.fresh, what_if=search.what_if)
+                       out=journal.out, fresh=journal.fresh, what_if=search.what_if, budget_s=search.budget_s)
     with resumable():
         outcome = run_offload_command(args, say)
     if outcome.recommended:
         apply_decision(apply, offload_changes(outcome))
     emit(outcome, output.format)
     what_if_ran = bool(outcome.what_if) and all(w.status == "ok" for w in outcome.what_if)
-    if outcome.best is None and not outcome.recommended and not what_if_ran:
+    if not outcome.compared and not outcome.recommended and not what_if_ran:
         sys.exit(1)

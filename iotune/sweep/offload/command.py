@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,7 @@ class OffloadArgs:
     out: Path | None = None
     fresh: bool = False
     what_if: str | None = None
+    budget_s: float | None = None            # --budget (None: the default, from the reference trial's time)
 
 
 def runner_for(args: OffloadArgs, plan: TrialPlan) -> tuple[Runner, dict[str, Any], dict[str, Any]]:
@@ -131,7 +132,7 @@ def run_offload_command(args: OffloadArgs, say: Callable[[str], None]) -> Offloa
         search = OffloadSearch(base, runner, fixes, host_budget(args.max_host_memory), host_context(runner, base),
                                plan, args.max_trials, max_pairs=args.max_pairs, what_if=what_if)
         check_deepspeed_ops_for_offload()
-        return search_offload(search, target, journal, say)
+        return search_offload(replace(search, time_budget_s=args.budget_s), target, journal, say)
 
 
 def offload_changes(outcome: OffloadOutcome) -> dict[str, Any]:

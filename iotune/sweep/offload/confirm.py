@@ -13,6 +13,7 @@ per step; the outcome says which was kept and why (`tie_break`)."""
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections.abc import Sequence
@@ -27,6 +28,7 @@ from ...model.sweep_result import more_pairs_phrase
 from ..sequential import PairDecision, SequentialRule, candidate_first, decide, pair_order
 
 if TYPE_CHECKING:
+    from .budget import SearchClock
     from .search import OffloadSearch, Trials
 
 
@@ -39,6 +41,7 @@ class Confirmation:
     decision: str = ""               # the rule's account, in words
     rule: PairDecision | None = None
     more_s: float = 0.0              # undecided: the time of the pairs the rule still needs
+    stopped: str = ""                # undecided: what stopped the pairs (budget | max pairs)
 
 
 def run_pair(candidate: OffloadKnobs, reference: OffloadKnobs, n: int, trials: Trials) -> tuple[OffloadTrial,
@@ -53,16 +56,25 @@ def run_pair(candidate: OffloadKnobs, reference: OffloadKnobs, n: int, trials: T
 
 
 def confirm_pairs(candidate: OffloadKnobs, reference: OffloadKnobs, shape: JobShape, trials: Trials,
-                  search: OffloadSearch) -> Confirmation:
-    """Pairs, one at a time, until the sequential rule decides or
-    --max-pairs; each ratio is the candidate's samples per second over the
-    reference's. Undecided: the time of the pairs it still needs, at the
-    pairs' measured trial times."""
+                  search: OffloadSearch, clock: SearchClock | None = None, max_pairs: int | None = None,
+                  pair_s: float = 0.0) -> Confirmation:
+    """Pairs, one at a time, until the sequential rule decides, --max-pairs,
+    `max_pairs` (the plan's) or the budget (`clock`: a pair not in the journal
+    runs only if `pair_s`, or the pairs' median, still fits); each ratio is the
+    candidate's samples per second over the reference's. Undecided: the time of
+    the pairs it still needs, at the pairs' measured trial times."""
     rule = SequentialRule(noise_floor=search.noise_floor, max_pairs=search.max_pairs)
+    limit = rule.max_pairs if max_pairs is None else min(max_pairs, rule.max_pairs)
     seen: list[tuple[OffloadTrial, OffloadTrial]] = []
     spent: list[float] = []
     decision = decide([], rule)
+    stopped = ""
     for n in range(rule.max_pairs):
+        each = statistics.median(spent) if spent else pair_s
+        if (n >= limit or clock is not None and not clock.fits(each)) and \
+                not _journaled(candidate, reference, n, trials):
+            stopped = "budget"
+            break
         c, b = run_pair(candidate, reference, n, trials)
         spent.append(c.seconds + b.seconds)
         if c.status == b.status == "ok" and b.samples_per_s > 0:
@@ -71,7 +83,7 @@ def confirm_pairs(candidate: OffloadKnobs, reference: OffloadKnobs, shape: JobSh
         if decision.decided:
             break
     ratios = tuple(c.samples_per_s / b.samples_per_s for c, b in seen)
-    more_s = decision.more_pairs_needed * statistics.median(spent) if spent else 0.0
+    more_s = decision.more_pairs_needed * (statistics.median(spent) if spent else pair_s)
     gain = None
     if decision.verdict == "faster":
         gain = measured_gain_split(reference, candidate, shape, decision.center,
@@ -79,8 +91,18 @@ def confirm_pairs(candidate: OffloadKnobs, reference: OffloadKnobs, shape: JobSh
                                    int(statistics.median(c.swapped_bytes for c, _ in seen)),
                                    max(host_memory(candidate, shape, search.context).peak_bytes
                                        - host_memory(reference, shape, search.context).peak_bytes, 0))
+    if not decision.decided and not stopped:
+        stopped = "max pairs"
     return Confirmation(ratios, decision.verdict if ratios else "none", candidate, gain,
-                        describe_decision(decision, more_s) if ratios else "", decision, more_s)
+                        describe_decision(decision, more_s) if ratios else "", decision, more_s, stopped)
+
+
+def _journaled(candidate: OffloadKnobs, reference: OffloadKnobs, n: int, trials: Trials) -> bool:
+    """Whether both trials of pair n are in the journal (they cost nothing)."""
+    from .search import knob_changes
+
+    return all(trials.journal.find_offload(json.dumps(knob_changes(trials.base, k), sort_keys=True), role, n)
+               is not None for k, role in ((candidate, "pair-candidate"), (reference, "pair-base")))
 
 
 def describe_decision(d: PairDecision, more_s: float = 0.0) -> str:

@@ -9,16 +9,26 @@
               the job's own config does not fit, the reference is the smallest
               change that does, and the report says so
     reference the job's own config (or that change), run once: its step time and
-              the time it waits on swaps calibrate the step-time model
-    predict   each fitting candidate's step time (iotune.model.offload_time) from
-              its bytes per step, the drive's rates measured with fio, and the
+              the time it waits on swaps calibrate the step-time model, and its
+              steady step's swaps are kept for the replay
+    replay    the reference's step replayed as traced and as derived from the
+              byte model: within 5 % of the traced time, candidates that change
+              only how the optimizer's state is cut and moved are ranked on
+              replays of their derived schedules (iotune.sweep.offload.stages,
+              .replay_rank); otherwise every candidate runs real steps
+    plan      what the search runs, fitted to its time budget (--budget, or 24
+              reference trials), printed before it starts
+    predict   the other candidates' step times (iotune.model.offload_time) from
+              their bytes per step, the drive's rates measured with fio, and the
               reference's compute
     run       real steps only for the candidates predicted within `margin` of the
-              best prediction (at most `max_trials`); a trial ends as soon as its
-              steady steps agree (offload_runner.TrialPlan)
-    confirm   the fastest against the reference in pairs, one pair at a time, until
-              the sequential rule decides (iotune.sweep.offload.confirm); two
-              configs the pairs find equal are ranked by what else they cost
+              best prediction (at most `max_trials`, and what the plan holds); a
+              trial ends as soon as its steady steps agree (offload_runner.TrialPlan)
+    confirm   one pick, the replay's or the fastest real-step trial's, against the
+              reference in pairs, one pair at a time, until the sequential rule
+              decides, --max-pairs or the budget (iotune.sweep.offload.confirm); two
+              configs the pairs find equal are ranked by what else they cost; what
+              the budget left undecided is said, with what deciding it would take
 
 Every trial is journaled the moment it ends (the sweep journal, its identity
 in the header) and a re-run takes what the journal has.
@@ -57,10 +67,13 @@ from ..config import OFFLOAD_SECTIONS, REMOVE, candidate_config, nvme_sections
 from ..drive_rates import aio_point, measure_drive_rates
 from ..executor import Target
 from ..journal import Journal
+from .budget import SearchClock, clock_for
+from .replay_rank import CapturingRunner
 from .runner import BuiltinRunner, RunResult, Runner, TrialPlan, samples_per_step
 from .memory import baseline_sentence, host_baseline, job_context, memory_now, skipped_trial
+from .stages import Staged, confirm_pick, make_plan, prepare_replays, rank, run_real, staged_fields
 from .space import KEYS, Budget, candidates, dimensions, refusals
-from .confirm import Confirmation, Cost, confirm_pairs, cost_of, rank_by_cost, tie_break
+from .confirm import Confirmation, Cost, cost_of, rank_by_cost, tie_break
 from .what_if import ZENFLOW_TOPK, ZENFLOW_WHAT_IF, what_if_plan, what_if_refusal
 
 ASSUMED_ERROR = 0.15       # the step-time model's error before any trial measured it (the wide grid: 0.17)
@@ -81,6 +94,7 @@ class OffloadSearch:
     max_pairs: int = 6
     noise_floor: float = 0.05
     what_if: tuple[str, tuple[float, ...]] | None = None
+    time_budget_s: float | None = None          # --budget (None: derived from the reference trial's time)
 
 
 def knob_changes(base: OffloadKnobs, knobs: OffloadKnobs) -> dict[str, Any]:
@@ -175,6 +189,7 @@ def search_offload(search: OffloadSearch, target: Target, journal: Journal,
     refusal = what_if_refusal(search.what_if, search.base_cfg)
     if refusal:
         raise UsageError(refusal)
+    clock = clock_for(search.time_budget_s)
     shape, dtype, startup = job_shape(search, target, say)
     search = replace(search, context=job_context(search.context, startup))
     say(baseline_sentence(search.context))
@@ -188,41 +203,61 @@ def search_offload(search: OffloadSearch, target: Target, journal: Journal,
             + (f"The reference is the smallest change that fits: {short_changes(knob_changes(base, reference))}"
                if reference is not None else "No candidate fits either"))
     say(f"offload: {len(fit)} candidate(s) fit, {len(refused)} refused ({search.runner.what})")
-    trials = Trials(search, base, shape, target, journal, say)
+    capture = CapturingRunner(search.runner)
+    trials = Trials(replace(search, runner=capture), base, shape, target, journal, say)
     if reference is None or not searched:
         if not searched:
             say("offload: nothing to search: every dimension is left out (the reasons are in the report)")
         return _outcome(search, base, shape, searched, skipped, refused, trials, over, reference, [], None)
-    known = journal.find_offload(json.dumps(knob_changes(base, reference), sort_keys=True), "reference", 0)
+    ref_key = json.dumps(knob_changes(base, reference), sort_keys=True)
+    known = journal.find_offload(ref_key, "reference", 0)
     rates = DriveRates(**known.drive_rates) if known and known.drive_rates else drive_rates(search, target, say)
+    capture.armed = journal.find_replay_base(ref_key) is None
     ref_trial = trials.run(reference, "reference", rates=rates)
     if ref_trial.status != "ok":
         raise IotuneError(f"the reference config ({short_changes(knob_changes(base, reference))}) "
                           f"{'failed on real steps' if ref_trial.status == 'failed' else 'did not run'}: "
                           f"{ref_trial.error}; nothing can be predicted without one measured run")
-    predictions = predict_all(fit, shape, Reference(reference, ref_trial.step_s, ref_trial.io_wait_s), rates,
-                              reference, search)
-    chosen = [p for p in predictions if p.run]
-    say(f"offload: predicted {len(predictions)} candidate(s); running {len(chosen)} on real steps (those within "
-        f"{100 * max(search.noise_floor, ASSUMED_ERROR):.0f} % of the best prediction, at most {search.max_trials})")
-    by_key = {json.dumps(knob_changes(base, k), sort_keys=True): k for k in fit}
-    ran = [trials.run(by_key[p.key], "search", predicted_s=p.step_s) for p in chosen]
+    clock.default_from(ref_trial.seconds)
+    predictions, ran, by_key, staged = _rank_and_run(search, trials, capture, clock, fit, reference, ref_trial, rates)
     return _outcome(search, base, shape, searched, skipped, refused, trials, over, reference, predictions,
-                    (ref_trial, ran, by_key))
+                    (ref_trial, ran, by_key), staged)
+
+
+def _rank_and_run(search: OffloadSearch, trials: Trials, capture: CapturingRunner, clock: SearchClock,
+                  fit: list[OffloadKnobs], reference: OffloadKnobs, ref_trial: OffloadTrial,
+                  rates: DriveRates) -> tuple[list[Prediction], list[OffloadTrial], dict[str, OffloadKnobs], Staged]:
+    """After the reference trial: the replay check, the prediction of what the replay cannot
+    rank, the plan within the budget (printed), the replay ranking, the real-step trials."""
+    journal, say, base, shape = trials.journal, trials.say, trials.base, trials.shape
+    by_key = {json.dumps(knob_changes(base, k), sort_keys=True): k for k in fit}
+    stage = prepare_replays(capture, journal, json.dumps(knob_changes(base, reference), sort_keys=True), reference,
+                            [(k, v) for k, v in by_key.items() if v != reference], shape, search.base_cfg,
+                            trials.target, say, clock, search.noise_floor)
+    predictions = predict_all(stage.real(by_key), shape, Reference(reference, ref_trial.step_s, ref_trial.io_wait_s),
+                              rates, reference, search)
+    chosen = [p for p in predictions if p.run]
+    say(f"offload: predicted {len(predictions)} candidate(s) for real steps; {len(chosen)} to run (those within "
+        f"{100 * max(search.noise_floor, ASSUMED_ERROR):.0f} % of the best prediction, at most {search.max_trials})")
+
+    def journaled(p: Prediction) -> bool:
+        return journal.find_offload(p.key, "search", 0) is not None
+    plan = make_plan(stage, clock, ref_trial.seconds, sum(not journaled(p) for p in chosen), search.max_pairs)
+    for line in plan.describe():
+        say(f"offload: {line}")
+    replay = rank(stage, plan, clock)
+    ran = run_real(chosen, plan, clock, lambda p: trials.run(by_key[p.key], "search", predicted_s=p.step_s),
+                   journaled)
+    return predictions, ran, by_key, Staged(replay, plan, clock)
 
 
 def _outcome(search: OffloadSearch, base: OffloadKnobs, shape: JobShape, searched: list[Any], skipped: list[Any],
              refused: list[Any], trials: Trials, over: tuple[str, ...], reference: OffloadKnobs | None,
              predictions: list[Prediction], measured: tuple[OffloadTrial, list[OffloadTrial], dict[str, OffloadKnobs]]
-             | None) -> OffloadOutcome:
-    confirm = Confirmation((), "none", None, None)
-    best = None
+             | None, staged: Staged | None = None) -> OffloadOutcome:
+    confirm, best, picked_by = Confirmation((), "none", None, None), None, ""
     if measured is not None and reference is not None:
-        _, ran, by_key = measured
-        ok = [t for t in ran if t.status == "ok"]
-        best = max(ok, key=lambda t: (t.samples_per_s, t.key), default=None)
-        if best is not None:
-            confirm = confirm_pairs(by_key[best.key], reference, shape, trials, search)
+        confirm, best, picked_by = confirm_pick(search, shape, trials, reference, measured, staged)
     chosen_knobs = confirm.candidate if confirm.verdict == "faster" else reference if over else None
     tied, d = "", confirm.rule
     if d is not None and d.equal and confirm.candidate is not None and reference is not None:
@@ -242,7 +277,9 @@ def _outcome(search: OffloadSearch, base: OffloadKnobs, shape: JobShape, searche
         step_error=median_abs_error([(t.predicted_step_s, t.step_s) for t in done]),
         trials_run_now=trials.ran, decision=confirm.decision, tie_break=tied,
         more_pairs=d.more_pairs_needed if d and confirm.ratios else 0, more_s=confirm.more_s,
-        memory=host_baseline(search.context))
+        memory=host_baseline(search.context),
+        **staged_fields(staged, confirm, knob_changes(base, confirm.candidate) if confirm.candidate is not None else {},
+                        picked_by))
 
 
 def _cheaper(candidate: OffloadKnobs, reference: OffloadKnobs, base: OffloadKnobs, shape: JobShape,
