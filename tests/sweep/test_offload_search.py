@@ -125,6 +125,7 @@ def test_where_ram_holds_the_state_the_optimizer_in_ram_runs_first_and_its_gain_
 
 
 @needs_root
+@needs_deepspeed      # the built-in model's shape probe measures its baseline (a short DeepSpeed start)
 def test_a_budget_nothing_fits_in_refuses_every_candidate_with_the_numbers(tmp_path: Path) -> None:
     r = CliRunner().invoke(cli, ["sweep", "offload", "--model", "tiny", "--fix",
                                  "zero_optimization.offload_optimizer.device=cpu", "--fix",
