@@ -408,7 +408,7 @@ def test_a_users_job_that_starts_its_data_over_is_compared_on_the_replayed_batch
     assert t.part_bytes["offloaded tensors"] == 12 * 3_688_704
 
 
-GPT_JOB = Path(__file__).resolve().parent / "data" / "gpt_job.py"
+GPT_JOB = Path(__file__).resolve().parents[1] / "data" / "gpt_job.py"
 
 
 @needs_deepspeed
