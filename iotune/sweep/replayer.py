@@ -53,11 +53,11 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 from ..fs.directio import direct_io_problem
-from ..host.proc import prefer_interpreter_tools
 from ..model.aio import AioSettings
 from ..model.replay import READ, WRITE, ScheduleError, SwapGroup, SwapOp, SwapSchedule
 from ..model.replay_result import ReplayResult, WaitTiming
 from .replay_io import IoCount, IoCounter, Pattern, ReplayFailure, allocate_pool, layout_files, load_aio_op
+from .child import json_child_main
 
 T = TypeVar("T")
 MARK_BYTES = 1024     # DeepSpeed's AIO_ALIGNED_BYTES: every request it issues starts on such a boundary
@@ -300,15 +300,7 @@ def run(argv: list[str] | None) -> tuple[int, dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    prefer_interpreter_tools()
-    sys.stdout.flush()
-    result_fd = os.dup(1)
-    os.dup2(2, 1)         # whatever DeepSpeed prints lands on stderr
-    status, obj = run(argv)
-    sys.stdout.flush()
-    with os.fdopen(result_fd, "w") as out:
-        out.write(json.dumps(obj) + "\n")
-    return status
+    return json_child_main(run, argv)
 
 
 if __name__ == "__main__":

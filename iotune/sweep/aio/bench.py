@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import json
 import mmap
 import os
 import resource
@@ -49,7 +48,7 @@ from typing import Any, NoReturn
 from ...fs.directio import direct_io_problem
 from ...model.sweep import SweepPoint
 from ..executor import Target
-from ...host.proc import prefer_interpreter_tools
+from ..child import json_child_main
 
 DIRECT_IO_ALIGN_BYTES = 4096     # O_DIRECT: offsets and lengths aligned to the logical block (<= 4 KiB)
 MAX_BLOCK_SIZE = 2**31 - 1       # aio_handle takes block_size as a C int
@@ -347,15 +346,7 @@ def run(argv: list[str] | None) -> tuple[int, dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    prefer_interpreter_tools()      # DeepSpeed op builds use this environment's ninja
-    sys.stdout.flush()
-    result_fd = os.dup(1)
-    os.dup2(2, 1)         # whatever DeepSpeed prints lands on stderr
-    status, obj = run(argv)
-    sys.stdout.flush()
-    with os.fdopen(result_fd, "w") as out:
-        out.write(json.dumps(obj) + "\n")
-    return status
+    return json_child_main(run, argv)
 
 
 if __name__ == "__main__":
