@@ -157,7 +157,8 @@ def test_the_search_goes_on_past_a_skipped_trial(tmp_path: Path, monkeypatch: py
     monkeypatch.setattr(search_module, "drive_rates", lambda *a: DriveRates(1e9, 1e9, 5e8, 5e8))
     reader, runner = Reader([BIG, SMALL, BIG]), FakeRunner()
     search = OffloadSearch(NVME_CFG, runner, budget=Budget(BIG, None, "MemAvailable", reader),  # type: ignore[arg-type]
-                           context=HostContext("cpu", 450 * MiB, engine_bytes=125 * MiB), max_trials=3)
+                           context=HostContext("cpu", 450 * MiB, engine_bytes=125 * MiB), max_trials=3,
+                           time_budget_s=3600.0)   # an instant fake trial would make the derived budget ~0 s
     said: list[str] = []
     out = search_offload(search, Target(tmp_path), open_journal(tmp_path / "j", False, ENV), said.append)
     # the reference, then at least two search trials (the two best predictions always run): the first skipped;
