@@ -106,12 +106,11 @@ def spec_from_args(a: argparse.Namespace) -> WorkloadSpec:
     if a.ds_config:
         return spec_from_ds_config(a, read_ds_config(Path(a.ds_config)))
     strategy = a.strategy or "nvme-opt"
-    precision = a.precision or "auto"
+    precision, why = a.precision or "auto", ""
     if precision == "auto":
         from iotune.workloads.precision import machine_precision
 
         precision, why = machine_precision()
-        print(f"iotune-train: precision {precision} (auto: {why})", file=sys.stderr, flush=True)
     aio = AioSettings(**{key: getattr(a, opt) for opt, key in AIO_OPTIONS.items() if getattr(a, opt) is not None})
     spec = WorkloadSpec(strategy=strategy, size=a.size, nvme_path=a.nvme_path, precision=precision,
                         micro_batch=a.micro_batch, grad_accum=a.grad_accum, seq_len=a.seq_len,
@@ -122,6 +121,8 @@ def spec_from_args(a: argparse.Namespace) -> WorkloadSpec:
     spec.check()
     if spec.strategy in NVME_STRATEGIES:
         assert_swappable(spec.nvme_path or "")
+    if why:                     # said once the job is known to start: a refusal is its only line
+        print(f"iotune-train: precision {precision} (auto: {why})", file=sys.stderr, flush=True)
     return spec
 
 

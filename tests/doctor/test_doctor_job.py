@@ -2,8 +2,9 @@
 check on a real setup: ext4 on a loop device, ramfs (no O_DIRECT), a
 4 KiB-sector drive, a small filesystem against a big model, a planted stale
 build lock, another process holding a swap file open, a lowered
-RLIMIT_MEMLOCK. The async_io probe runs for real in its own tests; the
-others replace it with a stub to stay fast."""
+RLIMIT_MEMLOCK. The async_io probe and the process baseline (a DeepSpeed
+child, iotune.workloads.baseline) run for real in their own tests; the
+others replace them with stubs to stay fast and free of DeepSpeed."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from click.testing import CliRunner
 
 from iotune.opbuild import oplocks
 from iotune.cli import cli
+from iotune.cli import doctor as doctor_cli
 from iotune.doctor import jobfacts
 from iotune.doctor.job import Job, job_checks
 from iotune.workloads.fastops import prebuilt_ops
@@ -42,8 +44,10 @@ def ds_config(tmp_path: Path, nvme_path: Path | str, **aio: int) -> Path:
 
 @pytest.fixture
 def no_probe(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The async_io probe answers 'loaded' without starting DeepSpeed."""
+    """The async_io probe answers 'loaded' and the process baseline is
+    DeepSpeed's cpu accelerator holding 1 GiB, without starting DeepSpeed."""
     monkeypatch.setattr(jobfacts, "probe_async_io", lambda timeout_s, env=None: jobfacts.AioProbe(True, True))
+    monkeypatch.setattr(doctor_cli, "machine_baseline", lambda: ("cpu", 1 << 30))
 
 
 @pytest.fixture(scope="module")
