@@ -343,8 +343,10 @@ def test_a_truncated_file_and_a_missing_rank_directory_do_not_restore(
              if not p.name.startswith("exp_avg")]
     data = swp.read_bytes()
     swp.write_bytes(data[: len(data) // 2])
-    truncated = _restore(req, tmp, run, "truncated")
-    swp.write_bytes(data)
+    try:
+        truncated = _restore(req, tmp, run, "truncated")
+    finally:
+        swp.write_bytes(data)                  # the saved checkpoint, whole again for the next test
     # DeepSpeed loads the short file without an error and trains on: only the loss tells
     assert truncated.loaded is True and not truncated.restored and truncated.weights_restored is False
     assert truncated.reason.startswith("loss after the restore") and f"!= {truncated.expected[0]!r}" in truncated.reason
