@@ -82,44 +82,46 @@ def check_config(job: Job, env: LintEnv) -> CheckResult:
     return CheckResult("ds_config", "ok", "DeepSpeed accepts it (iotune lint finds nothing)")
 
 
+ASYNC_IO = "async_io op"      # the check's name, also in the helpers that make its failures
+
+
 def check_async_io(locks: list[oplocks.BuildLock], timeout_s: float, env: dict[str, str] | None) -> CheckResult:
-    name = "async_io op"
     if prebuilt_ops(("async_io", "pin_memory")) != ["async_io", "pin_memory"]:   # a JIT load: locks matter
-        lock = _lock_problem(name, locks)
+        lock = _lock_problem(locks)
         if lock is not None:
             return lock
     probe = jobfacts.probe_async_io(timeout_s, env)
     if probe.loaded:
         how = "prebuilt into DeepSpeed: nothing compiled" if probe.prebuilt else "libaio found, op built"
-        return CheckResult(name, "ok", f"AsyncIOBuilder().load() works ({how})")
-    return _probe_failure(name, probe)
+        return CheckResult(ASYNC_IO, "ok", f"AsyncIOBuilder().load() works ({how})")
+    return _probe_failure(probe)
 
 
-def _lock_problem(name: str, locks: list[oplocks.BuildLock]) -> CheckResult | None:
+def _lock_problem(locks: list[oplocks.BuildLock]) -> CheckResult | None:
     """A JIT load of the op would wait on one of these build locks."""
     stale = [lk for lk in locks if lk.op == "async_io" and lk.stale]
     if stale:
-        return CheckResult(name, "fail", f"loading it would wait forever on the stale build lock {stale[0].path}",
+        return CheckResult(ASYNC_IO, "fail", f"loading it would wait forever on the stale build lock {stale[0].path}",
                            f"rm {stale[0].path}", fixable=True, target=stale[0].path)
     building = [lk for lk in locks if lk.op == "async_io" and not lk.orphaned]
     if building:
         pid = (building[0].builders or building[0].holders)[0]
-        return CheckResult(name, "warn", f"being built right now by pid {pid} ({jobfacts.command_of(pid)}): a job "
+        return CheckResult(ASYNC_IO, "warn", f"being built right now by pid {pid} ({jobfacts.command_of(pid)}): a job "
                            "started now waits for it", "rerun `iotune doctor --ds-config` when the build is done")
     return None
 
 
-def _probe_failure(name: str, probe: jobfacts.AioProbe) -> CheckResult:
+def _probe_failure(probe: jobfacts.AioProbe) -> CheckResult:
     if probe.timed_out:
-        return CheckResult(name, "fail", f"AsyncIOBuilder().load() gave {probe.error}: a build is running or "
+        return CheckResult(ASYNC_IO, "fail", f"AsyncIOBuilder().load() gave {probe.error}: a build is running or "
                            "waiting on a lock", "wait for the build, or find its lock under the torch extensions "
                            "cache ($TORCH_EXTENSIONS_DIR or ~/.cache/torch_extensions) and remove it")
     if "No module named 'deepspeed" in probe.error:
-        return CheckResult(name, "skip", "DeepSpeed is not installed in this Python", "pip install deepspeed")
+        return CheckResult(ASYNC_IO, "skip", "DeepSpeed is not installed in this Python", "pip install deepspeed")
     if probe.compatible is False:
-        return CheckResult(name, "fail", "libaio not found: AsyncIOBuilder.is_compatible() cannot link io_submit "
+        return CheckResult(ASYNC_IO, "fail", "libaio not found: AsyncIOBuilder.is_compatible() cannot link io_submit "
                            "with -laio, so NVMe offload fails at startup", AIO_FIX)
-    return CheckResult(name, "fail", f"AsyncIOBuilder().load() failed: {probe.error}",
+    return CheckResult(ASYNC_IO, "fail", f"AsyncIOBuilder().load() failed: {probe.error}",
                        "an old or broken libaio, or a failed build: " + AIO_FIX)
 
 
