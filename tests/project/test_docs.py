@@ -105,15 +105,25 @@ def test_no_user_facing_text_cites_internal_documents() -> None:
 
 
 # Work-log phrases: docs say what is, for a user, not what happened while they were written
-# (who worked when, what changed since, which internal issue asked for it, whose machine ran it).
+# (who worked when, what changed since, which internal issue asked for it and whether its target was met,
+# whose machine ran it). A figure that needs its machine states it once, as a fact of the measurement
+# ("measured on a 2-vCPU VM, kernel 6.18"), never as "here" or "ours".
 WORK_LOG = re.compile("|".join([
     r"\bthis session\b", r"\bother sessions\b", r"\bsame session\b", r"\bsession \d+\b", r"\bthe brief\b",
     r"\bas of (?:this )?writing\b", r"\bat the time of writing\b",
     r"\b(?:it |which )?now (?:says|shows|prints|reports)\b",
     r"\bnot built yet\b", r"\bnot yet built\b",
-    r"\bissue \d+\b(?! \[)",     # an internal issue (public: #NNNN); "issue 566 [..]" is a probe event's cost
-    r"\bon this (?:\d+-core |project's )?(?:machine|VM)\b", r"\bthis project's machine\b",
-    r"\bthis \d+-core machine\b",
+    # an internal issue; public ones are named with their repository and #NNNN ("DeepSpeed issue #3062"),
+    # and "issue 566 [..]" is a probe event's cost
+    r"\bissue[ -]\d+\b(?! \[)", r"\bthis issue\b", r"\bissue targets?\b",
+    r"\bthe issue(?:'s| (?:asks|asked|says|said|wants|wanted|lists|listed|requires|required))\b",
+    r"\btargets?\b(?:[^.;]|\.(?=\d)){0,50}?\b(?:met|missed)\b",   # "target 1.3x: missed", "the target is met"
+    r"\bon this (?:\d+-core |[\w-]+ )?(?:machine|VM)\b", r"\b(?:this|the) project's\b", r"\bthis project\b",
+    r"\bthis \d+-core machine\b", r"\bthe (?:test|CI|tests'|project) (?:machine|VM|host)\b",
+    r"\bCI machine\b", r"\bthe machine (?:the|our) tests run on\b",
+    r"\bwe (?:measured|ran|saw|found|tested|tried|checked|reproduced)\b",
+    r"\bour (?:own )?(?:machine|VM|CI|runs?|tests?|bed|hardware|setup|traced)\b",
+    r"\b(?:measured|reproduced|tested) here\b",
 ]), re.IGNORECASE)
 
 
@@ -121,18 +131,31 @@ WORK_LOG = re.compile("|".join([
                                   "Follow-up (session 2)", "because the brief asked for that",
                                   "as of this writing", "the planner's bytes as of writing", "it now says 253 GB",
                                   "What is not built yet", "Issue 14 asks that lint agree",
-                                  "on this 2-core machine", "measured on this machine", "about 40 ns on this VM"])
+                                  "on this 2-core machine", "measured on this machine", "about 40 ns on this VM",
+                                  "as on this CPU-only machine", "the load from the issue-9 benchmark",
+                                  "Before this issue the report took 2 s", "Issue target, within 3 %: met",
+                                  "Against the issue's targets:", "The issue asked for biolatency",
+                                  "target 1.3×: missed", "the ≤ 0.2 target is **met** on this bed",
+                                  "as on this project's CI machine", "failed in this project's runs",
+                                  "on the project's 2-vCPU VM", "written for this project",
+                                  "On the test machine's CPU", "the machine the tests run on",
+                                  "we measured here", "our own traced CPU runs", "reproduced here on the CPU"])
 def test_the_work_log_pattern_catches_work_log_phrases(text: str) -> None:
     assert WORK_LOG.search(text)
 
 
 @pytest.mark.parametrize("text", ["DeepSpeed issue #3062", "an sshd session killed", "doctor checks this machine",
-                                  "the verdict says what to change", "built in a moment"])
+                                  "the verdict says what to change", "built in a moment",
+                                  "the issue handler takes 0.96 µs", "issue 566 [549–591], complete 337",
+                                  "it probes this machine's devices", "the command runs here",
+                                  "#2–#15 are within 5% of #1", "set the target bandwidth with --drive-bandwidth",
+                                  "measured on a 2-vCPU VM (kernel 6.18)", "a build on another machine"])
 def test_the_work_log_pattern_leaves_documentation_alone(text: str) -> None:
     assert not WORK_LOG.search(text)
 
 
 EXAMPLE_BLOCK = re.compile(r"<!-- example: [\w-]+ -->\n.*?<!-- /example -->", re.DOTALL)
+FENCE_OPEN = re.compile(r"^\s*(`{3,}|~{3,})")
 
 
 def _without_examples(text: str) -> str:
@@ -141,12 +164,63 @@ def _without_examples(text: str) -> str:
     return EXAMPLE_BLOCK.sub(lambda m: "\n" * m.group(0).count("\n"), text)
 
 
+def _paragraphs(text: str) -> list[tuple[int, str]]:
+    """The prose of a Markdown page as (first line number, text) paragraphs,
+    a paragraph's lines joined with spaces so that a phrase split over two
+    lines reads as one. Generated example blocks and code fences (commands
+    and what they print) are left out; a heading and each table row is a
+    paragraph of its own."""
+    found: list[tuple[int, str]] = []
+    lines: list[str] = []
+    start = 0
+    fence = ""
+
+    def close() -> None:
+        if lines:
+            found.append((start, " ".join(lines)))
+            lines.clear()
+
+    for n, line in enumerate(_without_examples(text).splitlines(), 1):
+        stripped = line.strip()
+        if fence:
+            fence = "" if stripped.startswith(fence) else fence
+            continue
+        if m := FENCE_OPEN.match(line):
+            close()
+            fence = m.group(1)
+        elif not stripped:
+            close()
+        elif stripped.startswith(("|", "#")):
+            close()
+            found.append((n, stripped))
+        else:
+            if not lines:
+                start = n
+            lines.append(stripped)
+    close()
+    return found
+
+
+def _work_log_phrases(text: str) -> list[str]:
+    return [f"{n}: '{m.group(0)}' in: {para}" for n, para in _paragraphs(text) if (m := WORK_LOG.search(para))]
+
+
+def test_a_work_log_phrase_split_over_two_lines_is_caught() -> None:
+    page = "Intro.\n\nThe figures were measured on this\nmachine, with fio 3.33.\n\nMore.\n"
+    assert _work_log_phrases(page) == ["3: 'on this machine' in: The figures were measured on this machine, "
+                                       "with fio 3.33."]
+
+
+def test_code_fences_and_example_blocks_are_not_prose() -> None:
+    page = ("```\niotune report  # measured on this machine\n```\n\n<!-- example: demo -->\n```text\n"
+            "this session\n```\n<!-- /example -->\nA paragraph\nof two lines.\n")
+    assert _paragraphs(page) == [(10, "A paragraph of two lines.")]
+    assert _work_log_phrases(page) == []
+
+
 def test_docs_read_as_documentation_not_a_work_log() -> None:
-    found = []
-    for path in [README, *sorted(DOCS.rglob("*.md"))]:
-        for n, line in enumerate(_without_examples(path.read_text()).splitlines(), 1):
-            if m := WORK_LOG.search(line):
-                found.append(f"{path.relative_to(ROOT)}:{n}: '{m.group(0)}' in: {line.strip()}")
+    found = [f"{path.relative_to(ROOT)}:{hit}" for path in [README, *sorted(DOCS.rglob("*.md"))]
+             for hit in _work_log_phrases(path.read_text())]
     assert not found, "say what is, for a user:\n" + "\n".join(found)
 
 
@@ -349,3 +423,108 @@ def test_each_picture_is_cut_from_a_page_iotune_renders_from_the_saved_records()
         assert (ROOT / "docs" / "img" / f"{name}.png").is_file(), name
         assert ("<table" if selector == "table" else 'class="iotune-chart"') in page, name
         assert figure_specs(page), name
+
+
+# ---- every FAIL row `iotune doctor` can print has a row in docs/troubleshooting.md ----
+
+DOCTOR_CODE = ROOT / "iotune" / "doctor"
+TROUBLESHOOTING = DOCS / "troubleshooting.md"
+
+
+@dataclasses.dataclass(frozen=True)
+class DoctorFailure:
+    """A `CheckResult(name, "fail", detail, ...)` in iotune/doctor/: the
+    check's name as it starts (the literal text before any value), and the
+    longest literal part of its detail ("" when the detail is all values:
+    an exception's text, a lint finding)."""
+    where: str
+    name: str
+    detail: str
+
+
+def _literal_parts(node: ast.expr | None) -> list[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.JoinedStr):
+        return [v.value for v in node.values if isinstance(v, ast.Constant) and isinstance(v.value, str)]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _literal_parts(node.left) + _literal_parts(node.right)
+    return []
+
+
+def _assigned(scopes: list[ast.AST], name: str) -> ast.expr | None:
+    """What `name` was last assigned in the innermost scope that assigns it:
+    anywhere in the function, or at the top of the module."""
+    for scope in scopes:
+        nodes = ast.walk(scope) if isinstance(scope, ast.FunctionDef) else iter(getattr(scope, "body", []))
+        found = [n.value for n in nodes if isinstance(n, ast.Assign)
+                 and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)]
+        if found:
+            return found[-1]
+    return None
+
+
+def _resolved(node: ast.expr | None, scopes: list[ast.AST]) -> ast.expr | None:
+    return _assigned(scopes, node.id) if isinstance(node, ast.Name) else node
+
+
+def _trimmed(text: str) -> str:
+    return " ".join(text.split()).strip(" :;,.(")
+
+
+def doctor_failures() -> list[DoctorFailure]:
+    """Every place in iotune/doctor/ that makes a failing check: status
+    "fail", or a status computed from the findings (which can be "fail")."""
+    from iotune.trace.kernel import KERNEL_FEATURES
+
+    found = []
+    for path in sorted(DOCTOR_CODE.glob("*.py")):
+        module = ast.parse(path.read_text())
+        for func in [n for n in ast.walk(module) if isinstance(n, ast.FunctionDef)]:
+            scopes: list[ast.AST] = [func, module]
+            for call in [n for n in ast.walk(func) if isinstance(n, ast.Call)]:
+                if not (isinstance(call.func, ast.Name) and call.func.id == "CheckResult" and len(call.args) >= 3):
+                    continue
+                status = call.args[1]
+                if not ((isinstance(status, ast.Constant) and status.value == "fail")
+                        or (isinstance(status, ast.Name) and status.id == "status")):
+                    continue
+                where = f"{path.relative_to(ROOT)}:{call.lineno}"
+                detail = max(map(_trimmed, _literal_parts(_resolved(call.args[2], scopes))), key=len, default="")
+                detail = detail if len(detail) >= 8 else ""
+                name_node = call.args[0]
+                if isinstance(name_node, ast.Attribute) and name_node.attr == "name":   # a kernel feature's
+                    names = [f.name for f in KERNEL_FEATURES]
+                else:
+                    names = [_trimmed(_literal_parts(_resolved(name_node, scopes))[0])]
+                found += [DoctorFailure(where, name, detail) for name in names]
+    return found
+
+
+def _table_rows(text: str, heading: str) -> list[str]:
+    """The table rows of the section under `heading`, backquotes dropped."""
+    section = text[text.index(heading) + len(heading):]
+    if m := re.search(r"^## ", section, re.MULTILINE):
+        section = section[:m.start()]
+    return [" ".join(line.replace("`", "").split()) for line in section.splitlines() if line.startswith("| ")]
+
+
+DOCTOR_ROWS_HEADING = "## `iotune doctor`: every FAIL"
+
+
+def test_doctor_failures_are_found_in_the_code() -> None:
+    failures = doctor_failures()
+    assert len(failures) >= 30, failures
+    assert DoctorFailure("iotune/doctor/checks.py", "bcc importable", "installed for the system Python only") in [
+        dataclasses.replace(f, where=f.where.split(":")[0]) for f in failures]
+
+
+def test_every_doctor_failure_has_a_row_in_troubleshooting() -> None:
+    """Each FAIL `iotune doctor` can print (found in iotune/doctor/) is a row
+    of troubleshooting.md's doctor table: its check's name in the first
+    column, and the literal words of its message in the row."""
+    rows = _table_rows(TROUBLESHOOTING.read_text(), DOCTOR_ROWS_HEADING)
+    missing = [f"{f.where}: {f.name!r} / {f.detail!r}" for f in doctor_failures()
+               if not any(row.split("|")[1].strip().startswith(f.name) and f.detail in row for row in rows)]
+    assert not missing, (f"docs/troubleshooting.md's '{DOCTOR_ROWS_HEADING}' table has no row for these FAILs "
+                         f"(the check's name first, then the words it prints):\n" + "\n".join(missing))
