@@ -91,6 +91,8 @@ class HostBaseline(JsonRecord):
     startup_peak_bytes: int = 0   # with a job's baseline: its VmHWM at deepspeed.initialize
     margin: float = 0.0           # admitted when peak x (1 + margin) <= the budget
     margin_note: str = ""         # where the margin comes from
+    correction_bytes: int = 0     # added to every prediction after your config's trial peaked above its own
+    correction_note: str = ""     # that trial's peak and prediction
 
 
 def short_changes(changes: dict[str, Any]) -> str:

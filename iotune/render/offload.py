@@ -42,6 +42,9 @@ def _header(o: OffloadOutcome) -> list[str]:
                      if o.reference_changes else "  and no candidate fits either")
     if o.memory is not None:
         lines.append(f"  host memory: {_baseline(o)}; candidates admitted with {o.memory.margin_note}")
+        if o.memory.correction_bytes:
+            lines.append(f"  predictions corrected by {units.mb(o.memory.correction_bytes)} MB: "
+                         f"{o.memory.correction_note}")
     if o.refused:
         lines.append(f"  refused before running ({len(o.refused)}):")
         lines += [f"    {r.reasons[0]}" for r in o.refused[:5]]

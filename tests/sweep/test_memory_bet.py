@@ -2,8 +2,11 @@
 job's own process at deepspeed.initialize (the shape probe measures it);
 candidates are admitted with a margin; MemAvailable is read again before
 every trial and a trial that no longer fits is skipped with the numbers,
-journaled as skipped, and the search goes on; every trial records VmHWM,
-failed ones as far as they got."""
+journaled as skipped, and the search goes on; once your config's trial has
+measured its peak, every prediction that follows is corrected by what it
+measured above its own and the margin shrinks to the one measured for
+corrected predictions; every trial records VmHWM, failed ones as far as
+they got."""
 
 from __future__ import annotations
 
@@ -20,7 +23,8 @@ import pytest
 from iotune.model import units
 from iotune.model.journal import SweepEnv
 from iotune.model.hook_events import JobTensors, MemorySample, StartupMemory, hook_env, read_memory, read_tensors
-from iotune.model.host_memory import BASELINE_JOB, FIT_MARGIN, HostContext, host_memory, margin_note
+from iotune.model.host_memory import (BASELINE_JOB, CALIBRATED_MARGIN, FIT_MARGIN, HostContext, host_memory,
+                                     margin_note)
 from iotune.model.offload import JobShape, OffloadKnobs
 from iotune.model.offload_result import OffloadOutcome, OffloadTrial
 from iotune.model.offload_time import DriveRates
@@ -30,10 +34,10 @@ from iotune.resources import inject_dir
 from iotune.sweep.executor import Target
 from iotune.sweep.journal import open_journal
 from iotune.sweep.offload import search as search_module
-from iotune.sweep.offload.memory import host_baseline, job_context, memory_now
+from iotune.sweep.offload.memory import corrected, host_baseline, job_context, memory_now
 from iotune.sweep.offload.runner import BuiltinRunner, RunResult, TrialPlan, memory_seen
-from iotune.sweep.offload.search import OffloadSearch, Trials, search_offload
-from iotune.sweep.offload.space import Budget
+from iotune.sweep.offload.search import OffloadSearch, Trials, apply_changes, partitioned_in, search_offload
+from iotune.sweep.offload.space import Budget, refusals
 from iotune.workloads.strategies import WorkloadSpec, ds_config
 
 from tests.conftest import needs_deepspeed
@@ -101,6 +105,7 @@ class FakeRunner:
 
     runs: list[dict[str, Any]] = field(default_factory=list)
     seq_len: int = 0
+    peak_rss_bytes: int = 1000 * MiB
 
     @property
     def what(self) -> str:
@@ -108,7 +113,7 @@ class FakeRunner:
 
     def run(self, cfg: dict[str, Any], work: Path, cgroup: str | None, plan: TrialPlan) -> RunResult:
         self.runs.append(cfg)
-        return RunResult("ok", 1.0, 0.5, 1.0, step_times_s=(1.0, 1.0), peak_rss_bytes=1000 * MiB)
+        return RunResult("ok", 1.0, 0.5, 1.0, step_times_s=(1.0, 1.0), peak_rss_bytes=self.peak_rss_bytes)
 
     def probe(self, cfg: dict[str, Any], work: Path, cgroup: str | None,
               timeout_s: float) -> tuple[JobTensors | None, str]:
@@ -168,12 +173,69 @@ def test_the_search_goes_on_past_a_skipped_trial(tmp_path: Path, monkeypatch: py
     searched = [t.role for t in out.trials if not t.role.startswith("pair")]
     assert searched == ["reference"] + ["search"] * (len(searched) - 1) and len(searched) >= 3
     assert [line for line in said if ": skipped: needs " in line][0].startswith("offload: search ")
-    assert out.memory is not None and out.memory.source == "job" and out.memory.margin == FIT_MARGIN
+    # the reference peaked under its prediction (1000 MiB, the fake job's): nothing added, the smaller margin
+    assert out.memory is not None and out.memory.source == "job" and out.memory.margin == CALIBRATED_MARGIN
+    assert out.memory.correction_bytes == 0
     assert f"offload: host-memory baseline: your job's own process, {units.mib(876 * MiB)}" in said[1]
     assert said[1].endswith(f"candidates are admitted with {margin_note()}")
     text = offload_console(out, RenderOptions())
-    assert f"candidates admitted with {margin_note()}" in text and "skipped: needs " in text
+    assert f"candidates admitted with {margin_note(CALIBRATED_MARGIN)}" in text and "skipped: needs " in text
     assert json.loads(json.dumps(out.to_json()))["memory"]["baseline_bytes"] == 876 * MiB
+
+
+# -- corrected by your config's own trial -------------------------------------------------------------------------------
+
+
+def test_a_peak_above_its_prediction_is_added_to_every_prediction_and_one_below_to_none() -> None:
+    knobs = OffloadKnobs(optimizer_device="nvme", dtype="bf16")
+    job = job_context(HostContext("cpu", 450 * MiB, engine_bytes=125 * MiB), STARTUP)
+    predicted = host_memory(knobs, JobShape(NUMELS), job).peak_bytes
+    above = OffloadTrial("{}", {}, "ok", peak_rss_bytes=predicted + 300 * MiB, predicted_host_bytes=predicted)
+    fixed = corrected(job, above)
+    assert fixed is not None and fixed.correction_bytes == 300 * MiB
+    assert host_memory(knobs, JobShape(NUMELS), fixed).peak_bytes == predicted + 300 * MiB
+    [item] = [i for i in host_memory(knobs, JobShape(NUMELS), fixed).items if i.label.startswith("measured above")]
+    assert (item.nbytes, item.phase) == (300 * MiB, "resident")
+    assert item.formula == (f"your config's trial peaked at {units.mib(predicted + 300 * MiB)} (VmHWM), predicted "
+                            f"{units.mib(predicted)}")
+    below = corrected(job, replace(above, peak_rss_bytes=predicted - 300 * MiB))
+    assert below is not None and below.correction_bytes == 0          # an over-prediction is left as it is
+    assert host_memory(knobs, JobShape(NUMELS), below).peak_bytes == predicted
+    assert corrected(job, replace(above, status="failed")) is None and corrected(job, replace(above, peak_rss_bytes=0)) is None
+
+
+def test_the_smaller_margin_admits_a_peak_the_first_one_refuses() -> None:
+    knobs = OffloadKnobs(optimizer_device="nvme", dtype="bf16")
+    peak = host_memory(knobs, JobShape(NUMELS)).peak_bytes
+    budget = Budget(int(peak * (1 + CALIBRATED_MARGIN)) + 1, None, "MemAvailable")
+    [why] = refusals(knobs, JobShape(NUMELS), budget)
+    assert why.endswith(f"over {units.mib(budget.host_bytes or 0)} (MemAvailable) with a {FIT_MARGIN * 100:.3g} % margin")
+    assert refusals(knobs, JobShape(NUMELS), replace(budget, margin=CALIBRATED_MARGIN)) == ()
+    assert CALIBRATED_MARGIN == 0.111 and FIT_MARGIN == 0.403
+
+
+def test_your_configs_trial_corrects_the_trials_after_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(search_module, "drive_rates", lambda *a: DriveRates(1e9, 1e9, 5e8, 5e8))
+    context = HostContext("cpu", 450 * MiB, engine_bytes=125 * MiB)
+    job = job_context(context, STARTUP)
+    base = partitioned_in(OffloadKnobs.from_ds_config(NVME_CFG), "bf16")
+    runner = FakeRunner(peak_rss_bytes=host_memory(base, JobShape(NUMELS), job).peak_bytes + 200 * MiB)
+    search = OffloadSearch(NVME_CFG, runner, budget=Budget(BIG, None, "MemAvailable", Reader([BIG])),  # type: ignore[arg-type]
+                           context=context, max_trials=2, max_pairs=1, time_budget_s=3600.0)
+    said: list[str] = []
+    out = search_offload(search, Target(tmp_path), open_journal(tmp_path / "j", False, ENV), said.append)
+    assert out.memory is not None and (out.memory.correction_bytes, out.memory.margin) == (200 * MiB, CALIBRATED_MARGIN)
+    [ref, *after] = out.trials
+    assert ref.role == "reference" and ref.peak_rss_bytes - ref.predicted_host_bytes == 200 * MiB and after
+    fixed = replace(job, correction_bytes=200 * MiB)
+    for t in after:                    # predicted with the correction: the model's own peak + 200 MiB
+        knobs = partitioned_in(OffloadKnobs.from_ds_config(apply_changes(NVME_CFG, t.changes, "/nvme")), "bf16")
+        assert t.predicted_host_bytes == host_memory(knobs, JobShape(NUMELS), fixed).peak_bytes
+        assert t.predicted_host_bytes == host_memory(knobs, JobShape(NUMELS), job).peak_bytes + 200 * MiB
+    [line] = [s for s in said if s.startswith("offload: host memory corrected on your config's trial: ")]
+    assert "every prediction now adds 200.0 MiB" in line and margin_note(CALIBRATED_MARGIN) in line
+    text = offload_console(out, RenderOptions())
+    assert f"predictions corrected by {units.mb(200 * MiB)} MB: your config's trial peaked at " in text
 
 
 # -- VmHWM for every trial ---------------------------------------------------------------------------------------------

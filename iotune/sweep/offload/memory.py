@@ -14,6 +14,14 @@ predictions start from, and MemAvailable read again before every trial.
               now is skipped with the numbers (journaled as skipped, tried again
               on resume), and the search goes on. Memory other processes took
               after the search started would otherwise OOM-kill the trial.
+    corrected once your config (the reference) has run: what its VmHWM
+              measured above its predicted peak is added to every prediction
+              that follows (the model's error is mostly the job's: the C
+              allocator keeping freed memory, what the job holds that the
+              model does not know), and candidates are admitted again with the
+              smaller margin measured for corrected predictions
+              (CALIBRATED_MARGIN). A candidate refused before may fit then, and
+              one admitted may no longer.
 """
 
 from __future__ import annotations
@@ -23,7 +31,8 @@ from dataclasses import dataclass, replace
 
 from ...model import units
 from ...model.hook_events import StartupMemory
-from ...model.host_memory import BASELINE_JOB, FIT_MARGIN, HostContext, host_fit, host_memory, margin_note
+from ...model.host_memory import (BASELINE_JOB, CALIBRATED_MARGIN, FIT_MARGIN, HostContext, host_fit, host_memory,
+                                  margin_note)
 from ...model.offload import JobShape, OffloadKnobs
 from ...model.offload_result import HostBaseline, OffloadTrial
 from .space import Budget
@@ -40,13 +49,35 @@ def job_context(context: HostContext, startup: StartupMemory | None) -> HostCont
                    baseline_source=BASELINE_JOB, baseline_note=note)
 
 
+def corrected(context: HostContext, trial: OffloadTrial) -> HostContext | None:
+    """`context` corrected by a trial that ran (the reference): what its
+    VmHWM measured above its predicted peak, added to every prediction that
+    follows (never taken off: an over-prediction is left as it is). None:
+    the trial has no peak to learn from."""
+    if trial.status != "ok" or not trial.peak_rss_bytes or not trial.predicted_host_bytes:
+        return None
+    above = max(0, trial.peak_rss_bytes - trial.predicted_host_bytes)
+    note = (f"your config's trial peaked at {units.mib(trial.peak_rss_bytes)} (VmHWM), predicted "
+            f"{units.mib(trial.predicted_host_bytes)}")
+    return replace(context, correction_bytes=context.correction_bytes + above, correction_note=note)
+
+
 def host_baseline(context: HostContext, margin: float = FIT_MARGIN) -> HostBaseline:
     """What the outcome records of the baseline and the margin."""
     note = context.baseline_note or ("iotune's own process with torch and DeepSpeed, measured once on this machine"
                                      if context.baseline_bytes else "none: left out")
     return HostBaseline(context.baseline_bytes, context.baseline_source if context.baseline_bytes else "", note,
                         context.engine_bytes if context.baseline_source == BASELINE_JOB else 0,
-                        context.startup_peak_bytes, margin, margin_note(margin))
+                        context.startup_peak_bytes, margin, margin_note(margin), context.correction_bytes,
+                        context.correction_note)
+
+
+def correction_sentence(context: HostContext, admitted: int, before: int) -> str:
+    """What the reference trial taught the predictions, as the search says it (stderr)."""
+    change = "" if admitted == before else f" ({admitted - before:+d})"
+    return (f"offload: host memory corrected on your config's trial: {context.correction_note}; every prediction "
+            f"now adds {units.mib(context.correction_bytes)}, and candidates are admitted with "
+            f"{margin_note(CALIBRATED_MARGIN)}: {admitted} fit{change}")
 
 
 def baseline_sentence(context: HostContext) -> str:
@@ -87,7 +118,7 @@ class MemoryNow:
 def memory_now(knobs: OffloadKnobs, shape: JobShape, budget: Budget, context: HostContext) -> MemoryNow:
     """Read MemAvailable (budget.available) for the trial about to run `knobs`."""
     peak = host_memory(knobs, shape, context).peak_bytes
-    return MemoryNow(budget.available() if budget.available is not None else None, peak)
+    return MemoryNow(budget.available() if budget.available is not None else None, peak, budget.margin)
 
 
 def skipped_trial(key: str, changes: dict[str, object], role: str, ran: str, now: MemoryNow,

@@ -10,7 +10,10 @@
               change that does, and the report says so
     reference the job's own config (or that change), run once: its step time and
               the time it waits on swaps calibrate the step-time model, and its
-              steady step's swaps are kept for the replay
+              steady step's swaps are kept for the replay; its peak (VmHWM)
+              corrects the host-memory predictions that follow, and the
+              candidates are admitted again with the smaller margin measured
+              for corrected predictions (iotune.sweep.offload.memory)
     replay    the reference's step replayed as traced and as derived from the
               byte model: within 5 % of the traced time, candidates that change
               only how the optimizer's state is cut and moved are ranked on
@@ -58,7 +61,7 @@ from ...errors import IotuneError, UsageError
 from ...host.ledger import temp_dir
 from ...model import units
 from ...model.hook_events import StartupMemory
-from ...model.host_memory import HostContext, host_memory
+from ...model.host_memory import CALIBRATED_MARGIN, HostContext, host_memory
 from ...model.offload import JobShape, OffloadKnobs, step_swap_bytes, sub_groups
 from ...model.offload_result import OffloadOutcome, OffloadTrial, Prediction, WhatIf, short_changes
 from ...model.offload_time import DriveRates, Reference, median_abs_error, predict_step_s
@@ -70,7 +73,8 @@ from ..journal import Journal
 from .budget import SearchClock, clock_for
 from .replay_rank import CapturingRunner
 from .runner import BuiltinRunner, RunResult, Runner, TrialPlan, samples_per_step
-from .memory import baseline_sentence, host_baseline, job_context, memory_now, skipped_trial
+from .memory import (baseline_sentence, corrected, correction_sentence, host_baseline, job_context, memory_now,
+                     skipped_trial)
 from .stages import Staged, confirm_pick, make_plan, prepare_replays, rank, run_real, staged_fields
 from .space import KEYS, Budget, candidates, dimensions, refusals
 from .confirm import Confirmation, Cost, cost_of, rank_by_cost, tie_break
@@ -219,9 +223,27 @@ def search_offload(search: OffloadSearch, target: Target, journal: Journal,
                           f"{'failed on real steps' if ref_trial.status == 'failed' else 'did not run'}: "
                           f"{ref_trial.error}; nothing can be predicted without one measured run")
     clock.default_from(ref_trial.seconds)
+    search, fit, refused = _corrected(search, trials, ref_trial, base, shape, searched, fit, refused, say)
     predictions, ran, by_key, staged = _rank_and_run(search, trials, capture, clock, fit, reference, ref_trial, rates)
     return _outcome(search, base, shape, searched, skipped, refused, trials, over, reference, predictions,
                     (ref_trial, ran, by_key), staged)
+
+
+def _corrected(search: OffloadSearch, trials: Trials, ref_trial: OffloadTrial, base: OffloadKnobs, shape: JobShape,
+               searched: list[Any], fit: list[OffloadKnobs], refused: list[Any],
+               say: Callable[[str], None]) -> tuple[OffloadSearch, list[OffloadKnobs], list[Any]]:
+    """The search once your config's trial has measured its peak: every
+    prediction corrected by what it measured above its own, and the
+    candidates admitted again with the margin for corrected predictions."""
+    context = corrected(search.context, ref_trial)
+    if context is None:
+        return search, fit, refused
+    budget = replace(search.budget, margin=CALIBRATED_MARGIN)
+    search = replace(search, context=context, budget=budget)
+    trials.search = replace(trials.search, context=context, budget=budget)
+    now_fit, now_refused = candidates(base, shape, searched, search.fixes, budget, context)
+    say(correction_sentence(context, len(now_fit), len(fit)))
+    return search, now_fit, now_refused
 
 
 def _rank_and_run(search: OffloadSearch, trials: Trials, capture: CapturingRunner, clock: SearchClock,
@@ -277,7 +299,7 @@ def _outcome(search: OffloadSearch, base: OffloadKnobs, shape: JobShape, searche
         step_error=median_abs_error([(t.predicted_step_s, t.step_s) for t in done]),
         trials_run_now=trials.ran, decision=confirm.decision, tie_break=tied,
         more_pairs=d.more_pairs_needed if d and confirm.ratios else 0, more_s=confirm.more_s,
-        memory=host_baseline(search.context),
+        memory=host_baseline(search.context, search.budget.margin),
         **staged_fields(staged, confirm, knob_changes(base, confirm.candidate) if confirm.candidate is not None else {},
                         picked_by))
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from ...errors import UsageError
 from ...model import units
-from ...model.host_memory import HostContext, HostFit, HostMemory, host_fit, host_memory
+from ...model.host_memory import FIT_MARGIN, HostContext, HostFit, HostMemory, host_fit, host_memory
 from ...model.offload import JobShape, OffloadKnobs, sub_groups, violations
 from ...model.offload_result import Dimension, Refused
 
@@ -138,6 +138,7 @@ class Budget:
     memlock_bytes: int | None = None
     source: str = ""            # where host_bytes comes from, for messages ("MemAvailable", "--max-host-memory")
     available: Callable[[], int | None] | None = field(default=None, compare=False)
+    margin: float = FIT_MARGIN  # a peak is admitted when peak x (1 + margin) fits (host_fit)
 
 
 def candidates(base: OffloadKnobs, shape: JobShape, dims: list[Dimension], fixes: dict[str, Any] | None = None,
@@ -185,7 +186,8 @@ def host_fit_of(mem: HostMemory, budget: Budget) -> HostFit | None:
     """host_fit's verdict on `mem`'s peak against the budget (None: no budget)."""
     if budget.host_bytes is None:
         return None
-    return host_fit(mem.peak_bytes, budget.host_bytes, budget_label=f" ({budget.source})" if budget.source else "")
+    return host_fit(mem.peak_bytes, budget.host_bytes, budget.margin,
+                    budget_label=f" ({budget.source})" if budget.source else "")
 
 
 def refusals(knobs: OffloadKnobs, shape: JobShape, budget: Budget,
