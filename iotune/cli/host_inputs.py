@@ -23,8 +23,7 @@ if TYPE_CHECKING:
 ACCELERATOR_CHOICES = ("cpu", "cuda")
 PLAN_DEFAULT = Accelerator("cuda", ACCELERATOR_DEFAULT, "plan's default, a GPU job; --accelerator cpu models "
                                                         "DeepSpeed's CPU accelerator")
-PLAN_NO_BASELINE = ("not counted: plan models no machine by default; with --accelerator it counts a process with "
-                    "torch and DeepSpeed measured on this machine, as doctor does")
+PLAN_NO_BASELINE = "not counted without --accelerator (plan measures nothing of this machine then)"
 
 
 def accelerator_option(default: str) -> Callable[[F], F]:

@@ -98,9 +98,9 @@ class Accelerator(JsonRecord):
 
     @property
     def sentence(self) -> str:
-        memory = ("its memory is the host's, so the parameters, buffers and activations it holds count as host "
-                  "memory" if self.device_is_host else "the accelerator holds what is not offloaded, outside "
-                  "host memory")
+        memory = ("its memory is the host's: the parameters, buffers and activations it holds count as host memory"
+                  if self.device_is_host else "the GPU holds what is not offloaded" if self.name == "cuda" else
+                  "the accelerator holds what is not offloaded, outside host memory")
         return f"modelled on the {self.name} accelerator ({self.reason}): {memory}"
 
 

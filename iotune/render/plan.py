@@ -71,10 +71,11 @@ def accelerator_lines(plan: Plan) -> str:
     inp = plan.inp
     process = (f"{units.volume(inp.baseline_bytes)}, {inp.baseline_note}" if inp.baseline_bytes
                else inp.baseline_note or "not counted")
-    peak = f"; one rank's host-memory peak {units.volume(plan.host.peak_bytes)}" if plan.host is not None else ""
+    peak = f"{units.volume(plan.host.peak_bytes)} per rank" if plan.host is not None else "not modelled"
     gds = (f"aio.use_gds needs CUDA: DeepSpeed refuses it on the {inp.accelerator} accelerator (set it to false)\n"
            if inp.knobs is not None and inp.knobs.use_gds and inp.accelerator != "cuda" else "")
-    return f"Host memory {inp.modelled.sentence}\nThe process itself (torch + DeepSpeed): {process}{peak}\n{gds}"
+    return (f"Host memory {inp.modelled.sentence}\nHost-memory peak: {peak}; the process itself (torch + DeepSpeed): "
+            f"{process}\n{gds}")
 
 
 def render_check(rows: tuple[CheckRow, ...], width: int) -> str:

@@ -114,7 +114,8 @@ def test_each_says_which_accelerator_and_why(tmp_path: Path, here_cpu: list[int]
     r = CliRunner().invoke(cli, ["plan", "--model", "1b", "--ds-config", str(cfg)], env={"COLUMNS": "200"})
     assert ("Host memory modelled on the cuda accelerator (plan's default, a GPU job; --accelerator cpu models "
             "DeepSpeed's CPU accelerator)") in r.stdout
-    assert "The process itself (torch + DeepSpeed): not counted: plan models no machine by default" in r.stdout
+    assert ("Host-memory peak: 26.54 GB per rank; the process itself (torch + DeepSpeed): not counted without "
+            "--accelerator (plan measures nothing of this machine then)") in r.stdout
 
 
 def test_given_cuda_on_a_cpu_machine_leaves_the_process_out(tmp_path: Path, here_cpu: list[int]) -> None:
