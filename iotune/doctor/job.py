@@ -19,7 +19,7 @@ from ..opbuild import oplocks
 from ..fs.directio import direct_io_problem
 from ..model import units
 from ..model.checks import CheckResult
-from ..model.host_memory import ACCELERATOR_DETECTED, Accelerator, HostMemory, MemoryItem, host_fit
+from ..model.host_memory import Accelerator, HostMemory, MemoryItem, host_fit
 from ..host.memory import ram_bytes
 from ..model.lint import LintEnv, PathFacts
 from ..model.offload import OffloadKnobs, nvme_space
@@ -98,10 +98,9 @@ def check_accelerator(job: Job, env: LintEnv) -> CheckResult:
 def check_config(job: Job, env: LintEnv) -> CheckResult:
     found = [f for f in lint(job.cfg, env) if not f.rule.startswith(LINT_OWN)]
     errors = [f for f in found if f.severity == "error"]
-    if errors:
-        more = f" (and {len(errors) - 1} more: run `iotune lint`)" if len(errors) > 1 else ""
     data = {"errors": len(errors), "warnings": len(found) - len(errors), "rules": [f.rule for f in found]}
     if errors:
+        more = f" (and {len(errors) - 1} more: run `iotune lint`)" if len(errors) > 1 else ""
         return CheckResult("ds_config", "fail", f"{errors[0].where}: {errors[0].message}{more}", errors[0].fix,
                            data=data)
     if found:
@@ -270,21 +269,21 @@ def check_memory(job: Job, env: LintEnv) -> list[CheckResult]:
 
 def peak_items(memory: HostMemory) -> list[MemoryItem]:
     """The items the peak sums: the resident ones and the peak phase's transients."""
-    return [i for i in memory.items if i.phase in ("resident", memory.peak_phase())]
+    return [i for i in memory.items if i.phase in ("resident", memory.peak_phase())]   # as HostMemory.peak_bytes
 
 
 def memory_data(job: Job, memory: HostMemory, ranks: int) -> dict[str, Any]:
     """The host-memory check's numbers: one rank's peak (what `plan --json` gives as host.peak_bytes for the
     same config and accelerator) and each term of the model, all in bytes."""
     acc = job.accelerator_modelled
-    peak = set(map(id, peak_items(memory)))
+    peak = ("resident", memory.peak_phase())
     return {"accelerator": acc.name, "accelerator_source": acc.source, "accelerator_reason": acc.reason,
             "ranks": ranks, "peak_bytes": memory.peak_bytes, "total_peak_bytes": memory.peak_bytes * ranks,
             "peak_phase": memory.peak_phase(), "resident_bytes": memory.resident_bytes,
             "locked_bytes": memory.locked_bytes, "baseline_bytes": job.baseline_bytes,
             "baseline_note": job.baseline_note,
             "terms": [{"label": i.label, "bytes": i.nbytes, "phase": i.phase, "locked": i.locked,
-                       "on_device": i.on_device, "in_peak": id(i) in peak, "formula": i.formula}
+                       "on_device": i.on_device, "in_peak": i.phase in peak, "formula": i.formula}
                       for i in memory.items]}
 
 

@@ -15,6 +15,8 @@ from click.testing import CliRunner
 
 from iotune.cli import cli, host_inputs
 from iotune.doctor import jobfacts
+from iotune.doctor.job import DOCTOR_STATUS
+from iotune.model.host_memory import host_fit
 from iotune.workloads.strategies import WorkloadSpec, ds_config
 
 GiB = 1 << 30
@@ -148,3 +150,20 @@ def test_gds_on_the_cpu_accelerator_is_named(tmp_path: Path, here_cpu: list[int]
     r = CliRunner().invoke(cli, ["plan", "--model", "1b", "--ds-config", str(cfg), "--accelerator", "cpu"],
                            env={"COLUMNS": "200"})
     assert "aio.use_gds needs CUDA: DeepSpeed refuses it on the cpu accelerator (set it to false)" in r.stdout
+
+
+def test_every_check_carries_its_numbers(tmp_path: Path, here_cpu: list[int]) -> None:
+    """doctor --json: each check has `data`; free space's need is plan's NVMe capacity, to the byte."""
+    cfg = defaults_1b(tmp_path)
+    checks = doctor_json(cfg, "--accelerator", "cpu")
+    assert all(isinstance(c["data"], dict) for c in checks.values())
+    space = checks[f"free space on {tmp_path / 'swap'}"]["data"]
+    assert space["need_bytes"] == plan_json(cfg, "--accelerator", "cpu")["nvme_capacity_bytes"]
+    assert space["have_bytes"] == space["free_bytes"] + space["reusable_bytes"]
+    assert checks[f"O_DIRECT on {tmp_path / 'swap'}"]["data"]["alignment_bytes"] == 1024
+    host = checks["host memory"]["data"]
+    assert host["budget_bytes"] == min(b for b in (host["ram_bytes"], host["available_bytes"],
+                                                   host["cgroup_limit_bytes"]) if b)
+    fit = host_fit(host["total_peak_bytes"], host["budget_bytes"])
+    assert (host["verdict"], host["margin"], checks["host memory"]["status"]) == (
+        fit.verdict, fit.margin, DOCTOR_STATUS[fit.verdict])
