@@ -84,7 +84,8 @@ def traffic(inp: PlanInput) -> Traffic:
 def host(inp: PlanInput) -> HostMemory:
     """One rank's host memory (iotune.model.host_memory) under the plan's config."""
     return host_memory(knobs_of(inp), shape_of(inp), HostContext(inp.accelerator, inp.baseline_bytes,
-                                                                 inp.activation_bytes))
+                                                                 inp.activation_bytes,
+                                                                 activation_note=inp.activation_note))
 
 
 def memory(inp: PlanInput) -> dict[str, dict[str, float]]:
@@ -95,7 +96,9 @@ def memory(inp: PlanInput) -> dict[str, dict[str, float]]:
     if s == "baseline":
         return {"GPU": {"weights": w * p, "gradients": 4 * p / g, "Adam moments": 8 * p / g,
                         "master weights": 4 * p / g}, "CPU": {}, "NVMe": {}}
-    gpu = {"weights": w * p if s != "nvme-all" else 0.0, "gradients (training dtype)": w * p}
+    # on DeepSpeed's CPU accelerator the weights and gradients are host memory: the CPU tier's items hold them
+    gpu = {"weights": w * p if s != "nvme-all" else 0.0, "gradients (training dtype)": w * p} \
+        if inp.accelerator != "cpu" else {}
     mem = host(inp)
     cpu = {i.label: float(i.nbytes) for i in mem.items if i.phase == "resident"}
     cpu["transients at the peak (" + mem.peak_phase() + ")"] = float(mem.peak_bytes - mem.resident_bytes)

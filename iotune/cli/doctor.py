@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import UsageError
+from .host_inputs import accelerator_option
 from .options import chosen_format, emit, format_option, given, library_errors, model_size, model_size_options, say
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 @model_size_options(note="With --ds-config, for space and memory: ")
 @click.option("--gpus", type=click.IntRange(min=1), default=1, show_default=True,
               help="With --ds-config: data-parallel ranks on this machine.")
+@accelerator_option("with --ds-config, DeepSpeed's choice on this machine (cuda where DeepSpeed is not installed)")
 @click.option("--aio-timeout", type=click.FloatRange(min=1), default=300.0, show_default=True, metavar="S",
               help="With --ds-config: how long loading DeepSpeed's async_io op may take (a first build "
                    "takes minutes on a small machine).")
@@ -38,7 +40,7 @@ if TYPE_CHECKING:
 @library_errors
 def doctor(fix: bool, odirect_path: str | None, ds_config: Path | None, model_preset: str | None,
            params: int | None, gpus: int, aio_timeout: float, fmt: str, as_json: bool,
-           checkpoint_dir: str | None = None, keep: int = 1) -> None:
+           checkpoint_dir: str | None = None, keep: int = 1, accelerator: str | None = None) -> None:
     """Check every prerequisite and print the fix for each failure.
 
     \b
@@ -58,7 +60,8 @@ def doctor(fix: bool, odirect_path: str | None, ds_config: Path | None, model_pr
 
     refuse_without_ds_config(ds_config, model_preset, params, odirect_path)
     if ds_config is not None:
-        job = replace(_job(ds_config, model_preset, params, gpus), checkpoint_dir=checkpoint_dir, keep=keep)
+        job = replace(_job(ds_config, model_preset, params, gpus, accelerator), checkpoint_dir=checkpoint_dir,
+                      keep=keep)
 
         def checks() -> list[CheckResult]:
             from ..doctor.job import job_checks
@@ -84,7 +87,8 @@ def refuse_without_ds_config(ds_config: Path | None, model_preset: str | None, p
         if model_preset or params:
             raise UsageError("--model and --params go with --ds-config FILE")
         inert = [flag for flag, name in (("--gpus", "gpus"), ("--aio-timeout", "aio_timeout"),
-                                         ("--checkpoint-dir", "checkpoint_dir"), ("--keep", "keep")) if given(name)]
+                                         ("--checkpoint-dir", "checkpoint_dir"), ("--keep", "keep"),
+                                         ("--accelerator", "accelerator")) if given(name)]
         if inert:
             raise UsageError(f"{inert[0]} goes with --ds-config FILE (the job's checks): add --ds-config, "
                              f"or drop {inert[0]}")
@@ -93,33 +97,24 @@ def refuse_without_ds_config(ds_config: Path | None, model_preset: str | None, p
                          "--ds-config to check --path with the machine's checks)")
 
 
-def _job(path: Path, model_preset: str | None, params: int | None, gpus: int) -> Job:
+def _job(path: Path, model_preset: str | None, params: int | None, gpus: int, accelerator: str | None) -> Job:
+    """The job of the options, with what plan would count for it on the accelerator modelled
+    (iotune.cli.host_inputs: the same inputs plan gives the host-memory model)."""
     from ..doctor.job import Job
     from ..dsconfig import read_ds_config
+    from ..model.offload import OffloadKnobs
     from ..workloads.presets import tensor_numels
+    from .host_inputs import activations, host_inputs, micro_batch
 
     shape, params = model_size(model_preset, params, required=False)
     cfg = read_ds_config(path)
-    accelerator, baseline = machine_baseline()
+    host = host_inputs(accelerator)
+    known = host.accelerator.name if host.accelerator.source != "default" else None   # None: unknown to lint
+    job = Job(cfg, params, gpus=gpus, baseline_bytes=host.baseline_bytes, accelerator=known,
+              modelled=host.accelerator, baseline_note=host.baseline_note)
     if shape is None:
-        return Job(cfg, params, gpus=gpus, baseline_bytes=baseline, accelerator=accelerator)
+        return job
     numels = tuple(tensor_numels(shape))
-    return Job(cfg, shape.param_count(), numels, max(numels), gpus, baseline, accelerator)
-
-
-def machine_baseline() -> tuple[str | None, int]:
-    """(DeepSpeed's accelerator here, what a process with torch and DeepSpeed
-    holds), measured once per environment; (None, 0) without DeepSpeed."""
-    import importlib.util
-
-    from ..errors import IotuneError
-    from ..workloads.baseline import measure_baseline
-
-    if importlib.util.find_spec("deepspeed") is None:
-        return None, 0
-    try:
-        found = measure_baseline()
-    except IotuneError as e:
-        say(f"doctor: {e}; the host-memory check leaves the process's own memory out")
-        return None, 0
-    return found.accelerator, found.baseline_bytes
+    acts, acts_note = activations(shape, micro_batch(cfg), OffloadKnobs.from_ds_config(cfg).dtype)
+    return replace(job, params=shape.param_count(), numels=numels, largest_param_numel=max(numels),
+                   activation_bytes=acts, activation_note=acts_note)

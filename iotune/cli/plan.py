@@ -10,6 +10,7 @@ import click
 
 from ..errors import UsageError
 from .groups import FormatOutput, ModelSize, model_group, sections
+from .host_inputs import accelerator_option, activations, micro_batch, plan_host_inputs
 from .options import (RATE, SIZE, F, GroupedCommand, emit, endurance_options, format_option, given, library_errors,
                       option_group)
 
@@ -23,8 +24,9 @@ STRATEGIES = ["baseline", "cpu", "nvme-opt", "nvme-all", "zenflow"]
 
 @dataclass(frozen=True)
 class PlanTraining:
-    """--strategy, --precision, --grad-accum, --gpus, --aio-block-size and
-    --ds-config: how the model is trained and offloaded. A --ds-config
+    """--strategy, --precision, --grad-accum, --gpus, --aio-block-size,
+    --ds-config and --accelerator (None: plan's default, a GPU job): how the
+    model is trained and offloaded, and on what. A --ds-config
     decides the strategy, precision, gradient accumulation and aio block
     itself (refuse_plan_mixes)."""
 
@@ -34,6 +36,7 @@ class PlanTraining:
     gpus: int
     aio_block_size: int
     ds_config: Path | None
+    accelerator: str | None
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,8 @@ def training_group(fn: F) -> F:
                      help="Plan this DeepSpeed config: its offload blocks, sub_group_size, buffers, aio block and "
                           "dtype decide what is swapped, locked and held (the model `sweep offload` and `lint` "
                           "use); --strategy and --precision then come from it."),
+        accelerator_option("cuda (a GPU job), with no process counted: plan measures nothing of this machine "
+                           "unless given --accelerator"),
     )(fn)
 
 
@@ -175,17 +180,20 @@ def refuse_plan_mixes(shape: ModelShape | None, ds_config: Path | None) -> None:
 
 def plan_input(shape: ModelShape | None, params: int, training: PlanTraining, drives: PlanDrives) -> PlanInput:
     """The PlanInput of the options: a config's knobs when given, the model's tensors when known."""
-    from ..model.offload import DTYPE_BYTES
     from ..model.plan import PlanInput
     from ..workloads.presets import tensor_numels
 
     strategy, precision, grad_accum, micro, knobs = from_ds_config(training)
     numels = tuple(tensor_numels(shape)) if shape is not None else ()
-    activations = shape.activation_bytes(micro, shape.seq_len, DTYPE_BYTES[precision]) if shape is not None else 0
+    host = plan_host_inputs(training.accelerator)
+    acts, acts_note = activations(shape, micro, precision)
     return PlanInput(params=params, strategy=strategy, precision=precision, grad_accum=grad_accum,
                      gpus=training.gpus, drive_bytes_per_s=drives.drive_bandwidth, drives=drives.drives,
                      target_step_s=drives.target_step, numels=numels, knobs=knobs,
-                     aio_block_size=max(1 << 20, training.aio_block_size), activation_bytes=activations)
+                     aio_block_size=max(1 << 20, training.aio_block_size),
+                     accelerator=host.accelerator.name, accelerator_source=host.accelerator.source,
+                     accelerator_reason=host.accelerator.reason, baseline_bytes=host.baseline_bytes,
+                     baseline_note=host.baseline_note, activation_bytes=acts, activation_note=acts_note)
 
 
 def from_ds_config(training: PlanTraining) -> tuple[str, str, int, int, OffloadKnobs | None]:
@@ -200,5 +208,4 @@ def from_ds_config(training: PlanTraining) -> tuple[str, str, int, int, OffloadK
     knobs = OffloadKnobs.from_ds_config(cfg)
     strategy = ("nvme-all" if knobs.nvme_params else "nvme-opt" if knobs.nvme_optimizer else
                 "cpu" if knobs.optimizer_device == "cpu" else "baseline")
-    micro = int(cfg.get("train_micro_batch_size_per_gpu", 1))
-    return strategy, knobs.dtype, int(cfg.get("gradient_accumulation_steps", 1)), micro, knobs
+    return strategy, knobs.dtype, int(cfg.get("gradient_accumulation_steps", 1)), micro_batch(cfg), knobs

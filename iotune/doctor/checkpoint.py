@@ -37,7 +37,8 @@ def _place(cfg: dict[str, object], env: LintEnv, directory: str) -> CheckResult:
         return CheckResult(name, "skip", "model size unknown", "give --model or --params")
     free = env.checkpoint_facts.free_bytes if env.checkpoint_facts else None
     return CheckResult(name, "ok", f"outside nvme_path; {env.checkpoint_keep} checkpoint(s) and the swap files on "
-                       f"its filesystem fit ({'?' if free is None else f'{free / 1e9:,.2f} GB'} free)")
+                       f"its filesystem fit ({'?' if free is None else f'{free / 1e9:,.2f} GB'} free)",
+                       data={"keep": env.checkpoint_keep, "free_bytes": free})
 
 
 def _leftovers(directory: str) -> CheckResult:
@@ -52,4 +53,4 @@ def _leftovers(directory: str) -> CheckResult:
                        f"save_checkpoint with one of those tags again fails with FileExistsError "
                        f"(DeepSpeed #7549, {ISSUE_7549})",
                        "give every save a new tag (the default, global_step<N>, is new unless a run restarts from an "
-                       "earlier step), or move the old ones away first")
+                       "earlier step), or move the old ones away first", data={"tags": tags})

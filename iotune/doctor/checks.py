@@ -156,9 +156,10 @@ def check_leftovers() -> CheckResult:
     lines = [f"{line} [from `{lo.command}`, pid {lo.owner.split('-')[0]}, gone]" for lo in found for line in lo.lines()]
     lines += [f"{e.describe()} [named like an older iotune's, its pid gone]" for e in ledger.unrecorded()]
     if not lines:
-        return CheckResult(LEFTOVERS, "ok", "nothing left behind by a killed iotune run")
+        return CheckResult(LEFTOVERS, "ok", "nothing left behind by a killed iotune run", data={"leftovers": 0})
     return CheckResult(LEFTOVERS, "fail", f"{len(lines)} left by iotune runs that were killed: " + "; ".join(lines),
-                       "iotune doctor --fix (removes only what iotune made)", fixable=True)
+                       "iotune doctor --fix (removes only what iotune made)", fixable=True,
+                       data={"leftovers": len(lines)})
 
 
 CHECKS: tuple[Callable[[], CheckResult], ...] = (

@@ -19,7 +19,7 @@ from ..opbuild import oplocks
 from ..fs.directio import direct_io_problem
 from ..model import units
 from ..model.checks import CheckResult
-from ..model.host_memory import host_fit
+from ..model.host_memory import Accelerator, HostMemory, MemoryItem, host_fit
 from ..host.memory import ram_bytes
 from ..model.lint import LintEnv, PathFacts
 from ..model.offload import OffloadKnobs, nvme_space
@@ -34,7 +34,7 @@ AIO_FIX = ("apt-get install libaio-dev (RHEL: yum install libaio-devel), then th
            "DS_BUILD_AIO=1 DS_BUILD_PIN_MEMORY=1 LDFLAGS='-Wl,--no-as-needed -laio' pip install --force-reinstall "
            "--no-deps --no-build-isolation --no-cache-dir deepspeed (or iotune's scripts/setup.sh)")
 DOCTOR_STATUS = {"fits": "ok", "tight": "warn", "over": "fail"}      # host_fit's verdict as a check's status
-LINT_OWN = ("nvme-path-", "pinned-", "checkpoint-dir-", "checkpoint-space")   # lint rules doctor answers itself
+LINT_OWN = ("nvme-path-", "pinned-", "checkpoint-dir-", "checkpoint-space", "host-memory")   # lint rules doctor answers itself
 
 
 @dataclass(frozen=True)
@@ -47,39 +47,66 @@ class Job:
     largest_param_numel: int | None = None
     gpus: int = 1
     baseline_bytes: int = 0               # a process with torch and DeepSpeed (measured; 0: not counted)
-    accelerator: str | None = None        # DeepSpeed's accelerator here (cpu: its memory is the host's)
+    accelerator: str | None = None        # the accelerator modelled (cpu: its memory is the host's); None: unknown
     checkpoint_dir: str | None = None
     keep: int = 1
+    modelled: Accelerator | None = None   # the accelerator the host memory is modelled for, and why
+    baseline_note: str = ""               # what baseline_bytes is, or why it is not counted
+    activation_bytes: int = 0             # one micro-batch's activations, where the model is known (--model)
+    activation_note: str = ""             # how they were reckoned
+
+    @property
+    def accelerator_modelled(self) -> Accelerator:
+        return self.modelled or Accelerator(self.accelerator or "cuda", reason="unknown here: cuda assumed")
 
 
 def job_checks(job: Job, aio_timeout_s: float = 300.0, env: dict[str, str] | None = None) -> list[CheckResult]:
     paths = swap_paths(job.cfg)
     lint_env = replace(gather(list(paths), job.params, job.largest_param_numel, job.accelerator, job.gpus, None,
-                              job.checkpoint_dir, job.keep), numels=job.numels, baseline_bytes=job.baseline_bytes)
+                              job.checkpoint_dir, job.keep), numels=job.numels, baseline_bytes=job.baseline_bytes,
+                       activation_bytes=job.activation_bytes, activation_note=job.activation_note)
     locks = oplocks.build_locks(oplocks.extension_roots(env))
-    out = [check_config(job, lint_env), check_async_io(locks, aio_timeout_s, env)]
+    out = [check_accelerator(job, lint_env), check_config(job, lint_env), check_async_io(locks, aio_timeout_s, env)]
     if not paths:
-        out.append(CheckResult("nvme_path", "skip", "the config swaps nothing to NVMe (no nvme offload at stage 3)"))
+        out.append(CheckResult("nvme_path", "skip", "the config swaps nothing to NVMe (no nvme offload at stage 3)",
+                               data={"nvme_paths": 0}))
     for path, users in paths.items():
         facts = lint_env.paths[path]
         out += [check_direct_io(job, path, facts), check_space(job, path, users, facts), check_sharing(path)]
     out += check_memory(job, lint_env)
     out += checkpoint_checks(job.cfg, lint_env)
     out += [check_lock(lock) for lock in locks] or [CheckResult("op-build locks", "ok", "none in the torch "
-                                                                "extensions cache")]
+                                                                "extensions cache", data={"locks": 0})]
     return out
+
+
+def check_accelerator(job: Job, env: LintEnv) -> CheckResult:
+    """Which accelerator the checks model and why (warn: unknown here, cuda
+    assumed), and what of the config needs CUDA (GDS)."""
+    acc = job.accelerator_modelled
+    use_gds = aio_block(job.cfg).get("use_gds") is True
+    data = {**acc.to_json(), "device_memory_is_host": acc.device_is_host, "use_gds": use_gds,
+            "gds_available": env.gds_available}
+    gds = ("; aio.use_gds needs CUDA: DeepSpeed refuses it here" if use_gds and acc.name != "cuda" else
+           "; aio.use_gds: libcufile (GDS) not found" if use_gds and env.gds_available is False else "")
+    if job.accelerator is None:
+        return CheckResult("accelerator", "warn", f"{acc.sentence}{gds}",
+                           "give --accelerator cpu or cuda: the one the job runs on", data=data)
+    return CheckResult("accelerator", "ok", f"{acc.sentence}{gds}", data=data)
 
 
 def check_config(job: Job, env: LintEnv) -> CheckResult:
     found = [f for f in lint(job.cfg, env) if not f.rule.startswith(LINT_OWN)]
     errors = [f for f in found if f.severity == "error"]
+    data = {"errors": len(errors), "warnings": len(found) - len(errors), "rules": [f.rule for f in found]}
     if errors:
         more = f" (and {len(errors) - 1} more: run `iotune lint`)" if len(errors) > 1 else ""
-        return CheckResult("ds_config", "fail", f"{errors[0].where}: {errors[0].message}{more}", errors[0].fix)
+        return CheckResult("ds_config", "fail", f"{errors[0].where}: {errors[0].message}{more}", errors[0].fix,
+                           data=data)
     if found:
         return CheckResult("ds_config", "warn", f"{found[0].where}: {found[0].message}"
-                           + (f" (+{len(found) - 1} more)" if len(found) > 1 else ""), "see `iotune lint`")
-    return CheckResult("ds_config", "ok", "DeepSpeed accepts it (iotune lint finds nothing)")
+                           + (f" (+{len(found) - 1} more)" if len(found) > 1 else ""), "see `iotune lint`", data=data)
+    return CheckResult("ds_config", "ok", "DeepSpeed accepts it (iotune lint finds nothing)", data=data)
 
 
 ASYNC_IO = "async_io op"      # the check's name, also in the helpers that make its failures
@@ -91,10 +118,11 @@ def check_async_io(locks: list[oplocks.BuildLock], timeout_s: float, env: dict[s
         if lock is not None:
             return lock
     probe = jobfacts.probe_async_io(timeout_s, env)
+    data = {"loaded": probe.loaded, "prebuilt": probe.prebuilt, "timeout_s": timeout_s}
     if probe.loaded:
         how = "prebuilt into DeepSpeed: nothing compiled" if probe.prebuilt else "libaio found, op built"
-        return CheckResult(ASYNC_IO, "ok", f"AsyncIOBuilder().load() works ({how})")
-    return _probe_failure(probe)
+        return CheckResult(ASYNC_IO, "ok", f"AsyncIOBuilder().load() works ({how})", data=data)
+    return replace(_probe_failure(probe), data={**data, "timed_out": probe.timed_out})
 
 
 def _lock_problem(locks: list[oplocks.BuildLock]) -> CheckResult | None:
@@ -142,11 +170,13 @@ def check_direct_io(job: Job, path: str, facts: PathFacts) -> CheckResult:
                            "put nvme_path on ext4, xfs or btrfs on a block device (not tmpfs, ramfs or most FUSE)")
     align = _aligned_bytes(job.cfg)
     small = direct_io_problem(where, align)
+    data = {"checked": where, "alignment_bytes": align, "page_bytes": 4096}
     if small:
         return CheckResult(name, "fail", f"{where}: {small}; DeepSpeed pads swap I/O only to {align} B",
                            "raise aio.intra_op_parallelism so 1024 x it is a multiple of the drive's logical "
-                           "block size, or use a drive formatted with 512 B sectors")
-    return CheckResult(name, "ok", f"{where}: O_DIRECT works at 4 KiB and at DeepSpeed's {align} B alignment")
+                           "block size, or use a drive formatted with 512 B sectors", data=data)
+    return CheckResult(name, "ok", f"{where}: O_DIRECT works at 4 KiB and at DeepSpeed's {align} B alignment",
+                       data=data)
 
 
 def nvme_bytes(job: Job, users: list[str]) -> int | None:
@@ -175,10 +205,12 @@ def check_space(job: Job, path: str, users: list[str], facts: PathFacts) -> Chec
     have = facts.free_bytes + reusable
     note = f" + {units.mib(reusable)} in swap files DeepSpeed rewrites" if reusable else ""
     detail = f"{units.mib(facts.free_bytes)} free{note}; the plan puts {units.mib(need)} there ({', '.join(users)})"
+    data = {"need_bytes": need, "free_bytes": facts.free_bytes, "reusable_bytes": reusable, "have_bytes": have,
+            "users": list(users)}
     if have < need:
         return CheckResult(name, "fail", detail, "free space, or point nvme_path at a larger volume "
-                           "(`iotune plan` for the breakdown)")
-    return CheckResult(name, "ok", detail)
+                           "(`iotune plan` for the breakdown)", data=data)
+    return CheckResult(name, "ok", detail, data=data)
 
 
 def check_sharing(path: str) -> CheckResult:
@@ -190,13 +222,15 @@ def check_sharing(path: str) -> CheckResult:
         pid, files = next(iter(sorted(users.items())))
         return CheckResult(name, "fail", f"pid {pid} ({jobfacts.command_of(pid)}) holds {len(files)} file(s) open "
                            f"under it, e.g. {files[0]}: two jobs write the same rank<N> swap files",
-                           "give each job its own nvme_path (a subdirectory per job)")
+                           "give each job its own nvme_path (a subdirectory per job)",
+                           data={"pids": sorted(users), "open_files": len(files)})
     dirs = jobfacts.swap_dirs(path)
     if dirs:
         size = sum(s for _, s in dirs)
         return CheckResult(name, "warn", f"swap directories of an earlier job ({len(dirs)}, {units.mib(size)}, e.g. "
                            f"{dirs[0][0]}); no process has them open now", "if that job runs elsewhere (another "
-                           "container or node on shared storage), give each job its own nvme_path")
+                           "container or node on shared storage), give each job its own nvme_path",
+                           data={"swap_dirs": len(dirs), "swap_bytes": size})
     return CheckResult(name, "ok", "no other process has files open under it, no earlier swap files")
 
 
@@ -211,38 +245,65 @@ def check_memory(job: Job, env: LintEnv) -> list[CheckResult]:
         return out
     ranks = max(job.gpus, 1)
     host = memory.peak_bytes * ranks
-    limits = [(b, what) for b, what in ((env.ram_bytes, "RAM"), (ram_bytes("MemAvailable"), "available now (MemAvailable)"))
-              if b]
     cg = jobfacts.cgroup_memory_limit()
+    budgets = {"ram_bytes": env.ram_bytes, "available_bytes": ram_bytes("MemAvailable"),
+               "cgroup_limit_bytes": cg[0] if cg else None}
+    limits = [(b, what) for b, what in ((env.ram_bytes, "RAM"), (budgets["available_bytes"], "available now "
+                                        "(MemAvailable)")) if b]
     if cg:
         limits.append((cg[0], f"the container's limit ({cg[1]})"))
     if not limits:
         return out
     limit, which = min(limits)
     assumed = f" [{'; '.join(notes)}]" if notes else ""
-    text = (f"{units.mib(host)} of host memory at the peak for {ranks} rank(s) ({memory.peak_phase()}: "
-            f"{describe([i for i in memory.items if i.phase in ('resident', memory.peak_phase())])}){assumed} "
-            f"against {units.mib(limit)}, {which}")
-    status = DOCTOR_STATUS[host_fit(host, limit).verdict]
-    out.append(CheckResult("host memory", status, text, "lower sub_group_size (the optimizer's swap buffers and "
-                           "step-1 moments scale with the largest sub-group) or the buffer counts, or raise the "
-                           "memory limit; `iotune sweep offload` searches what fits"))
+    acc = job.accelerator_modelled
+    text = (f"{units.mib(host)} of host memory at the peak for {ranks} rank(s) on the {acc.name} accelerator "
+            f"({memory.peak_phase()}: {describe(peak_items(memory))}){assumed} against {units.mib(limit)}, {which}")
+    fit = host_fit(host, limit)
+    data = {**memory_data(job, memory, ranks), **budgets, "budget_bytes": limit, "budget": which,
+            "verdict": fit.verdict, "margin": fit.margin, "assumptions": notes}
+    out.append(CheckResult("host memory", DOCTOR_STATUS[fit.verdict], text, "lower sub_group_size (the "
+                           "optimizer's swap buffers and step-1 moments scale with the largest sub-group) or the "
+                           "buffer counts, or raise the memory limit; `iotune sweep offload` searches what fits",
+                           data=data))
     return out
+
+
+def peak_items(memory: HostMemory) -> list[MemoryItem]:
+    """The items the peak sums: the resident ones and the peak phase's transients."""
+    return [i for i in memory.items if i.phase in ("resident", memory.peak_phase())]   # as HostMemory.peak_bytes
+
+
+def memory_data(job: Job, memory: HostMemory, ranks: int) -> dict[str, Any]:
+    """The host-memory check's numbers: one rank's peak (what `plan --json` gives as host.peak_bytes for the
+    same config and accelerator) and each term of the model, all in bytes."""
+    acc = job.accelerator_modelled
+    peak = ("resident", memory.peak_phase())
+    return {"accelerator": acc.name, "accelerator_source": acc.source, "accelerator_reason": acc.reason,
+            "ranks": ranks, "peak_bytes": memory.peak_bytes, "total_peak_bytes": memory.peak_bytes * ranks,
+            "peak_phase": memory.peak_phase(), "resident_bytes": memory.resident_bytes,
+            "locked_bytes": memory.locked_bytes, "baseline_bytes": job.baseline_bytes,
+            "baseline_note": job.baseline_note,
+            "terms": [{"label": i.label, "bytes": i.nbytes, "phase": i.phase, "locked": i.locked,
+                       "on_device": i.on_device, "in_peak": i.phase in peak, "formula": i.formula}
+                      for i in memory.items]}
 
 
 def _memlock(env: LintEnv, pinned: int, what: str) -> CheckResult:
     name = "locked memory (ulimit -l)"
+    data = {"locked_bytes": pinned, "memlock_bytes": env.memlock_bytes, "enforced": not env.can_lock_unlimited}
     if env.memlock_bytes is None:
-        return CheckResult(name, "ok", f"unlimited; swap buffers lock {units.mib(pinned)} ({what})")
+        return CheckResult(name, "ok", f"unlimited; swap buffers lock {units.mib(pinned)} ({what})", data=data)
     if env.can_lock_unlimited:
         return CheckResult(name, "ok", f"ulimit -l {units.mib(env.memlock_bytes)}, not enforced (CAP_IPC_LOCK); swap "
-                           f"buffers lock {units.mib(pinned)}")
+                           f"buffers lock {units.mib(pinned)}", data=data)
     if pinned > env.memlock_bytes:
         return CheckResult(name, "fail", f"swap buffers lock {units.mib(pinned)} ({what}), over ulimit -l "
                            f"{units.mib(env.memlock_bytes)}: pinning them fails", "raise the memlock limit for the "
                            "training user (ulimit -l unlimited; docker run --ulimit memlock=-1), or lower "
-                           "buffer_count / buffer_size / sub_group_size")
-    return CheckResult(name, "ok", f"swap buffers lock {units.mib(pinned)} of ulimit -l {units.mib(env.memlock_bytes)}")
+                           "buffer_count / buffer_size / sub_group_size", data=data)
+    return CheckResult(name, "ok", f"swap buffers lock {units.mib(pinned)} of ulimit -l {units.mib(env.memlock_bytes)}",
+                       data=data)
 
 
 LOCK_WHAT = ("torch creates this lock while it compiles DeepSpeed's {op} op on first use and removes it when the "
@@ -253,17 +314,19 @@ def check_lock(lock: oplocks.BuildLock) -> CheckResult:
     name = f"op-build lock ({lock.op})"
     age = f"{lock.age_s / 60:.0f} min old"
     what = LOCK_WHAT.format(op=lock.op)
+    data = {"path": lock.path, "age_s": lock.age_s, "holders": list(lock.holders), "builders": list(lock.builders),
+            "stale_after_s": oplocks.STALE_LOCK_AFTER_S}
     if not lock.orphaned:
         pid = (lock.builders or lock.holders)[0]
         return CheckResult(name, "warn", f"{lock.path}: {age}, held by pid {pid} ({jobfacts.command_of(pid)}): "
                            f"{what}a job loading {lock.op} waits until it is done",
-                           "let the build finish; jobs wait for it")
+                           "let the build finish; jobs wait for it", data=data)
     if lock.stale:
         return CheckResult(name, "fail", f"{lock.path}: {age}, no build running: {what}a killed build left it, "
                            f"and every load of {lock.op} waits on it forever, silently",
-                           f"rm {lock.path}", fixable=True, target=lock.path)
+                           f"rm {lock.path}", fixable=True, target=lock.path, data=data)
     return CheckResult(name, "warn", f"{lock.path}: {age}, no process here holds it or builds under it: {what}"
                        f"a build killed midway leaves it, and every load of {lock.op} then waits on it forever, "
                        f"silently (or a build on another machine sharing this directory holds it)",
                        f"rm {lock.path} if no build elsewhere shares this directory (after "
-                       f"{oplocks.STALE_LOCK_AFTER_S / 60:.0f} min, --fix does)")
+                       f"{oplocks.STALE_LOCK_AFTER_S / 60:.0f} min, --fix does)", data=data)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -15,10 +15,13 @@ class CheckResult:
     fixable: bool = False   # `iotune doctor --fix` can apply `fix`
     fixed: bool = False     # --fix was applied and the check now passes
     target: str = ""        # the file a fix acts on (a stale lock to remove), if any
+    # the numbers behind `detail`, each key naming its unit (`*_bytes`, `*_s`); {} where it has none. Not
+    # compared (the sentence says the same) and not hashed (a dict)
+    data: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def ok(self) -> bool:
         return self.status in ("ok", "skip", "warn")
 
     def to_json(self) -> dict[str, Any]:
-        return dict(vars(self))
+        return {**vars(self), "data": dict(self.data)}

@@ -34,6 +34,7 @@ resident
                            small to swap (kept in RAM with its Adam state)
   parameter swap buffers   partitioned_param_swapper: buffer_count x
                            buffer_size elements of the partition dtype, locked
+                           (with aio.use_gds: accelerator memory, CUDA only)
   reduce bucket            the IPG bucket, reduce_bucket_size elements of the
                            model dtype (accelerator memory), touched up to the
                            largest bucket the backward fills
@@ -76,6 +77,33 @@ BASELINE_JOB = "job"          # the job's own process at deepspeed.initialize (t
 BASELINE_MACHINE = "machine"  # iotune's own process with torch and DeepSpeed, measured once (no job to measure)
 
 
+ACCELERATOR_GIVEN = "given"          # --accelerator
+ACCELERATOR_DEFAULT = "default"      # the command's own default (plan: a GPU job)
+ACCELERATOR_DETECTED = "detected"    # DeepSpeed's choice on this machine
+
+
+@dataclass(frozen=True)
+class Accelerator(JsonRecord):
+    """The accelerator a host-memory figure is modelled for, and why that
+    one: `source` is given (--accelerator), default (the command's) or
+    detected (DeepSpeed's choice here); `reason` says it in words."""
+
+    name: str                        # cpu | cuda | ...: DeepSpeed's accelerator name
+    source: str = ACCELERATOR_DEFAULT
+    reason: str = ""
+
+    @property
+    def device_is_host(self) -> bool:
+        return self.name == "cpu"
+
+    @property
+    def sentence(self) -> str:
+        memory = ("its memory is the host's: the parameters, buffers and activations it holds count as host memory"
+                  if self.device_is_host else "the GPU holds what is not offloaded" if self.name == "cuda" else
+                  "the accelerator holds what is not offloaded, outside host memory")
+        return f"modelled on the {self.name} accelerator ({self.reason}): {memory}"
+
+
 @dataclass(frozen=True)
 class HostContext:
     """What the host-memory model needs beyond the config and the tensors."""
@@ -83,6 +111,7 @@ class HostContext:
     accelerator: str = "cuda"        # cpu: DeepSpeed's CPU accelerator, whose device memory is the host's
     baseline_bytes: int = 0          # the process besides its model (0: unknown, left out): see baseline_source
     activation_bytes: int = 0        # one micro-batch's activations, where the model is known (0: unknown)
+    activation_note: str = ""        # how activation_bytes was reckoned (micro-batch, sequence length), for reports
     engine_bytes: int = 0            # with a job's baseline: what deepspeed.initialize adds (measured once)
     startup_peak_bytes: int = 0      # with a job's baseline: its VmHWM at deepspeed.initialize (0: unknown)
     baseline_source: str = BASELINE_MACHINE     # job | machine
@@ -225,8 +254,12 @@ def _parameter_swap(knobs: OffloadKnobs, shape: JobShape) -> list[MemoryItem]:
         return []
     d = DTYPE_BYTES.get(knobs.dtype, 4)
     per = aligned(knobs.param_buffer_size, d, knobs)
-    out = [MemoryItem("parameter swap buffers", pages(knobs.param_buffer_count * per * d), True,
-                      f"{knobs.param_buffer_count} x {per:,} elements (buffer_size, aligned) x {d} B, one allocation")]
+    where = ", in GPU memory (aio.use_gds)" if knobs.use_gds else ""
+    # with use_gds, partitioned_param_swapper.py allocates them on the accelerator and registers them with
+    # GDS, which only CUDA has (DeepSpeed refuses use_gds on any other accelerator)
+    out = [MemoryItem("parameter swap buffers", pages(knobs.param_buffer_count * per * d), not knobs.use_gds,
+                      f"{knobs.param_buffer_count} x {per:,} elements (buffer_size, aligned) x {d} B, one "
+                      f"allocation{where}", on_device=knobs.use_gds)]
     if shape.params_per_rank > knobs.max_in_cpu:
         # stage3.py reserve_partitioned_swap_space: the largest sub-group's parameters, unpartitioned (ds_numel)
         whole = aligned(min(max(sub_groups(knobs, shape)) * shape.ranks, shape.params_total), d, knobs)
@@ -248,7 +281,8 @@ def _transients(knobs: OffloadKnobs, shape: JobShape, context: HostContext) -> l
                       f"the largest parameter's gradient, {largest:,} elements x {d} B, before it is reduced",
                       "forward/backward", on_device=True)]
     if context.activation_bytes:
-        out.append(MemoryItem("activations", context.activation_bytes, False, "one micro-batch through the model",
+        out.append(MemoryItem("activations", context.activation_bytes, False,
+                              context.activation_note or "one micro-batch through the model",
                               "forward/backward", on_device=True))
     bucket = min(knobs.reduce_bucket_size, shape.params_total)
     out.append(MemoryItem("reduce-scatter copy of the bucket", bucket * d, False,

@@ -41,6 +41,8 @@ class LintEnv:
     expected_device: str | None = None        # the drive nvme_path should be on (e.g. nvme0n1), if given
     numels: tuple[int, ...] = ()              # the model's parameter tensors, where known (--model)
     baseline_bytes: int = 0                   # a process with torch and DeepSpeed (0: not counted)
+    activation_bytes: int = 0                 # one micro-batch's activations, where the model is known (0: unknown)
+    activation_note: str = ""                 # how they were reckoned
     checkpoint_dir: str | None = None         # where the job saves its checkpoints (save_checkpoint's save_dir)
     checkpoint_keep: int = 1                  # checkpoints it keeps there
     checkpoint_facts: PathFacts | None = None

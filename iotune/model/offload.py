@@ -69,6 +69,7 @@ class OffloadKnobs:
     reduce_bucket_size: int = 500_000_000
     grad_accum_dtype: str = ""               # data_types.grad_accum_dtype ("": the model's dtype)
     master_16bit: bool = False               # bf16/fp16_master_weights_and_grads: the optimizer's state in 2 B
+    use_gds: bool = False                    # aio.use_gds: the parameter swap buffers in GPU memory (CUDA only)
 
     @property
     def nvme_optimizer(self) -> bool:
@@ -113,7 +114,8 @@ class OffloadKnobs:
                    grad_accum_dtype=GRAD_ACCUM_DTYPES.get(str(_dict(cfg.get("data_types")).get("grad_accum_dtype")),
                                                           ""),
                    master_16bit=_dict(cfg.get("bf16")).get("bf16_master_weights_and_grads") is True
-                   or _dict(cfg.get("fp16")).get("fp16_master_weights_and_grads") is True)
+                   or _dict(cfg.get("fp16")).get("fp16_master_weights_and_grads") is True,
+                   use_gds=aio.get("use_gds") is True)
 
 
 def _dict(v: object) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .host_memory import HostMemory
+from .host_memory import Accelerator, HostMemory
 from .offload import OffloadKnobs
 
 
@@ -25,6 +25,14 @@ class PlanInput:
     accelerator: str = "cuda"                # cpu: the accelerator's memory is the host's
     baseline_bytes: int = 0                  # a process with torch and DeepSpeed (0: not counted)
     activation_bytes: int = 0                # one micro-batch's activations (0: unknown)
+    accelerator_source: str = "default"      # given (--accelerator) | default (plan's: a GPU job) | detected
+    accelerator_reason: str = ""             # why that accelerator, in words
+    baseline_note: str = ""                  # what baseline_bytes is, or why it is not counted
+    activation_note: str = ""                # how activation_bytes was reckoned
+
+    @property
+    def modelled(self) -> Accelerator:
+        return Accelerator(self.accelerator, self.accelerator_source, self.accelerator_reason)
 
 
 @dataclass(frozen=True)

@@ -31,10 +31,13 @@ def render_plan(plan: Plan, width: int) -> str:
     head = Text(f"Plan: {count} parameters, {inp.strategy}, {inp.precision}, "
                 f"{inp.gpus} rank(s), gradient accumulation {inp.grad_accum} (GB = 10^9 bytes, per rank)\n",
                 style="bold")
+    head.append(accelerator_lines(plan))
     mem = Table(title="Memory per tier", title_justify="left", show_edge=False, pad_edge=False)
     for col in ("tier", "component", "GB"):
         mem.add_column(col, justify="right" if col == "GB" else "left")
     for tier, parts in plan.memory.items():
+        if tier == "GPU" and not parts:          # the CPU accelerator: the host holds it all
+            continue
         for comp, b in parts.items():
             if b:
                 mem.add_row(tier, comp, units.gb(b))
@@ -61,6 +64,18 @@ def render_plan(plan: Plan, width: int) -> str:
     buf = io.StringIO()
     Console(file=buf, width=width, color_system=None).print(Group(head, mem, Text(""), io_t, Text(""), lines))
     return buf.getvalue()
+
+
+def accelerator_lines(plan: Plan) -> str:
+    """Which accelerator the host memory is modelled for and why, and the process itself."""
+    inp = plan.inp
+    process = (f"{units.volume(inp.baseline_bytes)}, {inp.baseline_note}" if inp.baseline_bytes
+               else inp.baseline_note or "not counted")
+    peak = f"{units.volume(plan.host.peak_bytes)} per rank" if plan.host is not None else "not modelled"
+    gds = (f"aio.use_gds needs CUDA: DeepSpeed refuses it on the {inp.accelerator} accelerator (set it to false)\n"
+           if inp.knobs is not None and inp.knobs.use_gds and inp.accelerator != "cuda" else "")
+    return (f"Host memory {inp.modelled.sentence}\nHost-memory peak: {peak}; the process itself (torch + DeepSpeed): "
+            f"{process}\n{gds}")
 
 
 def render_check(rows: tuple[CheckRow, ...], width: int) -> str:

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from iotune.opbuild import oplocks
 from iotune.cli import cli
-from iotune.cli import doctor as doctor_cli
+from iotune.cli import host_inputs
 from iotune.doctor import jobfacts
 from iotune.doctor.job import Job, job_checks
 from iotune.workloads.fastops import prebuilt_ops
@@ -47,7 +47,7 @@ def no_probe(monkeypatch: pytest.MonkeyPatch) -> None:
     """The async_io probe answers 'loaded' and the process baseline is
     DeepSpeed's cpu accelerator holding 1 GiB, without starting DeepSpeed."""
     monkeypatch.setattr(jobfacts, "probe_async_io", lambda timeout_s, env=None: jobfacts.AioProbe(True, True))
-    monkeypatch.setattr(doctor_cli, "machine_baseline", lambda: ("cpu", 1 << 30))
+    monkeypatch.setattr(host_inputs, "machine_baseline", lambda: ("cpu", 1 << 30))
 
 
 @pytest.fixture(scope="module")
@@ -261,7 +261,9 @@ def test_a_container_limit_below_the_need_fails(tmp_path: Path, monkeypatch: pyt
     # swap buffers of 1e7 fp32 elements (aligned to 256, each in whole pages) and the moments of that sub-group
     peak = 10_000_000 * 2 + 4 * 40_001_536 + 2 * 10_000_000 * 4
     assert host.status == "fail", host
-    assert host.detail.startswith(f"{peak / 2**20:.1f} MiB of host memory at the peak for 1 rank(s) (step 1: ")
+    assert host.detail.startswith(f"{peak / 2**20:.1f} MiB of host memory at the peak for 1 rank(s) on the cuda "
+                                  "accelerator (step 1: ")
+    assert (host.data["peak_bytes"], host.data["budget_bytes"], host.data["verdict"]) == (peak, 64 << 20, "over")
     assert host.detail.endswith("against 64.0 MiB, the container's limit (/sys/fs/cgroup/x/memory.max)")
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from iotune.model.offload import (JobShape, OffloadKnobs, gain_split, step_swap_bytes, sub_groups,
                                   swap_split, violations)
-from iotune.model.host_memory import host_memory
+from iotune.model.host_memory import HostContext, host_memory
 from iotune.model.steps import parse_steps
 from iotune.workloads.presets import PRESETS, tensor_numels
 
@@ -138,6 +138,23 @@ def test_knobs_that_cannot_apply_apply_nothing() -> None:
     auto = OffloadKnobs.from_ds_config({"zero_optimization": {"stage": 3, "sub_group_size": "auto",
                                                               "offload_optimizer": {"device": "nvme"}}})
     assert auto.sub_group_size == OffloadKnobs().sub_group_size and auto.nvme_optimizer
+
+
+def test_gds_parameter_buffers_are_accelerator_memory() -> None:
+    """aio.use_gds: partitioned_param_swapper.py allocates the parameter swap buffers on the accelerator (5 x
+    2^20 elements x 2 B in bf16 here): not host memory, not locked, on CUDA; on the CPU accelerator (which
+    DeepSpeed refuses use_gds on) they would be the host's."""
+    cfg = {"bf16": {"enabled": True}, "aio": {"use_gds": True},
+           "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "buffer_size": 1 << 20}}}
+    knobs = OffloadKnobs.from_ds_config(cfg)
+    assert knobs.use_gds and not OffloadKnobs.from_ds_config({**cfg, "aio": {"use_gds": "false"}}).use_gds
+    shape = JobShape((1 << 20,))
+    labels = {i.label: i for i in host_memory(knobs, shape, HostContext("cuda")).items}
+    assert "parameter swap buffers" not in labels
+    [buffers] = [i for i in host_memory(knobs, shape, HostContext("cpu")).items if i.label == "parameter swap buffers"]
+    assert (buffers.nbytes, buffers.locked, buffers.on_device) == (5 * (1 << 20) * 2, False, True)
+    plain = {i.label: i for i in host_memory(OffloadKnobs.from_ds_config({**cfg, "aio": {}}), shape).items}
+    assert plain["parameter swap buffers"].locked and not plain["parameter swap buffers"].on_device
 
 
 def test_lint_names_deepspeeds_buffer_bounds_with_the_fix() -> None:

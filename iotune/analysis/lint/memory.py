@@ -8,7 +8,8 @@ leave open said as assumptions:
   sub-group, sub_group_size elements, is counted: the most DeepSpeed locks
   for the optimizer whatever the model);
 - "auto" values (Hugging Face fills them in): DeepSpeed's defaults;
-- aio.use_gds: the parameter swap buffers live on the GPU, not counted.
+- aio.use_gds: the parameter swap buffers live on the GPU (the model's
+  accelerator memory), not counted on CUDA.
 
 Two rules: the locked part against ulimit -l (swap buffers are mlock'd
 whatever pin_memory says, since DeepSpeed 0.19.4), and the peak against
@@ -23,7 +24,7 @@ from ...model import units
 from ...model.host_memory import HostContext, HostMemory, MemoryItem, host_fit, host_memory
 from ...model.lint import LintEnv, LintFinding
 from ...model.offload import ASSUMED_LARGEST, JobShape, OffloadKnobs
-from .view import AUTO, aio_block, finding, offload, zero
+from .view import AUTO, finding, offload, zero
 
 LOCKED_WHERE = {"parameter swap buffers": "zero_optimization.offload_param",
                 "parameter swap-out buffer": "zero_optimization.offload_param"}
@@ -54,9 +55,8 @@ def job_memory(cfg: dict[str, Any], env: LintEnv) -> tuple[HostMemory, list[str]
     """(one rank's host memory under `cfg`, the assumptions it rests on)."""
     shape, notes = assumptions(cfg, env)
     knobs = OffloadKnobs.from_ds_config(cfg)
-    memory = host_memory(knobs, shape, HostContext(env.accelerator or "cuda", env.baseline_bytes))
-    if aio_block(cfg).get("use_gds") is True and knobs.nvme_params:
-        memory = HostMemory(tuple(i for i in memory.items if i.label != "parameter swap buffers"))
+    memory = host_memory(knobs, shape, HostContext(env.accelerator or "cuda", env.baseline_bytes,
+                                                    env.activation_bytes, activation_note=env.activation_note))
     return memory, notes
 
 
