@@ -1,6 +1,6 @@
 """`iotune schema`: the published JSON Schemas of iotune's machine output
-(run.json and the --json of trace/report, sweep and plan), listed, printed,
-or used to check a file."""
+(run.json, fleet.json and the --json of every command), listed, printed, or
+used to check a file."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ def schema(name: str | None, show_path: bool, documents: tuple[Path, ...], as_js
         if as_json:
             click.echo(json.dumps([{"name": n, "title": t} for n, t in listing], indent=1))
         else:
-            click.echo("".join(f"{n:<18} {title}\n" for n, title in listing), nl=False)
+            width = max(len(n) for n, _ in listing)
+            click.echo("".join(f"{n:<{width}}  {title}\n" for n, title in listing), nl=False)
         return
     if show_path and documents:
         raise UsageError("--path prints where the schema is, --validate checks files against it: give one")

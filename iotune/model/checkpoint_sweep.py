@@ -63,6 +63,8 @@ from .aio import AioSettings
 from .checkpoint import WriterSettings
 from .sweep import TRIAL_TIMEOUT_S
 
+TRIAL_STATUSES = ("ok", "failed", "refused")     # refused: DeepSpeed would refuse it; not run
+
 
 @dataclass(frozen=True)
 class CheckpointCandidate:
@@ -210,7 +212,7 @@ class CheckpointTrial:
 
     candidate: CheckpointCandidate
     repeat: int
-    status: str                                 # ok | failed | refused
+    status: str                                 # one of TRIAL_STATUSES
     error: str = ""
     save_s: float | None = None
     file_bytes: int = 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+STATUSES = ("ok", "fail", "warn", "skip")     # a check's status (only fail fails)
+
 
 @dataclass(frozen=True)
 class CheckResult:

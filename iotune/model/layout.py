@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+BACKENDS = ("single", "md", "btrfs")       # a BuildPlan's: one device, md RAID0, btrfs raid0
+
 
 @dataclass(frozen=True)
 class LayoutSpec:
@@ -21,7 +23,7 @@ class LayoutSpec:
 
 @dataclass(frozen=True)
 class BuildPlan:
-    backend: str                               # single | md | btrfs
+    backend: str                               # one of BACKENDS
     reason: str
     fstype: str
     commands: tuple[tuple[str, ...], ...]

@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+SEVERITIES = ("error", "warning")
+# why a config could not be linted at all (LintFailure.kind)
+FAILURE_KINDS = ("unreadable", "invalid-json", "not-an-object", "bad-input", "no-deepspeed")
+
 
 @dataclass(frozen=True)
 class PathFacts:
@@ -51,7 +55,7 @@ class LintEnv:
 @dataclass(frozen=True)
 class LintFinding:
     rule: str          # e.g. aio-ignored-key
-    severity: str      # error | warning
+    severity: str      # one of SEVERITIES
     where: str         # JSON path in the config, e.g. aio.num_threads
     message: str
     fix: str
@@ -68,7 +72,7 @@ class LintFinding:
 class LintFailure:
     """Why a config could not be linted at all (unreadable, not JSON)."""
 
-    kind: str          # unreadable | invalid-json | not-an-object | bad-option
+    kind: str          # one of FAILURE_KINDS
     message: str
     exit_code: int = 2
 

@@ -23,6 +23,7 @@ from iotune.sweep.config import aio_block_changes, candidate_config
 from iotune.workloads.strategies import STRATEGIES, WorkloadSpec, ds_config
 
 from tests.conftest import needs_deepspeed
+from tests.project.test_schemas import conforms, strict_json
 
 GOOD_PATH = PathFacts(exists=True, writable=True, direct_io_problem=None, free_bytes=10**12)
 CLEAN = {
@@ -239,7 +240,9 @@ def test_every_fixture_has_a_case() -> None:
 
 def run_lint_cli(path: Path, *args: str) -> tuple[int, dict]:
     r = CliRunner().invoke(cli, ["lint", str(path), "--json", *args])
-    return r.exit_code, json.loads(r.stdout)
+    doc = strict_json(r.stdout)
+    conforms("lint-1", doc)
+    return r.exit_code, doc
 
 
 @pytest.mark.parametrize("against", ["table", pytest.param("installed", marks=needs_deepspeed)])
@@ -385,11 +388,13 @@ def test_json_error_document_for_unreadable_and_invalid_files(tmp_path: Path) ->
         r = CliRunner().invoke(cli, ["lint", str(path), "--json"])
         assert r.exit_code == 2
         doc = json.loads(r.stdout)
+        conforms("lint-1", doc, optional=set())
         assert doc["config"] == str(path) and doc["findings"] == [] and doc["error"]["kind"] == kind
         assert r.stderr == f"Error: {doc['error']['message']}\n"
     good = tmp_path / "good.json"
     good.write_text("{}")
     r = CliRunner().invoke(cli, ["lint", str(good), "--json", "--model", "huge"])
+    conforms("lint-1", json.loads(r.stdout), optional=set())
     assert r.exit_code == 2 and json.loads(r.stdout)["error"] == {
         "kind": "bad-input", "message": "unknown --model 'huge': choose one of tiny, small, medium, wide, 1b, 3b, 8b, 16b",
         "exit_code": 2}

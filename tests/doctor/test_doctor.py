@@ -20,11 +20,13 @@ from iotune.resources import probe_source
 from iotune.trace import kernel
 
 from tests.conftest import needs_bpf, needs_root_for
+from tests.project.test_schemas import conforms, strict_json
 
 
 @needs_bpf
 def test_doctor_passes_where_ci_runs(tmp_path: Path) -> None:
     r = CliRunner().invoke(cli, ["doctor", "--json", "--path", str(tmp_path)])
+    conforms("doctor-1", strict_json(r.stdout))
     checks = {c["name"]: c for c in json.loads(r.stdout)}
     assert r.exit_code == 0, [c for c in checks.values() if c["status"] == "fail"]
     for name in ("privileges", "tracefs", "BTF", "block tracepoints", "kernel headers", "bcc importable",
@@ -72,6 +74,7 @@ def test_required_tracepoints_are_those_the_probe_attaches() -> None:
 
 def doctor_checks() -> dict[str, dict]:
     r = CliRunner().invoke(cli, ["doctor", "--json"])
+    conforms("doctor-1", strict_json(r.stdout))
     return {c["name"]: c for c in json.loads(r.stdout)}
 
 
@@ -140,7 +143,9 @@ def test_doctor_fix_mounts_tracefs(tmp_path: Path) -> None:
     before_mounts = Path("/proc/self/mountinfo").read_text().count(" - tracefs ")
     r = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
                        capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    before = {c["name"]: c for c in json.loads((tmp_path / "before.json").read_text())}
+    before_doc = strict_json((tmp_path / "before.json").read_text())
+    conforms("doctor-1", before_doc)
+    before = {c["name"]: c for c in before_doc}
     fixable = {n for n, c in before.items() if c["fixable"] and c["status"] != "ok"}
     if fixable != {"tracefs"}:
         pytest.skip(f"--fix would also change {sorted(fixable - {'tracefs'})} on this machine")
@@ -149,7 +154,9 @@ def test_doctor_fix_mounts_tracefs(tmp_path: Path) -> None:
     assert before["block tracepoints"]["status"] == "skip"
     assert r.returncode == 0, r.stderr
     assert r.stderr.splitlines().count("fixed: mounted tracefs") == 1
-    after = {c["name"]: c for c in json.loads((tmp_path / "after.json").read_text())}
+    after_doc = strict_json((tmp_path / "after.json").read_text())
+    conforms("doctor-1", after_doc)
+    after = {c["name"]: c for c in after_doc}
     assert (after["tracefs"]["status"], after["tracefs"]["detail"]) == ("ok", "/sys/kernel/tracing")
     assert after["block tracepoints"]["status"] == "ok"
     # the host's mounts are untouched

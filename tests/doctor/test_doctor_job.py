@@ -29,6 +29,7 @@ from iotune.doctor.job import Job, job_checks
 from iotune.workloads.fastops import prebuilt_ops
 
 from tests.conftest import ext4_mount, needs_deepspeed, needs_root, needs_root_for
+from tests.project.test_schemas import conforms, strict_json
 
 WORKTREE = Path(__file__).resolve().parents[2]
 
@@ -59,7 +60,9 @@ def ext4(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def doctor_json(*args: str) -> tuple[int, dict[str, dict[str, str]]]:
     r = CliRunner().invoke(cli, ["doctor", *args, "--json"])
     assert r.exception is None or isinstance(r.exception, SystemExit), r.output
-    return r.exit_code, {c["name"]: c for c in json.loads(r.stdout)}
+    doc = strict_json(r.stdout)
+    conforms("doctor-1", doc)
+    return r.exit_code, {c["name"]: c for c in doc}
 
 
 @needs_root

@@ -1,7 +1,12 @@
 """The published JSON Schemas (iotune/schemas/) against real output: a real
 `iotune trace --json` of dd on a loop device, its run.json, `iotune report
---json` of it, `iotune plan --json`, a real (small) `iotune sweep --json`, and
-older files the loaders still accept.
+--json` of it, `iotune plan --json`, a real (small) `iotune sweep --json`,
+`iotune compare --json` of saved runs, `iotune doctor --ds-config --json`,
+`iotune schema --json`, and older files the loaders still accept. Every
+command that prints JSON has a schema (COMMAND_SCHEMAS, checked against a
+walk of the command tree); the other commands' outputs are checked where
+their own tests produce them (tests/doctor, tests/analysis/test_lint.py,
+tests/sweep/test_checkpoint_*.py, tests/volumes).
 
 The published schemas are open (a newer iotune of the same major version may
 add keys). Here every document is also checked against two derived variants
@@ -17,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 from click.testing import CliRunner
 from jsonschema import Draft202012Validator
@@ -35,7 +41,30 @@ ROOT = Path(__file__).resolve().parents[2]
 IOTUNE = [sys.executable, "-m", "iotune"]
 KiB = 1024
 # Keys a document may lack although the schema describes them (per schema, any depth).
-OPTIONAL = {"run-1": {"timeline"}, "trace-report-1": {"verdict"}, "plan-1": {"check"}}
+OPTIONAL = {"run-1": {"timeline"}, "trace-report-1": {"verdict"}, "plan-1": {"check"}, "doctor-1": {"data"},
+            "lint-1": {"error"}}
+# Every command that prints JSON (a --json flag, or a --format with a json choice) -> the schemas of what
+# it prints (one per kind of output). A command that gains --json fails test_every_json_output_has_a_schema
+# until its schema is written (iotune/schemas/NAME-1.json) and named here.
+COMMAND_SCHEMAS = {
+    "compare": ["compare-1"],
+    "demo": ["trace-report-1"],
+    "doctor": ["doctor-1"],
+    "lint": ["lint-1"],
+    "plan": ["plan-1"],
+    "report": ["trace-report-1", "fleet-report-1"],             # a run; a multi-node run (FLEET)
+    "schema": ["schema-1"],
+    "sweep aio": ["sweep-2", "fleet-sweep-1"],                    # one machine; --hosts/--hostfile/--slurm
+    "sweep checkpoint": ["sweep-checkpoint-1"],
+    "sweep layouts": ["sweep-layouts-2"],
+    "sweep netfs": ["sweep-layouts-2"],                           # each client-knob variant as a layout
+    "sweep offload": ["sweep-offload-3"],
+    "trace": ["trace-report-1", "fleet-report-1"],              # one machine; multi-node
+    "volumes bed": ["volumes-bed-1"],
+    "volumes build": ["volumes-build-1", "volumes-build-dry-run-1"],
+    "volumes scratch": ["volumes-scratch-1"],
+}
+FILE_SCHEMAS = ["fleet-1", "run-1"]      # saved records, not printed by a --json
 
 
 def schema(name: str) -> dict[str, Any]:
@@ -88,19 +117,58 @@ def strict_json(text: str) -> Any:
 
 
 def test_every_schema_is_a_valid_draft_2020_12_schema() -> None:
-    assert schema_names() == ["fleet-1", "fleet-report-1", "fleet-sweep-1", "plan-1", "run-1", "sweep-2",
-                              "sweep-layouts-2", "sweep-offload-3", "trace-report-1"]
+    assert schema_names() == ["compare-1", "doctor-1", "fleet-1", "fleet-report-1", "fleet-sweep-1", "lint-1",
+                              "plan-1", "run-1", "schema-1", "sweep-2", "sweep-checkpoint-1", "sweep-layouts-2",
+                              "sweep-offload-3", "trace-report-1", "volumes-bed-1", "volumes-build-1",
+                              "volumes-build-dry-run-1", "volumes-scratch-1"]
     for name in schema_names():
         s = schema(name)
         Draft202012Validator.check_schema(s)
         assert s["$schema"] == "https://json-schema.org/draft/2020-12/schema"
         assert s["$id"] == f"https://iotune.invalid/schema/{name}.json" and s["title"]
     assert schema_path("run") == schema_path("run-1.json") == ROOT / "iotune" / "schemas" / "run-1.json"
+    assert schema_path("volumes-build").name == "volumes-build-1.json"
+
+
+def json_commands(group: click.Group = cli, prefix: str = "") -> list[str]:
+    """Every command (subcommands by their path, e.g. "sweep aio") that
+    prints JSON: it takes --json, or a choice option offering json."""
+    found = []
+    for name, command in sorted(group.commands.items()):
+        path = f"{prefix}{name}"
+        if isinstance(command, click.Group):
+            found += json_commands(command, f"{path} ")
+        elif any("--json" in p.opts or (isinstance(p.type, click.Choice) and "json" in p.type.choices)
+                 for p in command.params if isinstance(p, click.Option)):
+            found.append(path)
+    return found
+
+
+def test_every_json_output_has_a_schema() -> None:
+    found = json_commands()
+    assert "sweep checkpoint" in found and "volumes scratch" in found and "agent" not in found
+    missing = [c for c in found if c not in COMMAND_SCHEMAS]
+    assert missing == [], (f"iotune {', iotune '.join(missing)} print JSON without a published schema: write "
+                           f"iotune/schemas/NAME-1.json and name it in COMMAND_SCHEMAS")
+    assert sorted(COMMAND_SCHEMAS) == found, "COMMAND_SCHEMAS names a command that prints no JSON"
+    covered = {name for names in COMMAND_SCHEMAS.values() for name in names}
+    assert sorted(covered | set(FILE_SCHEMAS)) == schema_names() and not covered & set(FILE_SCHEMAS)
+
+
+def test_the_reference_lists_every_schema_and_its_commands() -> None:
+    """docs/reference/json.md: one table row per schema, naming the commands it covers."""
+    text = (ROOT / "docs" / "reference" / "json.md").read_text()
+    rows = {line.split("|")[1].strip().strip("`"): line for line in text.splitlines()
+            if line.startswith("| `") and line.split("|")[1].strip().strip("`") in schema_names()}
+    assert sorted(rows) == schema_names()
+    for command, names in COMMAND_SCHEMAS.items():
+        for name in names:
+            assert f"iotune {command.removesuffix(' aio')}" in rows[name], (command, name)
 
 
 def test_shared_definitions_are_the_same_in_every_schema() -> None:
     """Each schema is self-contained, so shared $defs are copies: they must not drift."""
-    defs = {name: schema(name)["$defs"] for name in schema_names()}
+    defs = {name: schema(name).get("$defs", {}) for name in schema_names()}
     for a in defs:
         for b in defs:
             for key in defs[a].keys() & defs[b].keys():
@@ -111,6 +179,9 @@ def test_shared_definitions_are_the_same_in_every_schema() -> None:
 
 def test_enums_and_versions_are_the_codes() -> None:
     from iotune.cli.plan import STRATEGIES
+    from iotune.cli.volumes import volumes_build
+    from iotune.model import checkpoint, checkpoint_sweep, checks, layout, lint
+    from iotune.volumes.layout import FILESYSTEMS
 
     run_defs, report_defs = schema("run-1")["$defs"], schema("trace-report-1")["$defs"]
     assert run_model.SCHEMA_VERSION == 1 and run_defs["run"]["properties"]["schema"] == {
@@ -121,6 +192,18 @@ def test_enums_and_versions_are_the_codes() -> None:
     assert report_defs["verdict"]["properties"]["limit"]["enum"] == list(verdict.LIMITS)
     assert report_defs["finding"]["properties"]["kind"]["enum"] == list(verdict.KINDS)
     assert sorted(schema("plan-1")["$defs"]["input"]["properties"]["strategy"]["enum"]) == sorted(STRATEGIES)
+    assert schema("doctor-1")["$defs"]["check"]["properties"]["status"]["enum"] == list(checks.STATUSES)
+    lint_defs = schema("lint-1")["$defs"]
+    assert lint_defs["lint_finding"]["properties"]["severity"]["enum"] == list(lint.SEVERITIES)
+    assert lint_defs["lint_failure"]["properties"]["kind"]["enum"] == list(lint.FAILURE_KINDS)
+    ckpt_defs = schema("sweep-checkpoint-1")["$defs"]
+    assert ckpt_defs["writer"]["properties"]["kind"]["enum"] == [None, *checkpoint.WRITER_TYPES]
+    assert ckpt_defs["checkpoint_trial"]["properties"]["status"]["enum"] == list(checkpoint_sweep.TRIAL_STATUSES)
+    [fs_option] = [p for p in volumes_build.params if p.name == "fstype"]
+    for name in ("volumes-build-1", "volumes-build-dry-run-1"):
+        props = schema(name)["properties"]
+        assert props["backend"]["enum"] == list(layout.BACKENDS)
+        assert props["fstype"]["enum"] == list(FILESYSTEMS) == list(fs_option.type.choices)
 
 
 @pytest.fixture(scope="module")
@@ -240,6 +323,28 @@ def test_broken_documents_are_rejected() -> None:
     assert problems(closed(schema("trace-report-1")), newer) != []
 
 
+def test_broken_command_outputs_are_rejected() -> None:
+    """One document of each smaller schema, then a wrong value or a missing key in it."""
+    check = {"name": "fio", "status": "ok", "detail": "", "fix": "", "fixable": False, "fixed": False, "target": ""}
+    finding = {"rule": "aio-ignored-key", "severity": "warning", "where": "aio.num_threads", "message": "", "fix": ""}
+    lint_doc = {"config": "ds.json", "checked_against": None, "accelerator": None, "findings": [finding],
+                "errors": 0, "warnings": 1}
+    scratch = {"cap_bytes_per_s": 0, "drives": [{"device": "/dev/loop0", "image": "/tmp/a.img", "cgroup": None}]}
+    for name, doc in (("doctor-1", [check]), ("doctor-1", [{**check, "data": {"free_bytes": 1}}]),
+                      ("lint-1", lint_doc), ("volumes-scratch-1", scratch)):
+        assert problems(schema(name), doc) == [], name
+    cases = [("doctor-1", [{**check, "status": "failed"}], "/0/status: 'failed' is not one of"),
+             ("doctor-1", [{**check, "data": [1]}], "/0/data: [1] is not of type 'object'"),
+             ("lint-1", {**lint_doc, "findings": [{**finding, "severity": "info"}]}, "/findings/0/severity:"),
+             ("lint-1", {**lint_doc, "error": {"kind": "bad-json", "message": "", "exit_code": 2}}, "/error/kind:"),
+             ("lint-1", {k: v for k, v in lint_doc.items() if k != "errors"}, "/: 'errors' is a required property"),
+             ("volumes-scratch-1", {**scratch, "cap_bytes_per_s": "200MB/s"}, "/cap_bytes_per_s: '200MB/s' is not"),
+             ("compare-1", [{"label": "x"}], "/0: 'steps' is a required property")]
+    for name, doc, message in cases:
+        found = problems(schema(name), doc)
+        assert any(p.startswith(message) for p in found), (name, message, found)
+
+
 @pytest.mark.parametrize("args", [
     ["--model", "tiny"],
     ["--model", "16b", "--strategy", "nvme-all", "--drive-bandwidth", "3GB/s", "--drives", "3", "--target-step", "5"],
@@ -324,6 +429,60 @@ def test_schema_command_lists_prints_and_validates(tmp_path: Path) -> None:
         f"Error: does not conform to run-1:\n  {good}: at /: 'run_id' is a required property\n"
         f"  {good}: at /: 'started_at' is a required property\n  {good}: at /: 'duration_s' is a required property\n")
     r = CliRunner().invoke(cli, ["schema", "runs"])
-    assert r.exit_code == 2 and r.stderr == (
-        "Error: no JSON Schema named runs: choose one of fleet-1, fleet-report-1, fleet-sweep-1, plan-1, run-1, sweep-2, "
-        "sweep-layouts-2, sweep-offload-3, trace-report-1\n")
+    assert r.exit_code == 2 and r.stderr == f"Error: no JSON Schema named runs: choose one of {', '.join(schema_names())}\n"
+    assert "compare-1, doctor-1, fleet-1," in r.stderr
+
+
+def test_schema_json_conforms(tmp_path: Path) -> None:
+    """The three documents of `iotune schema --json`: the list, --path, --validate (a pass and a failure)."""
+    r = CliRunner().invoke(cli, ["schema", "--json"])
+    assert r.exit_code == 0
+    listing = strict_json(r.stdout)
+    conforms("schema-1", listing)
+    assert [d["name"] for d in listing] == schema_names() and listing[0]["title"] == "iotune compare --json, version 1"
+    r = CliRunner().invoke(cli, ["schema", "lint", "--path", "--json"])
+    assert r.exit_code == 0 and strict_json(r.stdout) == {"name": "lint-1", "path": str(schema_path("lint-1"))}
+    conforms("schema-1", strict_json(r.stdout))
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text("[]")
+    bad.write_text('[{"label": "x"}]')
+    r = CliRunner().invoke(cli, ["schema", "compare", "--validate", str(good), "--validate", str(bad), "--json"])
+    assert r.exit_code == 1
+    doc = strict_json(r.stdout)
+    conforms("schema-1", doc)
+    assert doc["documents"][0] == {"file": str(good), "conforms": True, "problems": []}
+    assert doc["documents"][1]["conforms"] is False and doc["documents"][1]["problems"][0] == (
+        "at /0: 'steps' is a required property")
+
+
+def test_compare_json_of_saved_runs_conforms() -> None:
+    """Two runs in tests/data: the first format (no steps: the per-step medians are null) and a traced
+    nvme-opt job with steps, phases and swap records."""
+    r = CliRunner().invoke(cli, ["compare", str(ROOT / "tests" / "data" / "run-minimal"),
+                                 str(ROOT / "tests" / "data" / "run-nvme-opt-capped"), "--json"])
+    assert r.exit_code == 0, r.stderr
+    doc = strict_json(r.stdout)
+    conforms("compare-1", doc)
+    assert [(row["label"], row["steps"], row["step_s"] is None) for row in doc] == [
+        ("run-minimal", 0, True), ("nvme-opt", 8, False)]
+
+
+def test_doctor_json_of_a_jobs_checks_conforms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`iotune doctor --ds-config` with the async_io probe and the process
+    baseline stubbed (as tests/doctor/test_doctor_job.py's no_probe): the
+    checks run for real on a tmp directory; the machine's checks (bcc, fio,
+    tracefs) are checked in tests/doctor/test_doctor.py."""
+    from iotune.cli import doctor as doctor_cli
+    from iotune.doctor import jobfacts
+
+    monkeypatch.setattr(jobfacts, "probe_async_io", lambda timeout_s, env=None: jobfacts.AioProbe(True, True))
+    monkeypatch.setattr(doctor_cli, "machine_baseline", lambda: ("cpu", 1 << 30))
+    cfg = tmp_path / "ds_config.json"
+    cfg.write_text(json.dumps({"train_batch_size": 1, "zero_optimization": {"stage": 3, "offload_optimizer": {
+        "device": "nvme", "nvme_path": str(tmp_path / "swap")}}, "aio": {"num_threads": 4}}))
+    r = CliRunner().invoke(cli, ["doctor", "--ds-config", str(cfg), "--params", "1000000", "--json"])
+    assert r.exit_code in (0, 1), r.output
+    doc = strict_json(r.stdout)
+    conforms("doctor-1", doc)
+    checks = {c["name"]: c for c in doc}
+    assert checks["ds_config"]["status"] == "warn" and "num_threads" in checks["ds_config"]["detail"]

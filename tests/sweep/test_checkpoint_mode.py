@@ -15,10 +15,13 @@ from iotune.cli import cli
 from iotune.model.aio import AioSettings
 from iotune.model.checkpoint import WriterSettings
 from iotune.model.checkpoint_sweep import CandidateResult, CheckpointCandidate, CheckpointOutcome, CheckpointRequest
+from iotune.render.registry import render
 from iotune.sweep.checkpoint.command import CheckpointArgs, checkpoint_changes, request_for
 from iotune.sweep.checkpoint.sweep import open_checkpoint_journal
 from iotune.sweep.config import REMOVE
 from iotune.sweep.journal import NAME
+
+from tests.project.test_schemas import conforms, strict_json
 
 
 @pytest.mark.parametrize("argv,says", [
@@ -75,6 +78,7 @@ def test_the_request_carries_every_option(tmp_path: Path) -> None:
         save_at=3, measure_steps=4, interval_steps=50, restore_steps=2, repeats=3, dirty_limits=(32 << 20,),
         aio_candidates=(AioSettings(block_size=1 << 20), AioSettings(block_size=8 << 20)), timeout_s=600.0,
         cgroup="/sys/fs/cgroup/x")
+    conforms("sweep-checkpoint-1", strict_json(render(CheckpointOutcome(q, (), (), None, None), "json")))
     # without --steps: as many steps after the save as the restore compares (default 3), at least 2
     assert request_for(CheckpointArgs(), tmp_path, None, tmp_path).restore_steps == 3
     assert request_for(CheckpointArgs(), tmp_path, None, tmp_path).measure_steps == 3
@@ -116,6 +120,7 @@ def test_apply_writes_the_writer_block_and_an_aio_block_of_its_own() -> None:
     fast = CheckpointCandidate(WriterSettings("fast", io_buffer_size=16 << 20, io_buffer_double=False),
                                target="/other", dirty_limit_bytes=32 << 20, aio=AioSettings(block_size=8 << 20))
     out = CheckpointOutcome(q, (), (), result(CheckpointCandidate()), result(fast))
+    conforms("sweep-checkpoint-1", strict_json(render(out, "json")))
     # dotted keys: the writer block, and the aio keys a sweep decides (never use_gds: the user's)
     assert checkpoint_changes(out) == {
         "checkpoint.writer": {"type": "fast", "io_buffer_size": 16 << 20, "io_buffer_double": False,

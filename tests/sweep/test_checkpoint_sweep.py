@@ -29,6 +29,7 @@ from iotune.resources import inject_dir
 from iotune.sweep.config import candidate_config
 
 from tests.conftest import needs_deepspeed
+from tests.project.test_schemas import conforms, strict_json
 
 PYTHON = CheckpointCandidate(WriterSettings("python"))
 FAST = CheckpointCandidate(WriterSettings("fast"))
@@ -90,6 +91,7 @@ def test_a_checkpoint_that_does_not_restore_is_never_picked(tmp_path: Path) -> N
     again = run_checkpoint_sweep(req, runner=lambda *a: pytest.fail("ran a trial the journal holds"))
     assert again.best == out.best
     assert CheckpointOutcome.from_json(json.loads(json.dumps(out.to_json()))) == out
+    conforms("sweep-checkpoint-1", strict_json(render(out, "json")))
     text = render(out, "console")
     assert "Pick: python writer, saves 2.00x as fast as DeepSpeed's defaults" in text
     assert '"checkpoint": {"writer": {"type": "python"}}' in text
@@ -104,6 +106,7 @@ def test_nothing_is_picked_when_nothing_restores_and_the_defaults_are_named(tmp_
                                runner=lambda req, c, r: trial(c, 1.0, False))
     assert out.best is None
     assert any("DeepSpeed's defaults do not restore this job either" in n for n in out.notes)
+    conforms("sweep-checkpoint-1", strict_json(render(out, "json")))
     assert "No recommendation" in render(out, "console")
 
 
@@ -138,7 +141,8 @@ def test_a_checkpoint_that_loses_the_optimizer_state_is_not_recommended(tmp_path
     assert "python writer" in text and "weights restored, optimizer state NOT restored (Adam restarted)" in text
     assert "the weights on the first (exact losses), the optimizer state on the 2 after it (relative tolerance " \
            "1e-05)" in text
-    doc = json.loads(render(out, "json"))
+    doc = strict_json(render(out, "json"))
+    conforms("sweep-checkpoint-1", doc)
     assert [(r["weights_restored"], r["optimizer_restored"]) for r in doc["results"]] == [(True, True), (True, False)]
     assert doc["results"][1]["check"]["got"] == [6.0, 5.6, 4.7]            # the losses compared
 
@@ -453,7 +457,9 @@ def test_a_real_sweep_never_picks_the_mock_writer(tmp_path: Path) -> None:
     assert d is not None and (d.weights_restored, d.optimizer_restored) == (True, False)
     assert out.best is not None and out.best.candidate == DEFAULTS and out.best.restore_rank == 1
     assert sum("checkpoint-nvme-optimizer-restart" in n for n in out.notes) == 1
-    best = json.loads(render(out, "json"))["best"]
+    doc = strict_json(render(out, "json"))
+    conforms("sweep-checkpoint-1", doc)
+    best = doc["best"]
     assert (best["restores"], best["weights_restored"], best["optimizer_restored"]) == (False, True, False)
     text = render(out, "console")
     assert "weights restored, optimizer state NOT restored (Adam restarted)" in text

@@ -22,6 +22,7 @@ from iotune.model.drive import DriveLimits
 from iotune.volumes.beds import BEDS, Bed, bed_spec, running_bed
 
 from tests.conftest import needs_fio, needs_root_for, requires
+from tests.project.test_schemas import conforms, strict_json
 from tests.volumes.test_emulated_drive import REL, RETRIES, ROUNDS, needs_fuse
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,6 +106,18 @@ def test_every_bed_shows_its_defaults_and_best() -> None:
         assert BedSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
     assert BedSpec.from_json({"name": "old", "summary": "", "stands_for": "", "behaviour": "",
                               "cannot_show": "", "member": {"latency_us": 5}, "future": 1}).member.latency_us == 5
+
+
+def test_the_json_of_every_bed_conforms() -> None:
+    """What `iotune volumes bed NAME --json` prints (render.volumes.bed_json)
+    for each bed's spec; the running bed's own line needs root and FUSE
+    (test_volumes_bed_prints_the_bed_and_keeps_it_until_ctrl_c)."""
+    from iotune.render.volumes import bed_json
+
+    for name, spec in BEDS.items():
+        doc = strict_json(bed_json(spec.with_overhead(200), f"/mnt/{name}", ["/dev/loop0"], None))
+        conforms("volumes-bed-1", doc)
+        assert doc["bed"]["name"] == name and doc["expected"][0]["deepspeed_defaults"] is True
 
 
 def test_unknown_bed_names_the_choices() -> None:

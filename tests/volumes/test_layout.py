@@ -18,6 +18,7 @@ from iotune.blockdev.devices import resolve_device
 from iotune.errors import UsageError
 from iotune.model.layout import BuildPlan
 from iotune.model.sweep import SweepPoint
+from iotune.render.volumes import volume_json
 from iotune.sweep.executor import Target
 from iotune.sweep.fio_executor import FioExecutor
 from iotune.volumes import layout
@@ -25,6 +26,7 @@ from iotune.volumes.layout import LayoutSpec, _mkfs, build_layout, md_available,
 from iotune.volumes.safety import DestroyRefused
 
 from tests.conftest import make_loops, needs_fio, needs_root
+from tests.project.test_schemas import conforms, strict_json
 
 CAP = 100_000_000
 
@@ -92,6 +94,9 @@ def test_btrfs_raid0_with_mount_options(loops: list[str], tmp_path: Path) -> Non
         show = subprocess.run(["btrfs", "filesystem", "show", str(mnt)], capture_output=True, text=True).stdout
         assert all(d in show for d in loops[:2]) and "Total devices 2" in show
         assert vol.plan.backend == "btrfs"
+        doc = strict_json(volume_json(str(vol.path), vol.plan))       # what `iotune volumes build --json` prints
+        conforms("volumes-build-1", doc)
+        assert (doc["mount"], doc["source"], doc["stripe_bytes"]) == (str(mnt), loops[0], 64 << 10)
     assert mounts_of(mnt) == []
 
 
@@ -185,8 +190,15 @@ def test_cli_dry_run_touches_nothing(loops: list[str], monkeypatch: pytest.Monke
         f"# to destroy that data anyway, add: --destroy-data {name}", *commands]
     assert r.stderr == (f"Error: refusing to overwrite devices that hold data or a system role: {name} carries "
                         f"a ext4 signature. If you mean to destroy it, name it: --destroy-data {name}\n")
+    r = CliRunner().invoke(cli, [*args, "--json"])
+    doc = strict_json(r.stdout)
+    conforms("volumes-build-dry-run-1", doc)
+    assert r.exit_code == 1 and doc["refused"] == [{"device": name, "what": "carries a ext4 signature"}]
+    assert [" ".join(c) for c in doc["commands"]] == commands and doc["backend"] == "btrfs"
     r = CliRunner().invoke(cli, [*args, "--destroy-data", loops[0]])   # named: the build would go ahead
     assert r.exit_code == 0 and r.stdout.splitlines()[1:] == commands
+    r = CliRunner().invoke(cli, [*args, "--destroy-data", loops[0], "--json"])
+    assert r.exit_code == 0 and strict_json(r.stdout)["refused"] == []
     assert hashlib.sha256(Path(loops[0]).read_bytes()).hexdigest() == digest
     assert not Path("/mnt/iotune-test").exists()
 

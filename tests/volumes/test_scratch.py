@@ -3,6 +3,7 @@ with direct I/O that stay until Ctrl-C (or SIGTERM), then are all removed."""
 
 from __future__ import annotations
 
+import json
 import mmap
 import os
 import signal
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -18,6 +20,7 @@ from iotune.host.cgroup import join_cgroup_preexec
 from iotune.blockdev.devices import resolve_device
 
 from tests.conftest import needs_root
+from tests.project.test_schemas import conforms
 
 CAP = 150_000_000
 MiB = 1 << 20
@@ -37,18 +40,28 @@ def _write_direct(device: str, nbytes: int, cgroup: str) -> float:
     return time.perf_counter() - start
 
 
+def _drives(stdout: IO[str], as_json: bool) -> list[tuple[str, Path, str]]:
+    """(device, image, cgroup) of the 2 drives, from the text lines or the --json line."""
+    if as_json:
+        doc = json.loads(stdout.readline())
+        conforms("volumes-scratch-1", doc)
+        assert doc["cap_bytes_per_s"] == CAP
+        return [(d["device"], Path(d["image"]), d["cgroup"]) for d in doc["drives"]]
+    lines = [stdout.readline().rstrip("\n").split("\t") for _ in range(2)]
+    assert all(len(line) == 3 and line[2].startswith("cgroup ") for line in lines), lines
+    return [(device, Path(image), line_cg.removeprefix("cgroup ")) for device, image, line_cg in lines]
+
+
 @needs_root
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_scratch_drives_are_capped_and_removed(tmp_path: Path, sig: signal.Signals) -> None:
+@pytest.mark.parametrize("sig,as_json", [(signal.SIGINT, False), (signal.SIGTERM, True)])
+def test_scratch_drives_are_capped_and_removed(tmp_path: Path, sig: signal.Signals, as_json: bool) -> None:
     argv = [sys.executable, "-m", "iotune", "volumes", "scratch", "--drives", "2", "--size", "64M",
-            "--cap", "150MB/s", "--dir", str(tmp_path)]
+            "--cap", "150MB/s", "--dir", str(tmp_path), *(["--json"] if as_json else [])]
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              preexec_fn=_default_sigint)
     try:
         assert child.stdout is not None
-        lines = [child.stdout.readline().rstrip("\n").split("\t") for _ in range(2)]
-        assert all(len(line) == 3 and line[2].startswith("cgroup ") for line in lines), lines
-        drives = [(device, Path(image), line_cg.removeprefix("cgroup ")) for device, image, line_cg in lines]
+        drives = _drives(child.stdout, as_json)
         assert len({d for d, _, _ in drives}) == len({i for _, i, _ in drives}) == 2
         for device, image, cgroup in drives:
             dev = resolve_device(device)
