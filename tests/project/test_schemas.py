@@ -472,11 +472,11 @@ def test_doctor_json_of_a_jobs_checks_conforms(tmp_path: Path, monkeypatch: pyte
     baseline stubbed (as tests/doctor/test_doctor_job.py's no_probe): the
     checks run for real on a tmp directory; the machine's checks (bcc, fio,
     tracefs) are checked in tests/doctor/test_doctor.py."""
-    from iotune.cli import doctor as doctor_cli
+    from iotune.cli import host_inputs
     from iotune.doctor import jobfacts
 
     monkeypatch.setattr(jobfacts, "probe_async_io", lambda timeout_s, env=None: jobfacts.AioProbe(True, True))
-    monkeypatch.setattr(doctor_cli, "machine_baseline", lambda: ("cpu", 1 << 30))
+    monkeypatch.setattr(host_inputs, "machine_baseline", lambda: ("cpu", 1 << 30))
     cfg = tmp_path / "ds_config.json"
     cfg.write_text(json.dumps({"train_batch_size": 1, "zero_optimization": {"stage": 3, "offload_optimizer": {
         "device": "nvme", "nvme_path": str(tmp_path / "swap")}}, "aio": {"num_threads": 4}}))
