@@ -60,9 +60,10 @@ class Example:
     needs_root: str = ""            # why the output differs without root ("": it does not)
 
 
-def cli(*argv: str) -> str:
-    """`iotune ARGV`'s stdout, run in-process as a user runs it, from an empty
-    directory (no ./iotune-sweeps to take a ceiling from) at WIDTH columns."""
+def cli(*argv: str, stderr: bool = False) -> str:
+    """`iotune ARGV`'s stdout (with `stderr`, its stderr: where an error
+    goes), run in-process as a user runs it, from an empty directory (no
+    ./iotune-sweeps to take a ceiling from) at WIDTH columns."""
     from click.testing import CliRunner
 
     from iotune.cli import cli as iotune
@@ -75,7 +76,7 @@ def cli(*argv: str) -> str:
             r = runner.invoke(iotune, list(argv), env={"COLUMNS": str(WIDTH)}, catch_exceptions=False)
         finally:
             os.chdir(here)
-    return r.stdout
+    return r.stderr if stderr else r.stdout
 
 
 def rendered(record: Any, fmt: str = "console") -> str:
@@ -307,6 +308,35 @@ EXAMPLES: list[Example] = [
             needs_root="lint checks the locked swap buffers against ulimit -l, which root's CAP_IPC_LOCK lifts"),
     Example("bed-help", "guide/beds.md", f"{IOTUNE} volumes bed --help",
             lambda: cli("volumes", "bed", "--help")),
+    Example("checkpoint-plan", "guide/checkpoints.md",
+            f"{IOTUNE} plan --model 8b --drive-bandwidth 3GB/s --drives 2 --keep 3 --checkpoint-every 100 "
+            "--drive-capacity 3.84TB --drive-tbw 7000TB",
+            lambda: excerpt(cli("plan", "--model", "8b", "--drive-bandwidth", "3GB/s", "--drives", "2", "--keep", "3",
+                                "--checkpoint-every", "100", "--drive-capacity", "3.84TB", "--drive-tbw", "7000TB"),
+                            ("One checkpoint", 0), ("Endurance:", 1))),
+    Example("checkpoint-plan-keep", "guide/checkpoints.md",
+            f"{IOTUNE} plan --model 8b --drive-bandwidth 3GB/s --keep 40 --drive-capacity 3.84TB",
+            lambda: cli("plan", "--model", "8b", "--drive-bandwidth", "3GB/s", "--keep", "40", "--drive-capacity",
+                        "3.84TB", stderr=True)),
+    Example("checkpoint-lint", "guide/checkpoints.md",
+            f"{IOTUNE} lint {DATA_REL}/ds_checkpoint_writer.json --model wide --accelerator cpu "
+            "--checkpoint-dir /mnt/nvme/swap/zero_stage_3/ckpt",
+            lambda: cli("lint", data("ds_checkpoint_writer.json"), "--model", "wide", "--accelerator", "cpu",
+                        "--checkpoint-dir", "/mnt/nvme/swap/zero_stage_3/ckpt")
+            .replace(data("ds_checkpoint_writer.json"), f"{DATA_REL}/ds_checkpoint_writer.json")),
+    Example("adam-restart-nvme", "guide/checkpoints.md",
+            ".venv/bin/python -m iotune.workloads.nvme_adam_restart --dir DIR 2>/dev/null",
+            lambda: (DATA / "nvme_adam_restart.txt").read_text()),
+    Example("adam-restart-cpu", "guide/checkpoints.md",
+            ".venv/bin/python -m iotune.workloads.nvme_adam_restart --dir DIR --offload cpu 2>/dev/null",
+            lambda: (DATA / "nvme_adam_restart-cpu.txt").read_text()),
+    Example("offload-plan-defaults", "guide/offload.md",
+            f"{IOTUNE} plan --model 1b --ds-config {DATA_REL}/ds_1b_defaults.json",
+            lambda: excerpt(cli("plan", "--model", "1b", "--ds-config", data("ds_1b_defaults.json")),
+                            ("Memory per tier", 3), ("CPU", "NVMe"))),
+    Example("offload-plan-1e8", "guide/offload.md", f"{IOTUNE} plan --model 1b --ds-config {DATA_REL}/ds_1b_user.json",
+            lambda: excerpt(cli("plan", "--model", "1b", "--ds-config", data("ds_1b_user.json")),
+                            ("Memory per tier", 3), ("CPU", "NVMe"))),
     Example("seed-plan-defaults", "guide/seed-scale.md", f"{IOTUNE} plan --model 1b --ds-config {DATA_REL}/ds_1b_defaults.json",
             lambda: excerpt(cli("plan", "--model", "1b", "--ds-config", data("ds_1b_defaults.json")),
                             ("Memory per tier", 0))),
@@ -351,6 +381,37 @@ def latency_gain(name: str) -> str:
     steps = result(name)["phases"]["steps"]
     gain = steps["speedup_over_defaults"]["iotune"]
     return f"{spread(gain)}, median [min–max] of {gain['n']} rounds"
+
+
+def median_spread(values: list[float], unit: str = "×") -> str:
+    """"1.24× [1.18–1.39], 3 rounds": the median of `values` and its [min–max]."""
+    import statistics
+
+    return f"{statistics.median(values):.2f}{unit} [{min(values):.2f}–{max(values):.2f}], {len(values)} rounds"
+
+
+def bed_gain(bed: str, who: str = "iotune") -> str:
+    """Optimizer-step speed-up over DeepSpeed's defaults of a three-way run on a bed (benchmarks/beds_vs_ds_nvme_tune.py)."""
+    s = result(f"beds_vs_ds_nvme_tune-{bed}-2026-11-23-{'warm2' if bed == 'latency-bound' else 'warm'}.json")
+    gain = s["phases"]["steps"]["speedup_over_defaults"][who]
+    return f"{spread(gain)}, {gain['n']} rounds"
+
+
+def bed_wall(bed: str) -> str:
+    s = result(f"beds_vs_ds_nvme_tune-{bed}-2026-11-23-{'warm2' if bed == 'latency-bound' else 'warm'}.json")
+    return f"{s['phases']['iotune']['wall_s']:,.0f} s vs {s['phases']['ds_nvme_tune']['wall_s']:,.0f} s"
+
+
+def offload_ratio(bed: str, which: str) -> str:
+    return median_spread(result("offload_whole-2026-11-26.json")["beds"][bed]["ratios"][which])
+
+
+def checkpoint_summary(bed: str) -> dict[str, Any]:
+    return result("checkpoints-wide-2026-11-27-1326.json")["beds"][bed]["summary"]
+
+
+def memory_summary() -> dict[str, Any]:
+    return result("memory_model-2026-11-28.json")["summary"]
 
 
 def seed_trials() -> list[dict[str, Any]]:
@@ -437,6 +498,30 @@ FIGURES: list[Figure] = [
     Figure("seed-rss-error", f"benchmarks/results/{SEED}",
            lambda: ", ".join(f"{(t['peak_rss_bytes'] - t['predicted_host_bytes']) / t['peak_rss_bytes'] * 100:.1f} %"
                              for t in seed_trials())),
+    *[Figure(f"bed-gain-{bed}", f"benchmarks/results/beds_vs_ds_nvme_tune-{bed}-2026-11-23-*.json",
+             lambda bed=bed: bed_gain(bed)) for bed in ("latency-bound", "striped", "iops-bound")],
+    *[Figure(f"bed-gain-ds-{bed}", f"benchmarks/results/beds_vs_ds_nvme_tune-{bed}-2026-11-23-*.json",
+             lambda bed=bed: bed_gain(bed, "ds_nvme_tune")) for bed in ("latency-bound", "striped", "iops-bound")],
+    *[Figure(f"bed-wall-{bed}", f"benchmarks/results/beds_vs_ds_nvme_tune-{bed}-2026-11-23-*.json",
+             lambda bed=bed: bed_wall(bed)) for bed in ("latency-bound", "striped", "iops-bound")],
+    *[Figure(f"offload-{bed}-{key}", "benchmarks/results/offload_whole-2026-11-26.json",
+             lambda bed=bed, which=which: offload_ratio(bed, which))
+      for bed in ("striped", "latency-bound") for key, which in (("whole-aio", "whole/aio"), ("whole-defaults", "whole/defaults"))],
+    *[Figure(f"checkpoint-{bed}-save", "benchmarks/results/checkpoints-wide-2026-11-27-1326.json",
+             lambda bed=bed: f"{checkpoint_summary(bed)['save_speedup']:.2f}×") for bed in ("capped", "loop")],
+    Figure("checkpoint-capped-durable", "benchmarks/results/checkpoints-wide-2026-11-27-1326.json",
+           lambda: f"{checkpoint_summary('capped')['pick']['durable_share_of_ceiling'] * 100:.0f} % of the drive's write "
+                   f"ceiling, {checkpoint_summary('capped')['pick']['not_durable_bytes'] / 1e6:.1f} MB still dirty at "
+                   f"return instead of {checkpoint_summary('capped')['defaults']['not_durable_bytes'] / 1e6:.1f} MB"),
+    Figure("memory-median-error", "benchmarks/results/memory_model-2026-11-28.json",
+           lambda: f"{memory_summary()['median_abs_error'] * 100:.1f} % over {memory_summary()['runs']} runs "
+                   f"(held-out jobs {memory_summary()['held_out_median_abs_error'] * 100:.1f} %)"),
+    Figure("memory-worst-under", "benchmarks/results/memory_model-2026-11-28.json",
+           lambda: f"{memory_summary()['worst_under_prediction'] * 100:.1f} %"),
+    Figure("memory-calibrated", "benchmarks/results/memory_model-2026-11-28.json",
+           lambda: f"median {memory_summary()['reference_calibrated']['median_abs_error'] * 100:.1f} %, worst "
+                   f"{memory_summary()['reference_calibrated']['worst_under_prediction'] * 100:.1f} % over "
+                   f"{memory_summary()['reference_calibrated']['runs']} runs"),
     Figure("seed-metadata", f"benchmarks/results/{SEED}",
            lambda: f"{seed_block_writes_over('1-plan-check') / 1e6:.2f} MB"),
     Figure("seed-step-error", f"benchmarks/results/{SEED}",
