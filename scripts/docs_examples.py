@@ -195,7 +195,7 @@ def offload_outcome(name: str) -> Any:
         tuple(from_fields(WhatIf, w) for w in d["what_if"]), gain, d["reference_changes"], tuple(d["base_over"]),
         tuple(from_fields(Prediction, p) for p in d["predictions"]), d["recommended"], d["step_error"],
         d["trials_run_now"], d.get("decision", ""), d.get("tie_break", ""), d.get("more_pairs", 0),
-        d.get("more_s", 0.0))
+        d.get("more_s", 0.0), stopped=d.get("stopped", ""), undecided=tuple(d.get("undecided", ())))
 
 
 def fleet_sweep(name: str) -> Any:
@@ -330,6 +330,11 @@ EXAMPLES: list[Example] = [
     Example("adam-restart-cpu", "guide/checkpoints.md",
             ".venv/bin/python -m iotune.workloads.nvme_adam_restart --dir DIR --offload cpu 2>/dev/null",
             lambda: (DATA / "nvme_adam_restart-cpu.txt").read_text()),
+    Example("offload-budget-plan", "guide/offload.md", f"sudo {IOTUNE} sweep offload --model tiny --budget 4m",
+            lambda: excerpt((DATA / "offload-budget.stderr.txt").read_text(), ("offload: plan within", 0))),
+    Example("offload-budget-stopped", "guide/offload.md", f"sudo {IOTUNE} sweep offload --model tiny --budget 4m",
+            lambda: excerpt(rendered(offload_outcome("offload-budget.json")), ("  the budget stopped", 0),
+                            ("Keeping your config", 1))),
     Example("offload-plan-defaults", "guide/offload.md",
             f"{IOTUNE} plan --model 1b --ds-config {DATA_REL}/ds_1b_defaults.json",
             lambda: excerpt(cli("plan", "--model", "1b", "--ds-config", data("ds_1b_defaults.json")),
