@@ -266,6 +266,11 @@ def seed_stderr(step: str) -> str:
     return seed_named(seed_chain()[step]["stderr_tail"])
 
 
+CKPT_TRACE = (f"sudo {IOTUNE} trace --app --path /srv/iotune-demo/swap -o /srv/iotune-demo/run-ckpt -- .venv/bin/python -m "
+              "iotune.workloads.train --strategy nvme-opt --size small --nvme-path /srv/iotune-demo/swap --steps 4 "
+              "--save-at 2 --checkpoint-dir /srv/iotune-demo/ckpt")
+
+
 EXAMPLES: list[Example] = [
     Example("doctor", "guide/doctor.md", f"sudo {IOTUNE} doctor --path /mnt/nvme/swap",
             lambda: rendered(doctor_report("doctor.json"))),
@@ -308,6 +313,14 @@ EXAMPLES: list[Example] = [
             needs_root="lint checks the locked swap buffers against ulimit -l, which root's CAP_IPC_LOCK lifts"),
     Example("bed-help", "guide/beds.md", f"{IOTUNE} volumes bed --help",
             lambda: cli("volumes", "bed", "--help")),
+    Example("checkpoint-trace", "guide/checkpoints.md", CKPT_TRACE,
+            lambda: excerpt(cli("report", data("run-checkpoint")), ("Checkpoints (", 0))),
+    Example("checkpoint-trace-note", "guide/checkpoints.md", CKPT_TRACE,
+            lambda: excerpt(cli("report", data("run-checkpoint")), ("    note  save_checkpoint", 2))),
+    Example("checkpoint-doctor", "guide/checkpoints.md",
+            f"sudo {IOTUNE} doctor --ds-config ds_config.json --model small --checkpoint-dir /srv/iotune-demo/ckpt --keep 3",
+            lambda: excerpt(rendered(doctor_report("doctor-checkpoint.json")), ("", 2), ("earlier checkpoints", "op-build"),
+                            ("all prerequisites", 1))),
     Example("checkpoint-plan", "guide/checkpoints.md",
             f"{IOTUNE} plan --model 8b --drive-bandwidth 3GB/s --drives 2 --keep 3 --checkpoint-every 100 "
             "--drive-capacity 3.84TB --drive-tbw 7000TB",
@@ -419,6 +432,12 @@ def memory_summary() -> dict[str, Any]:
     return result("memory_model-2026-11-28.json")["summary"]
 
 
+def checkpoint_save_s() -> float:
+    """How long the traced save_checkpoint of run-checkpoint/ took."""
+    [save] = [c for c in saved("run-checkpoint/run.json")["attribution"]["checkpoints"] if c["op"] == "save"]
+    return (save["t1_ns"] - save["t0_ns"]) / 1e9
+
+
 def seed_trials() -> list[dict[str, Any]]:
     return seed_chain()["3-sweep-offload"]["stdout"]["trials"]
 
@@ -527,6 +546,7 @@ FIGURES: list[Figure] = [
            lambda: f"median {memory_summary()['reference_calibrated']['median_abs_error'] * 100:.1f} %, worst "
                    f"{memory_summary()['reference_calibrated']['worst_under_prediction'] * 100:.1f} % over "
                    f"{memory_summary()['reference_calibrated']['runs']} runs"),
+    Figure("checkpoint-trace-save-s", f"{DATA_REL}/run-checkpoint/run.json", lambda: f"{checkpoint_save_s():.2f} s"),
     Figure("seed-metadata", f"benchmarks/results/{SEED}",
            lambda: f"{seed_block_writes_over('1-plan-check') / 1e6:.2f} MB"),
     Figure("seed-step-error", f"benchmarks/results/{SEED}",
