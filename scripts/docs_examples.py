@@ -198,6 +198,12 @@ def offload_outcome(name: str) -> Any:
         d.get("more_s", 0.0), stopped=d.get("stopped", ""), undecided=tuple(d.get("undecided", ())))
 
 
+def checkpoint_outcome(name: str) -> Any:
+    from iotune.model.checkpoint_sweep import CheckpointOutcome
+
+    return CheckpointOutcome.from_json(saved(name))
+
+
 def fleet_sweep(name: str) -> Any:
     from iotune.model.fleet_sweep import FleetSweepReport
 
@@ -328,6 +334,9 @@ EXAMPLES: list[Example] = [
             f"sudo {IOTUNE} doctor --ds-config ds_config.json --model small --checkpoint-dir /srv/iotune-demo/ckpt --keep 3",
             lambda: excerpt(rendered(doctor_report("doctor-checkpoint.json")), ("", 2), ("earlier checkpoints", "op-build"),
                             ("all prerequisites", 1))),
+    Example("checkpoint-sweep", "guide/checkpoints.md",
+            f"sudo {IOTUNE} sweep checkpoint --model tiny --path DIR --dirty-limits 32MiB",
+            lambda: rendered(checkpoint_outcome("checkpoint-sweep.json"))),
     Example("checkpoint-plan", "guide/checkpoints.md",
             f"{IOTUNE} plan --model 8b --drive-bandwidth 3GB/s --drives 2 --keep 3 --checkpoint-every 100 "
             "--drive-capacity 3.84TB --drive-tbw 7000TB",
@@ -445,6 +454,11 @@ def checkpoint_save_s() -> float:
     return (save["t1_ns"] - save["t0_ns"]) / 1e9
 
 
+def checkpoint_sweep_result(which: str) -> dict[str, Any]:
+    """The checkpoint sweep's result for DeepSpeed's defaults ("defaults") or its pick ("best")."""
+    return dict(saved("checkpoint-sweep.json")[which])
+
+
 def seed_trials() -> list[dict[str, Any]]:
     return seed_chain()["3-sweep-offload"]["stdout"]["trials"]
 
@@ -540,10 +554,13 @@ FIGURES: list[Figure] = [
       for bed in ("striped", "latency-bound") for key, which in (("whole-aio", "whole/aio"), ("whole-defaults", "whole/defaults"))],
     *[Figure(f"checkpoint-{bed}-save", "benchmarks/results/checkpoints-wide-2026-11-27-1326.json",
              lambda bed=bed: f"{checkpoint_summary(bed)['save_speedup']:.2f}×") for bed in ("capped", "loop")],
+    Figure("checkpoint-capped-save-s", "benchmarks/results/checkpoints-wide-2026-11-27-1326.json",
+           lambda: f"{checkpoint_summary('capped')['pick']['save_s']:.2f} s against "
+                   f"{checkpoint_summary('capped')['defaults']['save_s']:.2f} s"),
     Figure("checkpoint-capped-durable", "benchmarks/results/checkpoints-wide-2026-11-27-1326.json",
            lambda: f"{checkpoint_summary('capped')['pick']['durable_share_of_ceiling'] * 100:.0f} % of the drive's write "
-                   f"ceiling, {checkpoint_summary('capped')['pick']['not_durable_bytes'] / 1e6:.1f} MB still dirty at "
-                   f"return instead of {checkpoint_summary('capped')['defaults']['not_durable_bytes'] / 1e6:.1f} MB"),
+                   f"ceiling ({checkpoint_summary('capped')['pick']['not_durable_bytes'] / 1e6:.1f} MB still dirty "
+                   f"instead of {checkpoint_summary('capped')['defaults']['not_durable_bytes'] / 1e6:.1f} MB)"),
     Figure("memory-median-error", "benchmarks/results/memory_model-2026-11-28.json",
            lambda: f"{memory_summary()['median_abs_error'] * 100:.1f} % over {memory_summary()['runs']} runs "
                    f"(held-out jobs {memory_summary()['held_out_median_abs_error'] * 100:.1f} %)"),
@@ -554,6 +571,19 @@ FIGURES: list[Figure] = [
                    f"{memory_summary()['reference_calibrated']['worst_under_prediction'] * 100:.1f} % over "
                    f"{memory_summary()['reference_calibrated']['runs']} runs"),
     Figure("checkpoint-trace-save-s", f"{DATA_REL}/run-checkpoint/run.json", lambda: f"{checkpoint_save_s():.2f} s"),
+    Figure("ckpt-sweep-losses", f"{DATA_REL}/checkpoint-sweep.json",
+           lambda: "{:.4f} against {:.4f}".format(checkpoint_sweep_result("defaults")["check"]["got"][1],
+                                                   checkpoint_sweep_result("defaults")["check"]["expected"][1])),
+    Figure("ckpt-sweep-saves", f"{DATA_REL}/checkpoint-sweep.json",
+           lambda: f"{checkpoint_sweep_result('best')['save_s']:.3f} s against "
+                   f"{checkpoint_sweep_result('defaults')['save_s']:.3f} s"),
+    Figure("ckpt-sweep-dirty", f"{DATA_REL}/checkpoint-sweep.json",
+           lambda: f"{checkpoint_sweep_result('best')['not_durable_bytes'] / 1e6:.1f} MB against "
+                   f"{checkpoint_sweep_result('defaults')['not_durable_bytes'] / 1e6:.1f} MB"),
+    Figure("ckpt-sweep-jitter", f"{DATA_REL}/checkpoint-sweep.json",
+           lambda: f"{checkpoint_sweep_result('defaults')['jitter_s']:.2f} s"),
+    Figure("ckpt-sweep-trials", f"{DATA_REL}/checkpoint-sweep.json",
+           lambda: f"{saved('checkpoint-sweep.json')['request']['repeats']}"),
     Figure("seed-metadata", f"benchmarks/results/{SEED}",
            lambda: f"{seed_block_writes_over('1-plan-check') / 1e6:.2f} MB"),
     Figure("seed-step-error", f"benchmarks/results/{SEED}",
