@@ -459,6 +459,38 @@ def checkpoint_sweep_result(which: str) -> dict[str, Any]:
     return dict(saved("checkpoint-sweep.json")[which])
 
 
+def probe_ns(case: str, prefixes: tuple[str, ...] = ("",)) -> float:
+    """A tracer's cost per block request (or io_uring request): the medians of its programs' run time per event,
+    summed over the programs whose names start with one of `prefixes`."""
+    programs = result("probe_cost-2026-11-23.json")["summary"][case]["ns_per_run_by_program"]
+    return sum(v["median"] for name, v in programs.items() if name.startswith(prefixes))
+
+
+def probe_iops(case: str) -> str:
+    return spread(result("probe_cost-2026-11-23.json")["summary"][case]["iops_ratio"], unit="")
+
+
+def raid0_ratio(what: str) -> str:
+    s = result("raid0_steps-2026-11-21.json")["summary"]
+    return f"{s['1'][what]['median'] / s['3'][what]['median']:.2f}×"
+
+
+def confirm_rule(kind: str) -> str:
+    s = result("confirm_rule-2026-11-27.json")["summary"][kind]
+    return f"{s['faster']} of {s['decisions']}"
+
+
+def seed_refused(kind: str = "") -> int:
+    """Candidates the offload search refused: all, or those pipelining ("pipelined"), or those over a DeepSpeed
+    bound ("bound")."""
+    refused = seed_chain()["3-sweep-offload"]["stdout"]["refused"]
+    if kind == "pipelined":
+        return sum(1 for r in refused if r["knobs"]["pipeline_read"] or r["knobs"]["pipeline_write"])
+    if kind == "bound":
+        return sum(1 for r in refused if any("More elements" in why for why in r["reasons"]))
+    return len(refused)
+
+
 def seed_trials() -> list[dict[str, Any]]:
     return seed_chain()["3-sweep-offload"]["stdout"]["trials"]
 
@@ -584,6 +616,25 @@ FIGURES: list[Figure] = [
            lambda: f"{checkpoint_sweep_result('defaults')['jitter_s']:.2f} s"),
     Figure("ckpt-sweep-trials", f"{DATA_REL}/checkpoint-sweep.json",
            lambda: f"{saved('checkpoint-sweep.json')['request']['repeats']}"),
+    Figure("probe-iotune-ns", "benchmarks/results/probe_cost-2026-11-23.json",
+           lambda: f"{probe_ns('randread-4k iotune'):,.0f} ns"),
+    Figure("probe-biolatency-ns", "benchmarks/results/probe_cost-2026-11-23.json",
+           lambda: f"{probe_ns('randread-4k biolatency'):,.0f} ns"),
+    Figure("probe-iotune-iops", "benchmarks/results/probe_cost-2026-11-23.json", lambda: probe_iops("randread-4k iotune")),
+    Figure("probe-biolatency-iops", "benchmarks/results/probe_cost-2026-11-23.json",
+           lambda: probe_iops("randread-4k biolatency")),
+    Figure("probe-app-ns", "benchmarks/results/probe_cost-2026-11-23.json",
+           lambda: f"{probe_ns('randread-4k iotune --app', ('tracepoint__io_uring',)):,.0f} ns (4 KiB random), "
+                   f"{probe_ns('seqread-512k iotune --app', ('tracepoint__io_uring',)):,.0f} ns (512 KiB sequential)"),
+    Figure("raid0-optimizer", "benchmarks/results/raid0_steps-2026-11-21.json", lambda: raid0_ratio("optimizer_step_s")),
+    Figure("raid0-step", "benchmarks/results/raid0_steps-2026-11-21.json", lambda: raid0_ratio("step_s")),
+    Figure("confirm-aa", "benchmarks/results/confirm_rule-2026-11-27.json", lambda: confirm_rule("aa")),
+    Figure("confirm-gain", "benchmarks/results/confirm_rule-2026-11-27.json", lambda: confirm_rule("gain")),
+    Figure("seed-candidates", f"benchmarks/results/{SEED}",
+           lambda: f"Of {seed_refused() + len(seed_chain()['3-sweep-offload']['stdout']['predictions']) + 1} candidates, "
+                   f"{seed_refused()} were refused"),
+    Figure("seed-refused-pipelined", f"benchmarks/results/{SEED}", lambda: str(seed_refused("pipelined"))),
+    Figure("seed-refused-bound", f"benchmarks/results/{SEED}", lambda: str(seed_refused("bound"))),
     Figure("seed-metadata", f"benchmarks/results/{SEED}",
            lambda: f"{seed_block_writes_over('1-plan-check') / 1e6:.2f} MB"),
     Figure("seed-step-error", f"benchmarks/results/{SEED}",
