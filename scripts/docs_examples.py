@@ -371,7 +371,8 @@ EXAMPLES: list[Example] = [
     Example("offload-plan-1e8", "guide/offload.md", f"{IOTUNE} plan --model 1b --ds-config {DATA_REL}/ds_1b_user.json",
             lambda: excerpt(cli("plan", "--model", "1b", "--ds-config", data("ds_1b_user.json")),
                             ("Memory per tier", 3), ("CPU", "NVMe"))),
-    Example("seed-plan-defaults", "guide/seed-scale.md", f"{IOTUNE} plan --model 1b --ds-config {DATA_REL}/ds_1b_defaults.json",
+    Example("seed-plan-defaults", "guide/seed-scale.md",
+            f"{IOTUNE} plan --model 1b --ds-config {DATA_REL}/ds_1b_defaults.json",
             lambda: excerpt(cli("plan", "--model", "1b", "--ds-config", data("ds_1b_defaults.json")),
                             ("Memory per tier", 0))),
     Example("seed-doctor-defaults", "guide/seed-scale.md", "sudo iotune doctor --ds-config ds_defaults.json --model 1b",
@@ -409,6 +410,10 @@ def pick(name: str) -> str:
     """"4 MiB × qd 8": the aio point iotune picked in a three-way run."""
     point = result(name)["phases"]["steps"]["points"]["iotune"]
     return f"{mib(point['block_size'])} × qd {point['queue_depth']}"
+
+
+def gain_median(name: str) -> float:
+    return float(result(name)["phases"]["steps"]["speedup_over_defaults"]["iotune"]["median"])
 
 
 def latency_gain(name: str) -> str:
@@ -544,8 +549,7 @@ FIGURES: list[Figure] = [
     Figure("latency-bound-gain", f"benchmarks/results/{LATENCY_BOUND}", lambda: latency_gain(LATENCY_BOUND)),
     Figure("latency-bound-picks", f"benchmarks/results/{LATENCY_BOUND_EARLIER}, {LATENCY_BOUND}",
            lambda: f"{pick(LATENCY_BOUND_EARLIER)} and {pick(LATENCY_BOUND)}, and they beat the defaults on real "
-                   f"steps by {result(LATENCY_BOUND_EARLIER)['phases']['steps']['speedup_over_defaults']['iotune']['median']:.2f}× "
-                   f"and {result(LATENCY_BOUND)['phases']['steps']['speedup_over_defaults']['iotune']['median']:.2f}×"),
+                   f"steps by {gain_median(LATENCY_BOUND_EARLIER):.2f}× and {gain_median(LATENCY_BOUND):.2f}×"),
     Figure("seed-trial-s", f"benchmarks/results/{SEED}",
            lambda: " and ".join(f"{t['seconds']:.0f} s" for t in seed_trials())),
     Figure("seed-trial-steps", f"benchmarks/results/{SEED}",
@@ -565,7 +569,8 @@ FIGURES: list[Figure] = [
     *[Figure(f"seed-s-{step}", f"benchmarks/results/{SEED}", lambda step=step: f"{seed_chain()[step]['seconds']:,.1f} s")
       for step in ("1-trace", "1-plan-check", "2-sweep-aio", "3-sweep-offload", "4-trace", "4-plan-check")],
     Figure("seed-s-defaults", f"benchmarks/results/{SEED}",
-           lambda: f"{result(SEED)['defaults']['plan']['seconds']:.1f} s, {result(SEED)['defaults']['doctor']['seconds']:.1f} s"),
+           lambda: f"{result(SEED)['defaults']['plan']['seconds']:.1f} s, "
+                   f"{result(SEED)['defaults']['doctor']['seconds']:.1f} s"),
     Figure("seed-defaults-locked", f"benchmarks/results/{SEED}",
            lambda: f"{result(SEED)['defaults']['run']['peak']['locked_bytes']:,} B"),
     Figure("seed-defaults-rss", f"benchmarks/results/{SEED}",
@@ -583,7 +588,8 @@ FIGURES: list[Figure] = [
              lambda bed=bed: bed_wall(bed)) for bed in ("latency-bound", "striped", "iops-bound")],
     *[Figure(f"offload-{bed}-{key}", "benchmarks/results/offload_whole-2026-11-26.json",
              lambda bed=bed, which=which: offload_ratio(bed, which))
-      for bed in ("striped", "latency-bound") for key, which in (("whole-aio", "whole/aio"), ("whole-defaults", "whole/defaults"))],
+      for bed in ("striped", "latency-bound")
+      for key, which in (("whole-aio", "whole/aio"), ("whole-defaults", "whole/defaults"))],
     *[Figure(f"checkpoint-{bed}-save", "benchmarks/results/checkpoints-wide-2026-11-27-1326.json",
              lambda bed=bed: f"{checkpoint_summary(bed)['save_speedup']:.2f}×") for bed in ("capped", "loop")],
     Figure("checkpoint-capped-save-s", "benchmarks/results/checkpoints-wide-2026-11-27-1326.json",
