@@ -612,6 +612,9 @@ FIGURES: list[Figure] = [
     Figure("ckpt-sweep-losses", f"{DATA_REL}/checkpoint-sweep.json",
            lambda: "{:.4f} against {:.4f}".format(checkpoint_sweep_result("defaults")["check"]["got"][1],
                                                    checkpoint_sweep_result("defaults")["check"]["expected"][1])),
+    *[Figure(f"ckpt-sweep-{key}-losses", f"{DATA_REL}/checkpoint-sweep.json",
+             lambda which=which: "{:.4f}, {:.4f} and {:.4f}".format(*checkpoint_sweep_result("defaults")["check"][which]))
+      for key, which in (("uninterrupted", "expected"), ("restored", "got"))],
     Figure("ckpt-sweep-saves", f"{DATA_REL}/checkpoint-sweep.json",
            lambda: f"{checkpoint_sweep_result('best')['save_s']:.3f} s against "
                    f"{checkpoint_sweep_result('defaults')['save_s']:.3f} s"),
