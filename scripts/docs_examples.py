@@ -496,6 +496,15 @@ def seed_refused(kind: str = "") -> int:
     return len(refused)
 
 
+def fleet_ssh() -> str:
+    """The ssh fan-out: agent ready (median of 3 rounds) from 1 to 4 nodes, and the range of the runs' gather medians."""
+    beds = result("fleet_fanout-2026-11-23.json")["beds"]
+    first, last = beds[0], beds[-1]
+    gathers = [b["summary"]["gather_s_median"] for b in beds]
+    return (f"{first['summary']['ready_s_median']:.2f} s ({first['nodes']} node) to {last['summary']['ready_s_median']:.2f} s "
+            f"({last['nodes']} nodes) / {min(gathers):.2f}–{max(gathers):.2f} s")
+
+
 def seed_trials() -> list[dict[str, Any]]:
     return seed_chain()["3-sweep-offload"]["stdout"]["trials"]
 
@@ -578,7 +587,7 @@ FIGURES: list[Figure] = [
     Figure("seed-defaults-s", f"benchmarks/results/{SEED}", lambda: f"{result(SEED)['defaults']['run']['seconds']:.0f} s"),
     Figure("seed-user-locked", f"benchmarks/results/{SEED}", lambda: f"{seed_trials()[0]['locked_bytes']:,} B"),
     Figure("seed-rss-error", f"benchmarks/results/{SEED}",
-           lambda: ", ".join(f"{(t['peak_rss_bytes'] - t['predicted_host_bytes']) / t['peak_rss_bytes'] * 100:.1f} %"
+           lambda: " and ".join(f"{(t['peak_rss_bytes'] - t['predicted_host_bytes']) / t['peak_rss_bytes'] * 100:.1f} %"
                              for t in seed_trials())),
     *[Figure(f"bed-gain-{bed}", f"benchmarks/results/beds_vs_ds_nvme_tune-{bed}-2026-11-23-*.json",
              lambda bed=bed: bed_gain(bed)) for bed in ("latency-bound", "striped", "iops-bound")],
@@ -644,6 +653,18 @@ FIGURES: list[Figure] = [
                    f"{seed_refused()} were refused"),
     Figure("seed-refused-pipelined", f"benchmarks/results/{SEED}", lambda: str(seed_refused("pipelined"))),
     Figure("seed-refused-bound", f"benchmarks/results/{SEED}", lambda: str(seed_refused("bound"))),
+    Figure("fleet-ssh", "benchmarks/results/fleet_fanout-2026-11-23.json", fleet_ssh),
+    Figure("memory-margin", "benchmarks/results/memory_model-2026-11-28.json",
+           lambda: f"{result('memory_model-2026-11-28.json')['summary_with_the_margin_set']['margin_in_force'] * 100:.1f} %"),
+    Figure("seed-rss", f"benchmarks/results/{SEED}",
+           lambda: f"{seed_trials()[0]['predicted_host_bytes'] / 1e6:,.1f} MB predicted against "
+                   + " and ".join(f"{t['peak_rss_bytes'] / 1e6:,.1f}" for t in seed_trials()) + " MB measured"),
+    Figure("seed-locked", f"benchmarks/results/{SEED}",
+           lambda: f"{seed_trials()[0]['predicted_locked_bytes'] / 1e6:,.1f} MB predicted and measured, on every run"
+           if all(t["locked_bytes"] == t["predicted_locked_bytes"] for t in seed_trials()) else "differed"),
+    Figure("seed-candidate-step", f"benchmarks/results/{SEED}",
+           lambda: f"predicted at the reference's {seed_trials()[1]['predicted_step_s']:.2f} s (it moves the same "
+                   f"bytes) and ran at {seed_trials()[1]['step_s']:.2f} s"),
     Figure("seed-metadata", f"benchmarks/results/{SEED}",
            lambda: f"{seed_block_writes_over('1-plan-check') / 1e6:.2f} MB"),
     Figure("seed-step-error", f"benchmarks/results/{SEED}",
