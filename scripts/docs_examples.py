@@ -352,7 +352,8 @@ EXAMPLES: list[Example] = [
             "--checkpoint-dir /mnt/nvme/swap/zero_stage_3/ckpt",
             lambda: cli("lint", data("ds_checkpoint_writer.json"), "--model", "wide", "--accelerator", "cpu",
                         "--checkpoint-dir", "/mnt/nvme/swap/zero_stage_3/ckpt")
-            .replace(data("ds_checkpoint_writer.json"), f"{DATA_REL}/ds_checkpoint_writer.json")),
+            .replace(data("ds_checkpoint_writer.json"), f"{DATA_REL}/ds_checkpoint_writer.json"),
+            needs_root="lint checks the locked swap buffers against ulimit -l, which root's CAP_IPC_LOCK lifts"),
     Example("adam-restart-nvme", "guide/checkpoints.md",
             ".venv/bin/python -m iotune.workloads.nvme_adam_restart --dir DIR 2>/dev/null",
             lambda: (DATA / "nvme_adam_restart.txt").read_text()),
