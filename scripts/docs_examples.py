@@ -8,10 +8,17 @@ exactly as a user runs them; the expensive ones (a sweep, a trace, a
 multi-node run) were run once, on the machine the tests run on, and their
 saved records (tests/data/examples/, each with the command that made it in
 tests/data/examples/README.md) are rendered here through the renderers the
-CLI uses. The annotations around each block are the page's own text.
+CLI uses. The annotations around each block are the page's own text. A block that
+shows part of the output marks each cut with a line holding only `…`.
 
-    python scripts/docs_examples.py           # rewrite every block that differs
-    python scripts/docs_examples.py --check   # exit 1 and name the blocks that differ
+Every figure the prose quotes from a measurement sits between
+`<!-- figure: NAME -->` and `<!-- /figure -->` on one line (in README.md or
+a page under docs/): the text between them is read here from the results
+file named in FIGURES (benchmarks/results/*.json, or a record in
+tests/data/examples/), formatted as the page shows it.
+
+    python scripts/docs_examples.py           # rewrite every block and figure that differs
+    python scripts/docs_examples.py --check   # exit 1 and name the pages that differ
 
 tests/project/test_docs.py regenerates every block and fails when a page's copy
 differs, naming this command.
@@ -38,6 +45,9 @@ DATA = ROOT / "tests" / "data" / "examples"
 DATA_REL = "tests/data/examples"
 WIDTH = 120                     # what iotune's reports use on any terminal narrower than that
 MARKER = re.compile(r"(<!-- example: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /example -->)", re.DOTALL)
+FIGURE = re.compile(r"(<!-- figure: (?P<name>[\w.-]+) -->)(?P<body>[^\n]*?)(<!-- /figure -->)")
+CUT = "…"                       # the line that stands where an excerpt leaves output out
+RESULTS = ROOT / "benchmarks" / "results"
 IOTUNE = ".venv/bin/iotune"
 
 
@@ -50,9 +60,10 @@ class Example:
     needs_root: str = ""            # why the output differs without root ("": it does not)
 
 
-def cli(*argv: str) -> str:
-    """`iotune ARGV`'s stdout, run in-process as a user runs it, from an empty
-    directory (no ./iotune-sweeps to take a ceiling from) at WIDTH columns."""
+def cli(*argv: str, stderr: bool = False) -> str:
+    """`iotune ARGV`'s stdout (with `stderr`, its stderr: where an error
+    goes), run in-process as a user runs it, from an empty directory (no
+    ./iotune-sweeps to take a ceiling from) at WIDTH columns."""
     from click.testing import CliRunner
 
     from iotune.cli import cli as iotune
@@ -65,7 +76,7 @@ def cli(*argv: str) -> str:
             r = runner.invoke(iotune, list(argv), env={"COLUMNS": str(WIDTH)}, catch_exceptions=False)
         finally:
             os.chdir(here)
-    return r.stdout
+    return r.stderr if stderr else r.stdout
 
 
 def rendered(record: Any, fmt: str = "console") -> str:
@@ -81,6 +92,46 @@ def saved(name: str) -> Any:
 
 def data(name: str) -> str:
     return str(DATA / name)
+
+
+def excerpt(text: str, *keep: tuple[str, int | str]) -> str:
+    """The parts of `text` that each (PREFIX, END) names, in order: the first
+    line, from the end of the part before, that starts with PREFIX, to the
+    line before END (a count of lines; 0: the next blank line; a string: the
+    next line that starts with it). A line holding only `…` stands for each
+    run of lines left out, at the start, between parts and at the end."""
+    lines = text.rstrip().splitlines()
+    out: list[str] = []
+    at = 0
+    for prefix, stop in keep:
+        first = next((k for k in range(at, len(lines)) if lines[k].startswith(prefix)), None)
+        if first is None:
+            raise SystemExit(f"excerpt: no line starting {prefix!r} after line {at} of the output:\n{text}")
+        if isinstance(stop, str):
+            end = next((k for k in range(first + 1, len(lines)) if lines[k].startswith(stop)), len(lines))
+        elif stop:
+            end = first + stop
+        else:
+            end = next((k for k in range(first, len(lines)) if not lines[k].strip()), len(lines))
+        if first > at:
+            out.append(CUT)
+        out += lines[first:end]
+        at = end
+    if any(line.strip() for line in lines[at:]):
+        out.append(CUT)
+    return "\n".join(out)
+
+
+def result(name: str) -> Any:
+    """A results file of benchmarks/results/."""
+    return json.loads((RESULTS / name).read_text())
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str                       # the marker's name
+    source: str                     # the results file(s) it is read from, from the checkout's root
+    produce: Callable[[], str]      # the figure as the prose shows it, read from there now
 
 
 # ---- records saved by the expensive commands, loaded as the CLI holds them ----
@@ -144,7 +195,13 @@ def offload_outcome(name: str) -> Any:
         tuple(from_fields(WhatIf, w) for w in d["what_if"]), gain, d["reference_changes"], tuple(d["base_over"]),
         tuple(from_fields(Prediction, p) for p in d["predictions"]), d["recommended"], d["step_error"],
         d["trials_run_now"], d.get("decision", ""), d.get("tie_break", ""), d.get("more_pairs", 0),
-        d.get("more_s", 0.0))
+        d.get("more_s", 0.0), stopped=d.get("stopped", ""), undecided=tuple(d.get("undecided", ())))
+
+
+def checkpoint_outcome(name: str) -> Any:
+    from iotune.model.checkpoint_sweep import CheckpointOutcome
+
+    return CheckpointOutcome.from_json(saved(name))
 
 
 def fleet_sweep(name: str) -> Any:
@@ -153,11 +210,80 @@ def fleet_sweep(name: str) -> Any:
     return FleetSweepReport.from_json(saved(name))
 
 
+# ---- the 1B chain (benchmarks/seed_scale.py), saved in its results file ----
+
+SEED = "seed_scale-1b-2026-11-27.json"
+# the benchmark's scratch paths, shown as the names the page gives them
+SEED_PATHS = (("/work/main/.venv/bin/python", "python"), ("/var/tmp/iotune-seed/work/", ""),
+              ("/var/tmp/iotune-seed/chain/mnt", "/mnt"))
+
+
+def seed_chain() -> dict[str, Any]:
+    return result(SEED)["chain"]
+
+
+def seed_named(text: str) -> str:
+    for path, name in SEED_PATHS:
+        text = text.replace(path, name)
+    return text
+
+
+def seed_command(step: str, prefix: str = "sudo ") -> str:
+    """The command a step of the chain ran, as the reader types it (the console report, not --json)."""
+    import shlex
+
+    argv = [a for a in seed_chain()[step]["argv"][3:] if a != "--json"]
+    return prefix + seed_named("iotune " + shlex.join(argv))
+
+
+def seed_run(step: str) -> Any:
+    from iotune.model.run import TraceRun
+
+    return TraceRun.from_json(seed_chain()[step]["stdout"]["run"])
+
+
+def seed_trace(step: str) -> str:
+    """The report `iotune trace` printed for a step of the chain, from its saved run."""
+    from iotune.cli.verdict_inputs import trace_report
+    from iotune.model.verdict import VerdictInputs
+
+    return rendered(trace_report(seed_run(step), VerdictInputs()))
+
+
+def seed_plan_check(step: str, config: str) -> str:
+    """`iotune plan --check` against the chain's saved run (written out as a run.json)."""
+    from iotune.model.runfile import RUN_FILE
+
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / RUN_FILE).write_text(json.dumps(seed_chain()[step]["stdout"]["run"]))
+        return cli("plan", "--model", "1b", "--ds-config", data(config), "--check", d)
+
+
+def seed_doctor() -> str:
+    from iotune.model.checks import CheckResult
+    from iotune.model.record import from_fields
+    from iotune.model.reports import DoctorReport
+
+    checks = result(SEED)["defaults"]["doctor"]["stdout"]
+    return rendered(DoctorReport(tuple(from_fields(CheckResult, c) for c in checks)))
+
+
+def seed_stderr(step: str) -> str:
+    return seed_named(seed_chain()[step]["stderr_tail"])
+
+
+CKPT_TRACE = (f"sudo {IOTUNE} trace --app --path /srv/iotune-demo/swap -o /srv/iotune-demo/run-ckpt -- .venv/bin/python -m "
+              "iotune.workloads.train --strategy nvme-opt --size small --nvme-path /srv/iotune-demo/swap --steps 4 "
+              "--save-at 2 --checkpoint-dir /srv/iotune-demo/ckpt")
+
+
 EXAMPLES: list[Example] = [
     Example("doctor", "guide/doctor.md", f"sudo {IOTUNE} doctor --path /mnt/nvme/swap",
             lambda: rendered(doctor_report("doctor.json"))),
     Example("doctor-job", "guide/doctor.md", f"sudo {IOTUNE} doctor --ds-config ds_config.json --model tiny",
             lambda: rendered(doctor_report("doctor-job.json"))),
+    Example("demo-progress", "install.md", f"sudo {IOTUNE} demo --dir /srv/iotune-demo/demo 2>&1 >/dev/null | cat",
+            lambda: excerpt((DATA / "demo.stderr.txt").read_text(), ("demo: scratch", 4), ("training step 8/8", 3))),
     Example("trace-zenflow", "guide/trace.md", f"{IOTUNE} report {DATA_REL}/run-zenflow",
             lambda: cli("report", data("run-zenflow"))),
     Example("trace-app-layers", "guide/trace.md", f"{IOTUNE} report {DATA_REL}/run-app-layers",
@@ -168,8 +294,13 @@ EXAMPLES: list[Example] = [
             lambda: cli("compare", data("run-nvme-opt"), data("run-zenflow"))),
     Example("report-capped", "guide/report.md", f"sudo {IOTUNE} report iotune-runs/<run> --ceiling",
             lambda: rendered(capped_report())),
+    Example("report-ceiling-measure", "guide/report.md", f"sudo {IOTUNE} report run-ckpt --ceiling 2>&1 >/dev/null",
+            lambda: (DATA / "report-ceiling.stderr.txt").read_text()),
     Example("sweep-latency-bound", "guide/sweep.md", f"sudo {IOTUNE} sweep --bed latency-bound",
             lambda: rendered(sweep_outcome("sweep-latency-bound.json"))),
+    Example("sweep-progress", "guide/sweep.md",
+            f"sudo {IOTUNE} sweep aio --bed builtin --profile {DATA_REL}/quick-confirm.toml 2>&1 >/dev/null | cat",
+            lambda: excerpt((DATA / "sweep-progress.stderr.txt").read_text(), ("[1/14]", 1), ("[1/2] steps", 2))),
     Example("offload-tiny", "guide/offload.md",
             f"sudo {IOTUNE} sweep offload --model tiny --fix zero_optimization.offload_param.device=none "
             "--max-trials 2",
@@ -195,6 +326,350 @@ EXAMPLES: list[Example] = [
             needs_root="lint checks the locked swap buffers against ulimit -l, which root's CAP_IPC_LOCK lifts"),
     Example("bed-help", "guide/beds.md", f"{IOTUNE} volumes bed --help",
             lambda: cli("volumes", "bed", "--help")),
+    Example("checkpoint-trace", "guide/checkpoints.md", CKPT_TRACE,
+            lambda: excerpt(cli("report", data("run-checkpoint")), ("Checkpoints (", 0))),
+    Example("checkpoint-trace-note", "guide/checkpoints.md", CKPT_TRACE,
+            lambda: excerpt(cli("report", data("run-checkpoint")), ("    note  save_checkpoint", 2))),
+    Example("checkpoint-doctor", "guide/checkpoints.md",
+            f"sudo {IOTUNE} doctor --ds-config ds_config.json --model small --checkpoint-dir /srv/iotune-demo/ckpt --keep 3",
+            lambda: excerpt(rendered(doctor_report("doctor-checkpoint.json")), ("", 2), ("earlier checkpoints", "op-build"),
+                            ("all prerequisites", 1))),
+    Example("checkpoint-sweep", "guide/checkpoints.md",
+            f"sudo {IOTUNE} sweep checkpoint --model tiny --path DIR --dirty-limits 32MiB",
+            lambda: rendered(checkpoint_outcome("checkpoint-sweep.json"))),
+    Example("checkpoint-plan", "guide/checkpoints.md",
+            f"{IOTUNE} plan --model 8b --drive-bandwidth 3GB/s --drives 2 --keep 3 --checkpoint-every 100 "
+            "--drive-capacity 3.84TB --drive-tbw 7000TB",
+            lambda: excerpt(cli("plan", "--model", "8b", "--drive-bandwidth", "3GB/s", "--drives", "2", "--keep", "3",
+                                "--checkpoint-every", "100", "--drive-capacity", "3.84TB", "--drive-tbw", "7000TB"),
+                            ("One checkpoint", 0), ("Endurance:", 1))),
+    Example("checkpoint-plan-keep", "guide/checkpoints.md",
+            f"{IOTUNE} plan --model 8b --drive-bandwidth 3GB/s --keep 40 --drive-capacity 3.84TB",
+            lambda: cli("plan", "--model", "8b", "--drive-bandwidth", "3GB/s", "--keep", "40", "--drive-capacity",
+                        "3.84TB", stderr=True)),
+    Example("checkpoint-lint", "guide/checkpoints.md",
+            f"{IOTUNE} lint {DATA_REL}/ds_checkpoint_writer.json --model wide --accelerator cpu "
+            "--checkpoint-dir /mnt/nvme/swap/zero_stage_3/ckpt",
+            lambda: cli("lint", data("ds_checkpoint_writer.json"), "--model", "wide", "--accelerator", "cpu",
+                        "--checkpoint-dir", "/mnt/nvme/swap/zero_stage_3/ckpt")
+            .replace(data("ds_checkpoint_writer.json"), f"{DATA_REL}/ds_checkpoint_writer.json"),
+            needs_root="lint checks the locked swap buffers against ulimit -l, which root's CAP_IPC_LOCK lifts"),
+    Example("adam-restart-nvme", "guide/checkpoints.md",
+            ".venv/bin/python -m iotune.workloads.nvme_adam_restart --dir DIR 2>/dev/null",
+            lambda: (DATA / "nvme_adam_restart.txt").read_text()),
+    Example("adam-restart-cpu", "guide/checkpoints.md",
+            ".venv/bin/python -m iotune.workloads.nvme_adam_restart --dir DIR --offload cpu 2>/dev/null",
+            lambda: (DATA / "nvme_adam_restart-cpu.txt").read_text()),
+    Example("offload-budget-plan", "guide/offload.md", f"sudo {IOTUNE} sweep offload --model tiny --budget 4m",
+            lambda: excerpt((DATA / "offload-budget.stderr.txt").read_text(), ("offload: plan within", 0))),
+    Example("offload-budget-stopped", "guide/offload.md", f"sudo {IOTUNE} sweep offload --model tiny --budget 4m",
+            lambda: excerpt(rendered(offload_outcome("offload-budget.json")), ("  the budget stopped", 0),
+                            ("Keeping your config", 1))),
+    Example("offload-plan-defaults", "guide/offload.md",
+            f"{IOTUNE} plan --model 1b --ds-config {DATA_REL}/ds_1b_defaults.json",
+            lambda: excerpt(cli("plan", "--model", "1b", "--ds-config", data("ds_1b_defaults.json")),
+                            ("Memory per tier", 3), ("CPU", "NVMe"))),
+    Example("offload-plan-1e8", "guide/offload.md", f"{IOTUNE} plan --model 1b --ds-config {DATA_REL}/ds_1b_user.json",
+            lambda: excerpt(cli("plan", "--model", "1b", "--ds-config", data("ds_1b_user.json")),
+                            ("Memory per tier", 3), ("CPU", "NVMe"))),
+    Example("seed-plan-defaults", "guide/seed-scale.md",
+            f"{IOTUNE} plan --model 1b --ds-config {DATA_REL}/ds_1b_defaults.json",
+            lambda: excerpt(cli("plan", "--model", "1b", "--ds-config", data("ds_1b_defaults.json")),
+                            ("Memory per tier", 0))),
+    Example("seed-doctor-defaults", "guide/seed-scale.md", "sudo iotune doctor --ds-config ds_defaults.json --model 1b",
+            lambda: excerpt(seed_doctor(), ("", 2), ("ds_config", "async_io"), ("2 check(s) failed", 1))),
+    Example("seed-trace-user", "guide/seed-scale.md", seed_command("1-trace"),
+            lambda: excerpt(seed_trace("1-trace"), ("Verdict:", 0), ("Step time breakdown", 0))),
+    Example("seed-plan-check-user", "guide/seed-scale.md",
+            f"{IOTUNE} plan --model 1b --ds-config {DATA_REL}/ds_1b_user.json --check run-user",
+            lambda: excerpt(seed_plan_check("1-trace", "ds_1b_user.json"), ("Prediction vs trace", 0))),
+    Example("seed-sweep-aio", "guide/seed-scale.md", seed_command("2-sweep-aio"),
+            lambda: excerpt(seed_stderr("2-sweep-aio"), ("[1/14]", 2), ("[13/14]", 1), ("confirming", "wrote"))),
+    Example("seed-sweep-offload", "guide/seed-scale.md", seed_command("3-sweep-offload"),
+            lambda: excerpt(seed_stderr("3-sweep-offload"), ("offload: starting", 20))),
+    Example("seed-trace-pick", "guide/seed-scale.md", seed_command("4-trace"),
+            lambda: excerpt(seed_trace("4-trace"), ("Verdict:", 0))),
+]
+
+
+# ---- figures the prose quotes, read from the results files ----
+
+LATENCY_BOUND = "beds_vs_ds_nvme_tune-latency-bound-2026-11-23-warm2.json"    # the bed's latest three-way run
+LATENCY_BOUND_EARLIER = "beds_vs_ds_nvme_tune-latency-bound-2026-11-23-warm.json"
+
+
+def spread(s: dict[str, Any], unit: str = "×", digits: int = 2) -> str:
+    """"1.91× [1.74–1.92]": a median and its [min–max]."""
+    return f"{s['median']:.{digits}f}{unit} [{s['min']:.{digits}f}–{s['max']:.{digits}f}]"
+
+
+def mib(nbytes: int) -> str:
+    return f"{nbytes >> 20} MiB"
+
+
+def pick(name: str) -> str:
+    """"4 MiB × qd 8": the aio point iotune picked in a three-way run."""
+    point = result(name)["phases"]["steps"]["points"]["iotune"]
+    return f"{mib(point['block_size'])} × qd {point['queue_depth']}"
+
+
+def gain_median(name: str) -> float:
+    return float(result(name)["phases"]["steps"]["speedup_over_defaults"]["iotune"]["median"])
+
+
+def latency_gain(name: str) -> str:
+    steps = result(name)["phases"]["steps"]
+    gain = steps["speedup_over_defaults"]["iotune"]
+    return f"{spread(gain)}, median [min–max] of {gain['n']} rounds"
+
+
+def median_spread(values: list[float], unit: str = "×") -> str:
+    """"1.24× [1.18–1.39], 3 rounds": the median of `values` and its [min–max]."""
+    import statistics
+
+    return f"{statistics.median(values):.2f}{unit} [{min(values):.2f}–{max(values):.2f}], {len(values)} rounds"
+
+
+def bed_gain(bed: str, who: str = "iotune") -> str:
+    """Optimizer-step speed-up over DeepSpeed's defaults of a three-way run on a bed (benchmarks/beds_vs_ds_nvme_tune.py)."""
+    s = result(f"beds_vs_ds_nvme_tune-{bed}-2026-11-23-{'warm2' if bed == 'latency-bound' else 'warm'}.json")
+    gain = s["phases"]["steps"]["speedup_over_defaults"][who]
+    return f"{spread(gain)}, {gain['n']} rounds"
+
+
+def bed_wall(bed: str) -> str:
+    s = result(f"beds_vs_ds_nvme_tune-{bed}-2026-11-23-{'warm2' if bed == 'latency-bound' else 'warm'}.json")
+    return f"{s['phases']['iotune']['wall_s']:,.0f} s vs {s['phases']['ds_nvme_tune']['wall_s']:,.0f} s"
+
+
+def offload_ratio(bed: str, which: str) -> str:
+    return median_spread(result("offload_whole-2026-11-26.json")["beds"][bed]["ratios"][which])
+
+
+def checkpoint_summary(bed: str) -> dict[str, Any]:
+    return result("checkpoints-wide-2026-11-27-1326.json")["beds"][bed]["summary"]
+
+
+def memory_summary() -> dict[str, Any]:
+    return result("memory_model-2026-11-28.json")["summary"]
+
+
+def checkpoint_save_s() -> float:
+    """How long the traced save_checkpoint of run-checkpoint/ took."""
+    [save] = [c for c in saved("run-checkpoint/run.json")["attribution"]["checkpoints"] if c["op"] == "save"]
+    return (save["t1_ns"] - save["t0_ns"]) / 1e9
+
+
+def checkpoint_sweep_result(which: str) -> dict[str, Any]:
+    """The checkpoint sweep's result for DeepSpeed's defaults ("defaults") or its pick ("best")."""
+    return dict(saved("checkpoint-sweep.json")[which])
+
+
+def probe_ns(case: str, prefixes: tuple[str, ...] = ("",)) -> float:
+    """A tracer's cost per block request (or io_uring request): the medians of its programs' run time per event,
+    summed over the programs whose names start with one of `prefixes`."""
+    programs = result("probe_cost-2026-11-23.json")["summary"][case]["ns_per_run_by_program"]
+    return sum(v["median"] for name, v in programs.items() if name.startswith(prefixes))
+
+
+def probe_iops(case: str) -> str:
+    return spread(result("probe_cost-2026-11-23.json")["summary"][case]["iops_ratio"], unit="")
+
+
+def raid0_ratio(what: str) -> str:
+    s = result("raid0_steps-2026-11-21.json")["summary"]
+    return f"{s['1'][what]['median'] / s['3'][what]['median']:.2f}×"
+
+
+def confirm_rule(kind: str) -> str:
+    s = result("confirm_rule-2026-11-27.json")["summary"][kind]
+    return f"{s['faster']} of {s['decisions']}"
+
+
+def seed_refused(kind: str = "") -> int:
+    """Candidates the offload search refused: all, or those pipelining ("pipelined"), or those over a DeepSpeed
+    bound ("bound")."""
+    refused = seed_chain()["3-sweep-offload"]["stdout"]["refused"]
+    if kind == "pipelined":
+        return sum(1 for r in refused if r["knobs"]["pipeline_read"] or r["knobs"]["pipeline_write"])
+    if kind == "bound":
+        return sum(1 for r in refused if any("More elements" in why for why in r["reasons"]))
+    return len(refused)
+
+
+def fleet_ssh() -> str:
+    """The ssh fan-out: agent ready (median of 3 rounds) from 1 to 4 nodes, and the range of the runs' gather medians."""
+    beds = result("fleet_fanout-2026-11-23.json")["beds"]
+    first, last = beds[0], beds[-1]
+    gathers = [b["summary"]["gather_s_median"] for b in beds]
+    return (f"{first['summary']['ready_s_median']:.2f} s ({first['nodes']} node) to {last['summary']['ready_s_median']:.2f} s "
+            f"({last['nodes']} nodes) / {min(gathers):.2f}–{max(gathers):.2f} s")
+
+
+def seed_trials() -> list[dict[str, Any]]:
+    return seed_chain()["3-sweep-offload"]["stdout"]["trials"]
+
+
+def seed_steady_optimizer_read() -> int:
+    """Bytes the first trace's steady step (its second) read in the optimizer step."""
+    swaps = seed_chain()["1-trace"]["stdout"]["run"]["attribution"]["swaps"]
+    return sum(s["bytes"] for s in swaps if s["step"] == 1 and s["phase"] == "optimizer" and s["direction"] == "read")
+
+
+def seed_read_rate() -> float:
+    return next(t["drive_rates"]["read_bytes_per_s"] for t in seed_trials() if t["drive_rates"])
+
+
+def seed_optimizer_s(trace: str) -> float:
+    findings = seed_chain()[trace]["stdout"]["verdict"]["findings"]
+    return next(f["figures"]["optimizer_s"] for f in findings if f["kind"] == "stall")
+
+
+def seed_step_s(trace: str) -> float:
+    findings = seed_chain()[trace]["stdout"]["verdict"]["findings"]
+    return next(f["figures"]["step_s"] for f in findings if f["kind"] == "stall")
+
+
+def sci(n: int) -> str:
+    """"2.5e8", as DeepSpeed's docs write sub_group_size."""
+    exp = len(str(n)) - 1
+    return f"{n / 10 ** exp:g}e{exp}"
+
+
+def seed_fitting_sub_groups() -> str:
+    """The sub_group_size values of the offload search's candidates that fit: the reference's and the predicted ones'."""
+    out = seed_chain()["3-sweep-offload"]["stdout"]
+    base = out["base_changes"]["zero_optimization.sub_group_size"]
+    sizes = {base} | {p["changes"].get("zero_optimization.sub_group_size", base) for p in out["predictions"]}
+    return " and ".join(sci(s) for s in sorted(sizes))
+
+
+def seed_block_writes_over(step: str) -> float:
+    """Bytes `plan --check` measured written at the block level beyond the plan's."""
+    row = next(r for r in seed_chain()[step]["stdout"]["check"]
+               if r["category"] == "block level (all)" and r["direction"] == "write")
+    return row["measured_bytes"] - row["predicted_bytes"]
+
+
+def seed_chain_s() -> float:
+    return sum(v["seconds"] for v in seed_chain().values() if isinstance(v, dict) and "seconds" in v)
+
+
+FIGURES: list[Figure] = [
+    Figure("latency-bound-gain", f"benchmarks/results/{LATENCY_BOUND}", lambda: latency_gain(LATENCY_BOUND)),
+    Figure("latency-bound-picks", f"benchmarks/results/{LATENCY_BOUND_EARLIER}, {LATENCY_BOUND}",
+           lambda: f"{pick(LATENCY_BOUND_EARLIER)} and {pick(LATENCY_BOUND)}, and they beat the defaults on real "
+                   f"steps by {gain_median(LATENCY_BOUND_EARLIER):.2f}× and {gain_median(LATENCY_BOUND):.2f}×"),
+    Figure("seed-trial-s", f"benchmarks/results/{SEED}",
+           lambda: " and ".join(f"{t['seconds']:.0f} s" for t in seed_trials())),
+    Figure("seed-trial-steps", f"benchmarks/results/{SEED}",
+           lambda: " and ".join(f"{t['step_s']:.1f} s" for t in seed_trials())),
+    Figure("seed-steady-read", f"benchmarks/results/{SEED}", lambda: f"{seed_steady_optimizer_read() / 1e9:.2f} GB"),
+    Figure("seed-read-rate", f"benchmarks/results/{SEED}", lambda: f"{seed_read_rate() / 1e6:.1f} MB/s"),
+    Figure("seed-read-time", f"benchmarks/results/{SEED}",
+           lambda: f"{seed_steady_optimizer_read() / seed_read_rate():.1f} s"),
+    Figure("seed-optimizer-s", f"benchmarks/results/{SEED}",
+           lambda: f"{seed_optimizer_s('1-trace'):.2f} s and {seed_optimizer_s('4-trace'):.2f} s"),
+    Figure("seed-step-s", f"benchmarks/results/{SEED}",
+           lambda: f"{seed_step_s('1-trace'):.1f} s and {seed_step_s('4-trace'):.1f} s"),
+    Figure("seed-fitting-sub-groups", f"benchmarks/results/{SEED}", seed_fitting_sub_groups),
+    Figure("seed-chain", f"benchmarks/results/{SEED}",
+           lambda: f"{seed_chain_s():,.0f} s ({seed_chain_s() / 60:.1f} min)"),
+    Figure("seed-chain-min", f"benchmarks/results/{SEED}", lambda: f"{seed_chain_s() / 60:.0f} minutes"),
+    *[Figure(f"seed-s-{step}", f"benchmarks/results/{SEED}", lambda step=step: f"{seed_chain()[step]['seconds']:,.1f} s")
+      for step in ("1-trace", "1-plan-check", "2-sweep-aio", "3-sweep-offload", "4-trace", "4-plan-check")],
+    Figure("seed-s-defaults", f"benchmarks/results/{SEED}",
+           lambda: f"{result(SEED)['defaults']['plan']['seconds']:.1f} s, "
+                   f"{result(SEED)['defaults']['doctor']['seconds']:.1f} s"),
+    Figure("seed-defaults-locked", f"benchmarks/results/{SEED}",
+           lambda: f"{result(SEED)['defaults']['run']['peak']['locked_bytes']:,} B"),
+    Figure("seed-defaults-rss", f"benchmarks/results/{SEED}",
+           lambda: f"{result(SEED)['defaults']['run']['peak']['peak_rss_bytes'] / 1e9:.1f} GB"),
+    Figure("seed-defaults-s", f"benchmarks/results/{SEED}", lambda: f"{result(SEED)['defaults']['run']['seconds']:.0f} s"),
+    Figure("seed-user-locked", f"benchmarks/results/{SEED}", lambda: f"{seed_trials()[0]['locked_bytes']:,} B"),
+    Figure("seed-rss-error", f"benchmarks/results/{SEED}",
+           lambda: " and ".join(f"{(t['peak_rss_bytes'] - t['predicted_host_bytes']) / t['peak_rss_bytes'] * 100:.1f} %"
+                             for t in seed_trials())),
+    *[Figure(f"bed-gain-{bed}", f"benchmarks/results/beds_vs_ds_nvme_tune-{bed}-2026-11-23-*.json",
+             lambda bed=bed: bed_gain(bed)) for bed in ("latency-bound", "striped", "iops-bound")],
+    *[Figure(f"bed-gain-ds-{bed}", f"benchmarks/results/beds_vs_ds_nvme_tune-{bed}-2026-11-23-*.json",
+             lambda bed=bed: bed_gain(bed, "ds_nvme_tune")) for bed in ("latency-bound", "striped", "iops-bound")],
+    *[Figure(f"bed-wall-{bed}", f"benchmarks/results/beds_vs_ds_nvme_tune-{bed}-2026-11-23-*.json",
+             lambda bed=bed: bed_wall(bed)) for bed in ("latency-bound", "striped", "iops-bound")],
+    *[Figure(f"offload-{bed}-{key}", "benchmarks/results/offload_whole-2026-11-26.json",
+             lambda bed=bed, which=which: offload_ratio(bed, which))
+      for bed in ("striped", "latency-bound")
+      for key, which in (("whole-aio", "whole/aio"), ("whole-defaults", "whole/defaults"))],
+    *[Figure(f"checkpoint-{bed}-save", "benchmarks/results/checkpoints-wide-2026-11-27-1326.json",
+             lambda bed=bed: f"{checkpoint_summary(bed)['save_speedup']:.2f}×") for bed in ("capped", "loop")],
+    Figure("checkpoint-capped-save-s", "benchmarks/results/checkpoints-wide-2026-11-27-1326.json",
+           lambda: f"{checkpoint_summary('capped')['pick']['save_s']:.2f} s against "
+                   f"{checkpoint_summary('capped')['defaults']['save_s']:.2f} s"),
+    Figure("checkpoint-capped-durable", "benchmarks/results/checkpoints-wide-2026-11-27-1326.json",
+           lambda: f"{checkpoint_summary('capped')['pick']['durable_share_of_ceiling'] * 100:.0f} % of the drive's write "
+                   f"ceiling ({checkpoint_summary('capped')['pick']['not_durable_bytes'] / 1e6:.1f} MB still dirty "
+                   f"instead of {checkpoint_summary('capped')['defaults']['not_durable_bytes'] / 1e6:.1f} MB)"),
+    Figure("memory-median-error", "benchmarks/results/memory_model-2026-11-28.json",
+           lambda: f"{memory_summary()['median_abs_error'] * 100:.1f} % over {memory_summary()['runs']} runs "
+                   f"(held-out jobs {memory_summary()['held_out_median_abs_error'] * 100:.1f} %)"),
+    Figure("memory-worst-under", "benchmarks/results/memory_model-2026-11-28.json",
+           lambda: f"{memory_summary()['worst_under_prediction'] * 100:.1f} %"),
+    Figure("memory-calibrated", "benchmarks/results/memory_model-2026-11-28.json",
+           lambda: f"median {memory_summary()['reference_calibrated']['median_abs_error'] * 100:.1f} %, worst "
+                   f"{memory_summary()['reference_calibrated']['worst_under_prediction'] * 100:.1f} % over "
+                   f"{memory_summary()['reference_calibrated']['runs']} runs"),
+    Figure("checkpoint-trace-save-s", f"{DATA_REL}/run-checkpoint/run.json", lambda: f"{checkpoint_save_s():.2f} s"),
+    Figure("ckpt-sweep-losses", f"{DATA_REL}/checkpoint-sweep.json",
+           lambda: "{:.4f} against {:.4f}".format(checkpoint_sweep_result("defaults")["check"]["got"][1],
+                                                   checkpoint_sweep_result("defaults")["check"]["expected"][1])),
+    *[Figure(f"ckpt-sweep-{key}-losses", f"{DATA_REL}/checkpoint-sweep.json",
+             lambda which=which: "{:.4f}, {:.4f} and {:.4f}".format(*checkpoint_sweep_result("defaults")["check"][which]))
+      for key, which in (("uninterrupted", "expected"), ("restored", "got"))],
+    Figure("ckpt-sweep-saves", f"{DATA_REL}/checkpoint-sweep.json",
+           lambda: f"{checkpoint_sweep_result('best')['save_s']:.3f} s against "
+                   f"{checkpoint_sweep_result('defaults')['save_s']:.3f} s"),
+    Figure("ckpt-sweep-dirty", f"{DATA_REL}/checkpoint-sweep.json",
+           lambda: f"{checkpoint_sweep_result('best')['not_durable_bytes'] / 1e6:.1f} MB against "
+                   f"{checkpoint_sweep_result('defaults')['not_durable_bytes'] / 1e6:.1f} MB"),
+    Figure("ckpt-sweep-jitter", f"{DATA_REL}/checkpoint-sweep.json",
+           lambda: f"{checkpoint_sweep_result('defaults')['jitter_s']:.2f} s"),
+    Figure("ckpt-sweep-trials", f"{DATA_REL}/checkpoint-sweep.json",
+           lambda: f"{saved('checkpoint-sweep.json')['request']['repeats']}"),
+    Figure("probe-iotune-ns", "benchmarks/results/probe_cost-2026-11-23.json",
+           lambda: f"{probe_ns('randread-4k iotune'):,.0f} ns"),
+    Figure("probe-biolatency-ns", "benchmarks/results/probe_cost-2026-11-23.json",
+           lambda: f"{probe_ns('randread-4k biolatency'):,.0f} ns"),
+    Figure("probe-iotune-iops", "benchmarks/results/probe_cost-2026-11-23.json", lambda: probe_iops("randread-4k iotune")),
+    Figure("probe-biolatency-iops", "benchmarks/results/probe_cost-2026-11-23.json",
+           lambda: probe_iops("randread-4k biolatency")),
+    Figure("probe-app-ns", "benchmarks/results/probe_cost-2026-11-23.json",
+           lambda: f"{probe_ns('randread-4k iotune --app', ('tracepoint__io_uring',)):,.0f} ns (4 KiB random), "
+                   f"{probe_ns('seqread-512k iotune --app', ('tracepoint__io_uring',)):,.0f} ns (512 KiB sequential)"),
+    Figure("raid0-optimizer", "benchmarks/results/raid0_steps-2026-11-21.json", lambda: raid0_ratio("optimizer_step_s")),
+    Figure("raid0-step", "benchmarks/results/raid0_steps-2026-11-21.json", lambda: raid0_ratio("step_s")),
+    Figure("confirm-aa", "benchmarks/results/confirm_rule-2026-11-27.json", lambda: confirm_rule("aa")),
+    Figure("confirm-gain", "benchmarks/results/confirm_rule-2026-11-27.json", lambda: confirm_rule("gain")),
+    Figure("seed-candidates", f"benchmarks/results/{SEED}",
+           lambda: f"Of {seed_refused() + len(seed_chain()['3-sweep-offload']['stdout']['predictions']) + 1} candidates, "
+                   f"{seed_refused()} were refused"),
+    Figure("seed-refused-pipelined", f"benchmarks/results/{SEED}", lambda: str(seed_refused("pipelined"))),
+    Figure("seed-refused-bound", f"benchmarks/results/{SEED}", lambda: str(seed_refused("bound"))),
+    Figure("fleet-ssh", "benchmarks/results/fleet_fanout-2026-11-23.json", fleet_ssh),
+    Figure("memory-margin", "benchmarks/results/memory_model-2026-11-28.json",
+           lambda: f"{result('memory_model-2026-11-28.json')['summary_with_the_margin_set']['margin_in_force'] * 100:.1f} %"),
+    Figure("seed-rss", f"benchmarks/results/{SEED}",
+           lambda: f"{seed_trials()[0]['predicted_host_bytes'] / 1e6:,.1f} MB predicted against "
+                   + " and ".join(f"{t['peak_rss_bytes'] / 1e6:,.1f}" for t in seed_trials()) + " MB measured"),
+    Figure("seed-locked", f"benchmarks/results/{SEED}",
+           lambda: f"{seed_trials()[0]['predicted_locked_bytes'] / 1e6:,.1f} MB predicted and measured, on every run"
+           if all(t["locked_bytes"] == t["predicted_locked_bytes"] for t in seed_trials()) else "differed"),
+    Figure("seed-candidate-step", f"benchmarks/results/{SEED}",
+           lambda: f"predicted at the reference's {seed_trials()[1]['predicted_step_s']:.2f} s (it moves the same "
+                   f"bytes) and ran at {seed_trials()[1]['step_s']:.2f} s"),
+    Figure("seed-metadata", f"benchmarks/results/{SEED}",
+           lambda: f"{seed_block_writes_over('1-plan-check') / 1e6:.2f} MB"),
+    Figure("seed-step-error", f"benchmarks/results/{SEED}",
+           lambda: f"{seed_chain()['3-sweep-offload']['stdout']['step_error'] * 100:.1f} %"),
 ]
 
 
@@ -203,8 +678,9 @@ def block(example: Example) -> str:
     return f"```text\n$ {example.command}\n{out}\n```\n"
 
 
-def pages() -> dict[str, str]:
-    return {e.page: (ROOT / "docs" / e.page).read_text() for e in EXAMPLES}
+def doc_pages() -> list[Path]:
+    """Every page a figure may sit in: README.md and docs/."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
 def regenerate(text: str, page: str, produced: dict[str, str]) -> str:
@@ -219,36 +695,63 @@ def regenerate(text: str, page: str, produced: dict[str, str]) -> str:
     return MARKER.sub(sub, text)
 
 
-def stale(selected: list[Example] | None = None) -> dict[str, tuple[str, str]]:
-    """page -> (text now, text regenerated) for every page whose examples differ."""
-    examples = selected or EXAMPLES
+def refigure(text: str, where: str, values: dict[str, str]) -> str:
+    """`text` with every figure marker whose name is in `values` holding that value."""
+    known = {f.name for f in FIGURES}
+
+    def sub(m: re.Match[str]) -> str:
+        name = m.group("name")
+        if name not in known:
+            raise SystemExit(f"{where}: unknown figure {name!r} (not in scripts/docs_examples.py's FIGURES)")
+        return m.group(1) + values[name] + m.group(4) if name in values else m.group(0)
+    return FIGURE.sub(sub, text)
+
+
+def stale(selected: list[Example] | None = None,
+          figures: list[Figure] | None = None) -> dict[Path, tuple[str, str]]:
+    """page -> (text now, text regenerated) for every page whose examples or figures differ."""
+    examples = EXAMPLES if selected is None else selected
+    chosen = FIGURES if figures is None else figures
     produced = {e.name: block(e) for e in examples}
-    out = {}
+    values = {f.name: f.produce() for f in chosen}
     for page in sorted({e.page for e in examples}):
         text = (ROOT / "docs" / page).read_text()
         missing = [e.name for e in examples if e.page == page and f"<!-- example: {e.name} -->" not in text]
         if missing:
             raise SystemExit(f"docs/{page} has no place for example(s) {', '.join(missing)}: add "
                              f"'<!-- example: NAME -->' and '<!-- /example -->' lines")
-        new = regenerate(text, page, produced)
+    out = {}
+    for path in doc_pages():
+        text = path.read_text()
+        where = str(path.relative_to(ROOT))
+        new = text
+        if path.parent != ROOT:
+            new = regenerate(new, str(path.relative_to(ROOT / "docs")), produced)
+        new = refigure(new, where, values)
         if new != text:
-            out[page] = (text, new)
+            out[path] = (text, new)
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--check", action="store_true", help="change nothing; exit 1 naming the pages that differ")
-    p.add_argument("names", nargs="*", help="only these examples (default: all)")
+    p.add_argument("names", nargs="*", help="only these examples and figures (default: all)")
     a = p.parse_args(argv)
     chosen = [e for e in EXAMPLES if not a.names or e.name in a.names]
-    differ = stale(chosen)
-    for page, (_, new) in differ.items():
+    numbers = [f for f in FIGURES if not a.names or f.name in a.names]
+    unknown = set(a.names) - {e.name for e in EXAMPLES} - {f.name for f in FIGURES}
+    if unknown:
+        p.error(f"no example or figure named {', '.join(sorted(unknown))}")
+    differ = stale(chosen, numbers)
+    for path, (_, new) in differ.items():
+        where = path.relative_to(ROOT)
         if a.check:
-            print(f"docs/{page}: example output differs from what iotune prints now", file=sys.stderr)
+            print(f"{where}: an example or figure differs from what iotune prints or its results file says now",
+                  file=sys.stderr)
         else:
-            (ROOT / "docs" / page).write_text(new)
-            print(f"docs/{page}: examples updated", file=sys.stderr)
+            path.write_text(new)
+            print(f"{where}: examples and figures updated", file=sys.stderr)
     return 1 if a.check and differ else 0
 
 

@@ -361,7 +361,7 @@ EXAMPLES = _examples_module()
 
 
 # examples whose command asks the installed DeepSpeed (lint's default --deepspeed)
-DEEPSPEED_EXAMPLES = frozenset({"lint"})
+DEEPSPEED_EXAMPLES = frozenset({"lint", "checkpoint-lint"})
 
 
 def _example_marks(example: Any) -> list[pytest.MarkDecorator]:
@@ -396,6 +396,111 @@ def test_every_page_example_is_known_to_the_generator() -> None:
     marked = {m.group("name") for p in DOCS.rglob("*.md") for m in EXAMPLES.MARKER.finditer(p.read_text())}
     assert marked == known, f"markers without an example: {sorted(marked - known)}; examples without a place: " \
                             f"{sorted(known - marked)}"
+
+
+def test_an_excerpt_marks_every_cut() -> None:
+    text = "title\n\nVerdict: x\n  more\n\ntable\nrow 1\nrow 2\nrow 3\n\nend"
+    assert EXAMPLES.excerpt(text, ("Verdict", 0), ("row 2", 1)) == "…\nVerdict: x\n  more\n…\nrow 2\n…"
+    assert EXAMPLES.excerpt(text, ("title", 1)) == "title\n…"
+    assert EXAMPLES.excerpt(text, ("table", "row 3"), ("end", 1)) == "…\ntable\nrow 1\nrow 2\n…\nend"
+
+
+# ---- figures quoted in the prose (scripts/docs_examples.py's FIGURES) ----
+
+def _figure_marks() -> list[tuple[str, str, str]]:
+    """(page, figure name, text between the markers) of every figure marker in README.md and docs/."""
+    return [(str(path.relative_to(ROOT)), m.group("name"), m.group("body"))
+            for path in EXAMPLES.doc_pages() for m in EXAMPLES.FIGURE.finditer(path.read_text())]
+
+
+@pytest.mark.parametrize("name", [f.name for f in EXAMPLES.FIGURES])
+def test_each_figure_in_the_prose_is_what_its_results_file_says(name: str) -> None:
+    """Between `<!-- figure: NAME -->` and `<!-- /figure -->` stands, exactly,
+    the figure scripts/docs_examples.py reads from its results file."""
+    [figure] = [f for f in EXAMPLES.FIGURES if f.name == name]
+    shown = [(page, body) for page, mark, body in _figure_marks() if mark == name]
+    assert shown, f"figure {name} is quoted nowhere: remove it from FIGURES or mark where the prose quotes it"
+    value = figure.produce()
+    wrong = [f"{page}: {body!r}" for page, body in shown if body != value]
+    assert not wrong, (f"figure {name} is {value!r} in {figure.source}, but the prose says otherwise:\n"
+                       + "\n".join(wrong) + f"\nrun `python scripts/docs_examples.py {name}`")
+
+
+def test_every_figure_marker_names_a_known_figure() -> None:
+    known = {f.name for f in EXAMPLES.FIGURES}
+    unknown = sorted({f"{page}: {name}" for page, name, _ in _figure_marks() if name not in known})
+    assert unknown == [], f"figure markers with no figure in scripts/docs_examples.py: {unknown}"
+    opened = sum(p.read_text().count("<!-- figure:") for p in EXAMPLES.doc_pages())
+    assert opened == len(_figure_marks()), "a figure marker is not closed by <!-- /figure --> on its line"
+
+
+# ---- every block that shows output is a generated example ----
+
+FENCE = re.compile(r"^(?P<indent> *)(?P<fence>```+|~~~+)(?P<info>[^\n]*)\n(?P<body>.*?)^(?P=indent)(?P=fence)[ \t]*$",
+                   re.DOTALL | re.MULTILINE)
+# a line of a command listing: what a reader types, not what a program prints
+COMMAND_LINE = re.compile(r"^\s*(?:#|(?:sudo|iotune|\.venv/bin/\S+|python3?|/usr/bin/python3|make|pip|git|deepspeed|"
+                          r"torchrun|fio|export|cd|mkdir|mount|umount|dmesg|ulimit|bash|scripts/\S+|apt-get|ssh|"
+                          r"sbatch|srun|echo|cat|ls|modprobe|losetup|mkfs\S*|systemctl)(?:\s|$))")
+# listings that are neither a command nor a program's output
+NOT_OUTPUT = {
+    ("docs/how-it-works.md", "cli "),                 # the package's layout, drawn by hand
+    ("docs/lint-corpus.md", "iotune lint CONFIG ["),  # a synopsis of the options, drawn by hand
+    ("docs/benchmarks-log.md", ""),                   # the dated log quotes outputs as they were on the day
+    # not generated yet: a failed demo run (no option of `iotune demo` makes its training fail, so no real
+    # run has recorded this output); the only hand-written output left
+    ("docs/install.md", "--- the last 1 line of iotune-runs/"),
+}
+
+
+def _shows_output(info: str, body: str) -> bool:
+    """A fenced block shows a program's output unless it is code or config
+    (its info string names a language other than text/console) or a command
+    listing (every line a command, its continuation after a `\\`, a comment or
+    blank, and no `$ ` prompt, which introduces output)."""
+    if info.strip() not in ("", "text", "console", "shell-session"):
+        return False
+    continued = False
+    for line in body.splitlines():
+        if line.startswith("$ "):
+            return True
+        if not (continued or not line.strip() or COMMAND_LINE.match(line)):
+            return True
+        continued = line.rstrip().endswith("\\")
+    return False
+
+
+def test_every_block_that_shows_output_is_a_generated_example() -> None:
+    """Output in the docs comes from a real run through scripts/docs_examples.py:
+    a fenced block that shows output sits between example markers."""
+    found = []
+    for path in EXAMPLES.doc_pages():
+        page = str(path.relative_to(ROOT))
+        text = _without_examples(path.read_text())
+        for m in FENCE.finditer(text):
+            body = m.group("body")
+            first = next((line for line in body.splitlines() if line.strip()), "")
+            if any(page == p and first.startswith(start) for p, start in NOT_OUTPUT):
+                continue
+            if _shows_output(m.group("info"), body):
+                found.append(f"{page}:{text[:m.start()].count(chr(10)) + 1}: {first[:80]}")
+    assert not found, ("output shown by hand: generate it (an Example in scripts/docs_examples.py, between "
+                       "'<!-- example: NAME -->' and '<!-- /example -->'), or show only the command:\n"
+                       + "\n".join(found))
+
+
+@pytest.mark.parametrize("info, body", [("", "$ iotune plan --model tiny\nPlan: 1 rank\n"),
+                                        ("", "Verdict: Compute-bound\n"), ("console", "Plan: x\n"),
+                                        ("text", "sudo iotune doctor\nds_config  FAIL\n")])
+def test_the_output_rule_catches_output(info: str, body: str) -> None:
+    assert _shows_output(info, body)
+
+
+@pytest.mark.parametrize("info, body", [("", "sudo iotune trace --path /mnt -- \\\n    deepspeed train.py --x\n"),
+                                        ("python", "print(render(x))\n"), ("toml", "confirm_top = 1\n"),
+                                        ("", "make demo\nmake test\n"), ("", "# a comment\niotune plan\n")])
+def test_the_output_rule_leaves_commands_and_code_alone(info: str, body: str) -> None:
+    assert not _shows_output(info, body)
 
 
 def test_the_capped_runs_verdict_is_the_one_report_ceiling_printed_then() -> None:
