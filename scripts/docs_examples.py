@@ -617,7 +617,7 @@ FIGURES: list[Figure] = [
     Figure("memory-calibrated", "benchmarks/results/memory_model-2026-11-28.json",
            lambda: f"median {memory_summary()['reference_calibrated']['median_abs_error'] * 100:.1f} %, worst "
                    f"{memory_summary()['reference_calibrated']['worst_under_prediction'] * 100:.1f} % over "
-                   f"{memory_summary()['reference_calibrated']['runs']} runs"),
+                   f"{memory_summary()['reference_calibrated']['cases']} cases (margin {memory_summary()['reference_calibrated']['proposed_margin'] * 100:.1f} %)"),
     Figure("checkpoint-trace-save-s", f"{DATA_REL}/run-checkpoint/run.json", lambda: f"{checkpoint_save_s():.2f} s"),
     Figure("ckpt-sweep-losses", f"{DATA_REL}/checkpoint-sweep.json",
            lambda: "{:.4f} against {:.4f}".format(checkpoint_sweep_result("defaults")["check"]["got"][1],
