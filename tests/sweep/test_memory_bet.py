@@ -238,6 +238,27 @@ def test_your_configs_trial_corrects_the_trials_after_it(tmp_path: Path, monkeyp
     assert f"predictions corrected by {units.mb(200 * MiB)} MB: your config's trial peaked at " in text
 
 
+def test_your_own_config_runs_without_the_margin_and_the_candidates_need_it(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A budget your config fits only without the first margin: it runs as
+    the reference (you run it already); the candidates are admitted with the
+    margin, corrected by its trial."""
+    monkeypatch.setattr(search_module, "drive_rates", lambda *a: DriveRates(1e9, 1e9, 5e8, 5e8))
+    context = HostContext("cpu", 450 * MiB, engine_bytes=125 * MiB)
+    base = partitioned_in(OffloadKnobs.from_ds_config(NVME_CFG), "bf16")
+    peak = host_memory(base, JobShape(NUMELS), job_context(context, STARTUP)).peak_bytes
+    budget = int(peak * (1 + FIT_MARGIN)) - 1                    # over with the first margin, fits without
+    runner = FakeRunner(peak_rss_bytes=peak)
+    search = OffloadSearch(NVME_CFG, runner, budget=Budget(budget, None, "MemAvailable", Reader([budget])),  # type: ignore[arg-type]
+                           context=context, max_trials=2, max_pairs=1, time_budget_s=3600.0)
+    said: list[str] = []
+    out = search_offload(search, Target(tmp_path), open_journal(tmp_path / "j", False, ENV), said.append)
+    assert out.base_over == () and out.reference_changes == {}
+    assert out.trials[0].role == "reference" and out.trials[0].status == "ok"
+    assert not any("own config does not fit" in line for line in said)
+    assert out.memory is not None and out.memory.margin == CALIBRATED_MARGIN
+
+
 # -- VmHWM for every trial ---------------------------------------------------------------------------------------------
 
 

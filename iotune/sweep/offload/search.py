@@ -8,7 +8,8 @@
               one that cannot work is refused with the numbers, never run. When
               the job's own config does not fit, the reference is the smallest
               change that does, and the report says so
-    reference the job's own config (or that change), run once: its step time and
+    reference the job's own config (or that change), run once (your config is
+              admitted without the margin: you run it already): its step time and
               the time it waits on swaps calibrate the step-time model, and its
               steady step's swaps are kept for the replay; its peak (VmHWM)
               corrects the host-memory predictions that follow, and the
@@ -148,7 +149,10 @@ class Trials:
         seen = self.journal.find_offload(key, role, nth)
         if seen is not None:
             return seen
-        now = memory_now(knobs, self.shape, self.search.budget, self.search.context)     # MemAvailable, read again
+        budget = self.search.budget
+        if role == "reference" and not changes:         # your own config: admitted without the margin
+            budget = replace(budget, margin=0.0)
+        now = memory_now(knobs, self.shape, budget, self.search.context)     # MemAvailable, read again
         if now.skip:
             skipped = skipped_trial(key, changes, role, self.search.runner.what, now, self.search.context)
             self.journal.record_offload(skipped)
@@ -200,7 +204,9 @@ def search_offload(search: OffloadSearch, target: Target, journal: Journal,
     base = partitioned_in(OffloadKnobs.from_ds_config(search.base_cfg), dtype)
     searched, skipped = dimensions(base, shape, search.fixes)
     fit, refused = candidates(base, shape, searched, search.fixes, search.budget, search.context)
-    over = refusals(base, shape, search.budget, search.context)
+    # your own config, the run everything is learnt from, is admitted without the margin: it is what you run
+    # already, and its trial corrects the predictions (and the margin) of every candidate after it
+    over = refusals(base, shape, replace(search.budget, margin=0.0), search.context)
     reference = base if not over else smallest_fitting_change(base, fit, shape)
     if over:
         say(f"offload: the job's own config does not fit: {'; '.join(over)}. "
