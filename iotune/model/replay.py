@@ -92,6 +92,11 @@ class SwapGroup:
     def bytes_of(self, direction: str) -> int:
         return sum(op.size_bytes for op in self.ops if op.direction == direction)
 
+    @property
+    def submit_s(self) -> float:
+        """Compute from the first submit to the last (each op's after_s counts from the first)."""
+        return max((op.after_s for op in self.ops), default=0.0)
+
     def to_json(self) -> dict[str, Any]:
         return {"ops": [op.to_json() for op in self.ops], "gap_s": self.gap_s, "before_wait_s": self.before_wait_s,
                 "wait_s": self.wait_s, "phase": self.phase}
@@ -142,8 +147,9 @@ class SwapSchedule:
 
     @property
     def compute_s(self) -> float:
-        """The job's compute the schedule sleeps: every gap, in and between the groups."""
-        inside = sum(g.gap_s + g.before_wait_s + sum(op.after_s for op in g.ops) for g in self.groups)
+        """The job's compute the schedule sleeps: every gap, in and between the groups. An op's
+        after_s counts from its group's first submit, so a group computes up to its last op's."""
+        inside = sum(g.gap_s + g.before_wait_s + g.submit_s for g in self.groups)
         return inside + self.tail_s
 
     @property

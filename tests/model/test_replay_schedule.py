@@ -95,6 +95,24 @@ def test_the_compute_around_the_waits_is_kept() -> None:
                                         + 0.002)
 
 
+def test_the_compute_is_the_step_less_its_waits_with_several_ops_in_a_group() -> None:
+    """Each op's after_s counts from its group's first submit, so a group's compute is its last
+    op's after_s (the replayer sleeps to first + after_s), not their sum: a step of two groups of
+    three ops, each submitted apart, computes exactly its 100 ms less its two 40 ms waits."""
+    events = [phase("optimizer", 1, 1000, 1100),
+              swap("r", MASTER, STATE, 1, 1002), swap("r", AVG, STATE, 1, 1003), swap("r", AVG_SQ, STATE, 1, 1005),
+              wait(1, 1006, 1046),
+              swap("w", MASTER, STATE, 1, 1050), swap("w", AVG, STATE, 1, 1052), swap("w", AVG_SQ, STATE, 1, 1056),
+              wait(1, 1057, 1097)]
+    s = swap_schedule(events, step=1)
+    assert [op.after_s for op in s.ops] == pytest.approx([0.0, 0.001, 0.003, 0.0, 0.002, 0.006])
+    assert [t for g in s.groups for t in (g.gap_s, g.before_wait_s, g.wait_s)] == pytest.approx(
+        [0.002, 0.001, 0.040, 0.004, 0.001, 0.040])
+    assert s.tail_s == pytest.approx(0.003) and s.traced_s == pytest.approx(0.100)
+    assert s.compute_s == pytest.approx(0.002 + 0.003 + 0.001 + 0.004 + 0.006 + 0.001 + 0.003)     # 20 ms, not 23
+    assert s.compute_s + sum(g.wait_s or 0.0 for g in s.groups) == pytest.approx(s.traced_s)
+
+
 def test_totals_and_files() -> None:
     s = swap_schedule(job(), step=2)
     assert s.read_bytes == 3 * STATE + MiB and s.write_bytes == 3 * STATE + MiB
