@@ -170,6 +170,11 @@ EXAMPLES: list[Example] = [
             lambda: rendered(capped_report())),
     Example("sweep-latency-bound", "guide/sweep.md", f"sudo {IOTUNE} sweep --bed latency-bound",
             lambda: rendered(sweep_outcome("sweep-latency-bound.json"))),
+    Example("sweep-replay", "guide/sweep.md",
+            f"sudo {IOTUNE} sweep --bed latency-bound --profile quick --confirm 2 --steps 4 --ds-config ds_config.json "
+            f"--steps-cmd \"{IOTUNE.replace('iotune', 'python')} -m iotune.workloads.train --steps 50 --ds-config "
+            "{config}\" -o out",
+            lambda: rendered(sweep_outcome("sweep-replay-latency-bound.json"))),
     Example("offload-tiny", "guide/offload.md",
             f"sudo {IOTUNE} sweep offload --model tiny --fix zero_optimization.offload_param.device=none "
             "--max-trials 2",

@@ -247,12 +247,17 @@ def test_too_few_replay_pairs_are_refused(tmp_path: Path) -> None:
                                "every candidate on real steps")
 
 
+def closed_schema() -> dict[str, Any]:
+    """sweep-2 with no key beyond those it describes."""
+    text = schema_path("sweep-2").read_text()
+    return dict(json.loads(text.replace('"properties": {', '"additionalProperties": false, "properties": {')))
+
+
 def test_the_json_report_describes_the_replay_in_its_schema(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     outcome, _ = sweep(tmp_path, monkeypatch, Job())
     doc = json.loads(render(outcome, "json"))
     schema = json.loads(schema_path("sweep-2").read_text())
-    closed = json.loads(json.dumps(schema).replace('"properties": {', '"additionalProperties": false, "properties": {'))
-    assert [e.message for e in Draft202012Validator(closed).iter_errors(doc)] == []
+    assert [e.message for e in Draft202012Validator(closed_schema()).iter_errors(doc)] == []
     assert set(doc["replay"]) == set(schema["$defs"]["aio_replay"]["properties"])
     assert set(doc["replay"]["rows"][0]) == set(schema["$defs"]["replay_row"]["properties"])
     assert set(doc["replay"]["schedule"]) == set(schema["$defs"]["recorded_schedule"]["properties"])
@@ -271,3 +276,14 @@ def test_a_block_size_that_swaps_nothing_is_left_unranked_with_why(tmp_path: Pat
                           Stage(Target(tmp_path), Journal(tmp_path / "j.jsonl")))
     assert got == ("at block_size 8388608 DeepSpeed swaps none of this job's tensors (each is under max(1 MiB, "
                    "block_size), so all stay in RAM): nothing to replay, and not an aio setting for this job's offload")
+
+
+def test_a_real_sweep_ranked_on_the_replay_conforms() -> None:
+    """The guide's example (tests/data/examples/README.md says how it was made): the user's job on the
+    latency-bound bed, two finalists replayed, the pick confirmed on real steps."""
+    doc = json.loads((Path(__file__).parents[1] / "data" / "examples" / "sweep-replay-latency-bound.json").read_text())
+    assert [e.message for e in Draft202012Validator(closed_schema()).iter_errors(doc)] == []
+    outcome = SweepOutcome.from_json(doc)
+    assert outcome.replay is not None and outcome.replay.ranked and outcome.replay.pick == outcome.recommended
+    assert outcome.step_gain is not None and outcome.step_gain.recommended
+    assert json.loads(render(outcome, "json"))["replay"] == doc["replay"]
