@@ -301,6 +301,11 @@ EXAMPLES: list[Example] = [
     Example("sweep-progress", "guide/sweep.md",
             f"sudo {IOTUNE} sweep aio --bed builtin --profile {DATA_REL}/quick-confirm.toml 2>&1 >/dev/null | cat",
             lambda: excerpt((DATA / "sweep-progress.stderr.txt").read_text(), ("[1/14]", 1), ("[1/2] steps", 2))),
+    Example("sweep-replay", "guide/sweep.md",
+            f"sudo {IOTUNE} sweep --bed latency-bound --profile quick --confirm 2 --steps 4 --ds-config ds_config.json "
+            f"--steps-cmd \"{IOTUNE.replace('iotune', 'python')} -m iotune.workloads.train --steps 50 --ds-config "
+            "{config}\" -o out",
+            lambda: rendered(sweep_outcome("sweep-replay-latency-bound.json"))),
     Example("offload-tiny", "guide/offload.md",
             f"sudo {IOTUNE} sweep offload --model tiny --fix zero_optimization.offload_param.device=none "
             "--max-trials 2",

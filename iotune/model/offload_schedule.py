@@ -219,7 +219,7 @@ def _timeline(schedule: SwapSchedule) -> list[_Timed]:
     out, t = [], 0.0
     for g in schedule.groups:
         first = t + g.gap_s
-        last = first + max((op.after_s for op in g.ops), default=0.0)
+        last = first + g.submit_s
         end = last + g.before_wait_s + (g.wait_s or 0.0)
         out.append(_Timed(g, first, end, _kind(g)))
         t = end

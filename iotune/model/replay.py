@@ -47,6 +47,7 @@ from ..errors import IotuneError
 from .aio import AioSettings
 from .attribution import PARAMETERS, categorize_swap_path
 from .hook_events import event_lines
+from .offload import MIN_AIO_BYTES
 
 READ, WRITE = "read", "write"
 AIO_ALIGNED_BYTES = 1024   # DeepSpeed's swap sizes are multiples of this x intra_op_parallelism (swap_tensor/utils.py)
@@ -91,6 +92,11 @@ class SwapGroup:
 
     def bytes_of(self, direction: str) -> int:
         return sum(op.size_bytes for op in self.ops if op.direction == direction)
+
+    @property
+    def submit_s(self) -> float:
+        """Compute from the first submit to the last (each op's after_s counts from the first)."""
+        return max((op.after_s for op in self.ops), default=0.0)
 
     def to_json(self) -> dict[str, Any]:
         return {"ops": [op.to_json() for op in self.ops], "gap_s": self.gap_s, "before_wait_s": self.before_wait_s,
@@ -142,8 +148,9 @@ class SwapSchedule:
 
     @property
     def compute_s(self) -> float:
-        """The job's compute the schedule sleeps: every gap, in and between the groups."""
-        inside = sum(g.gap_s + g.before_wait_s + sum(op.after_s for op in g.ops) for g in self.groups)
+        """The job's compute the schedule sleeps: every gap, in and between the groups. An op's
+        after_s counts from its group's first submit, so a group computes up to its last op's."""
+        inside = sum(g.gap_s + g.before_wait_s + g.submit_s for g in self.groups)
         return inside + self.tail_s
 
     @property
@@ -175,6 +182,32 @@ class SwapSchedule:
         def up(op: SwapOp) -> SwapOp:
             return replace(op, size_bytes=-(-op.size_bytes // align) * align)
         return replace(self, groups=tuple(replace(g, ops=tuple(up(op) for op in g.ops)) for g in self.groups))
+
+    def swapped_at(self, block_size: int) -> SwapSchedule:
+        """The schedule as DeepSpeed would swap it at aio `block_size`: a tensor under
+        max(MIN_AIO_BYTES, block_size) stays in RAM (OptimizerSwapper.is_swappable_tensor, for
+        gradients, optimizer states and whole sub-groups alike), so its op is left out; a group left
+        with none keeps its compute, carried into the next group's gap (or the tail), and its wait
+        goes. From a schedule traced at DeepSpeed's default 1 MiB blocks this is every block size's
+        (at 1 MiB and below, the schedule itself). Sizes are the ops' aligned bytes, a few KiB above
+        the tensor's own at most, so a tensor that close under the threshold counts as swapped."""
+        least = max(MIN_AIO_BYTES, block_size)
+        groups: list[SwapGroup] = []
+        carry = 0.0
+        for g in self.groups:
+            kept = [op for op in g.ops if op.size_bytes >= least]
+            if not kept:
+                carry += g.gap_s + g.submit_s + g.before_wait_s
+                continue
+            if len(kept) == len(g.ops) and not carry:
+                groups.append(g)
+                continue
+            first = kept[0].after_s
+            ops = tuple(replace(op, after_s=op.after_s - first) for op in kept)
+            groups.append(replace(g, ops=ops, gap_s=carry + g.gap_s + first,
+                                  before_wait_s=g.before_wait_s + g.submit_s - kept[-1].after_s))
+            carry = 0.0
+        return replace(self, groups=tuple(groups), tail_s=self.tail_s + carry)
 
     def to_json(self) -> dict[str, Any]:
         return {"version": self.version, "step": self.step, "rank": self.rank, "source": self.source,

@@ -9,6 +9,7 @@ from typing import Any
 
 from .offload import GainSplit
 from .record import from_fields
+from .aio_replay import ReplayRanking
 from .steps import StepProgress
 from .sweep import SweepPoint, Trial
 
@@ -233,6 +234,7 @@ class SweepOutcome:
     confirm_error: str = ""                    # every training-step trial failed: the first reason
     threads: list[Ranked] = field(default_factory=list)   # the recommendation at each OMP_NUM_THREADS
     omp_threads_best: int = 0                  # the thread count to use (0: not measured)
+    replay: ReplayRanking | None = None        # the finalists on the replay of the job's swap I/O (None: no replay)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SweepOutcome:
@@ -246,6 +248,7 @@ class SweepOutcome:
                                  "recommended": SweepPoint.from_json(data["recommended"]) if data.get("recommended")
                                  else None,
                                  "step_gain": StepGain.from_json(data["step_gain"]) if data.get("step_gain") else None,
+                                 "replay": ReplayRanking.from_json(data["replay"]) if data.get("replay") else None,
                                  "dropped_aio_keys": tuple(data.get("dropped_aio_keys", ()))})
 
     def tied_with_first(self) -> list[Ranked]:

@@ -13,7 +13,7 @@ from ..model.reports import Comparison
 from ..model.run import TraceRun
 from ..model.sweep_result import LayoutSweep, Ranked, SweepOutcome
 from .page import TIMELINE_POINTS, Page, colour, esc, sig
-from .sweep import ranking_notes, summary_text, ties_text
+from .sweep import ranking_notes, replay_cells, summary_text, ties_text
 
 TOP = 30
 
@@ -62,6 +62,24 @@ def ranking_table(page: Page, o: SweepOutcome) -> None:
         page.paragraph(ties_text(o))
 
 
+def replay_section(page: Page, o: SweepOutcome) -> None:
+    """The finalists ranked on the replay of the job's own swap I/O, or why they were not."""
+    rp = o.replay
+    if rp is None:
+        return
+    page.heading("Ranking on the replay of your job's swap I/O")
+    if not rp.ranked:
+        page.paragraph(f"Not ranked on the replay: {rp.fallback}.")
+        return
+    if rp.schedule is not None:
+        page.paragraph(f"Replayed: {rp.schedule.describe()}, recorded from the run at DeepSpeed's defaults.")
+    pick = rp.pick_line()
+    page.paragraph(f"Fidelity: {rp.fidelity_line()}. {pick[:1].upper()}{pick[1:]}.")
+    page.table(("#", "block", "qd", "threads", "single_submit", "overlap", "replay", "× defaults", "interval",
+                "spread", "runs", "note"), [(i, *cells) for i, cells in enumerate(replay_cells(o), 1)],
+               f"Medians over alternating pairs with DeepSpeed's defaults, at most {rp.max_pairs} each")
+
+
 def confirmation(page: Page, o: SweepOutcome) -> None:
     if not o.confirmed and o.step_gain is None and not o.threads:
         return
@@ -105,6 +123,7 @@ def sweep_sections(page: Page, o: SweepOutcome) -> None:
     page.heading("Block size × queue depth")
     heatmap(page, o)
     ranking_table(page, o)
+    replay_section(page, o)
     confirmation(page, o)
 
 

@@ -72,7 +72,13 @@ def trial_line(p: TrialProgress, eta_s: float | None) -> str:
         return ""
     what = "reused" if p.reused else ("failed: " + t.error if t.status != "ok" else _result(t))
     eta = f" (ETA {clock(eta_s)})" if eta_s is not None and p.done < p.planned else ""
-    return f"[{p.done}/{p.planned}] {t.executor} {_point(t.point)} rep {t.repeat}: {what}{eta}"
+    return f"[{p.done}/{p.planned}] {t.executor} {_point(t.point)} {_repeat(t.repeat)}: {what}{eta}"
+
+
+def _repeat(repeat: int) -> str:
+    """"rep N"; a trial outside the pairs (repeat < 0) by its role: the real run at the defaults
+    that recorded the job's swap I/O."""
+    return f"rep {repeat}" if repeat >= 0 else "recording swap I/O"
 
 
 def log_tail(lines: Sequence[str], where: str) -> str:
@@ -234,7 +240,8 @@ def sweep_progress(console: Console | None = None) -> Iterator[Callable[[TrialPr
                 tails.show(p.trial, lambda text: console.print(Text(text), soft_wrap=True))
             elif p.running is not None and p.running.steps is None:
                 trials.start(p)
-                bar.update(task, description=f"{p.running.executor} {_point(p.running.point)} rep {p.running.repeat}")
+                bar.update(task, description=f"{p.running.executor} {_point(p.running.point)} "
+                                             f"{_repeat(p.running.repeat)}")
             elif p.running is not None and p.running.steps is not None:
                 s = p.running.steps
                 steps.add(s)

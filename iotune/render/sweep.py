@@ -59,8 +59,12 @@ def ties_text(o: SweepOutcome) -> str:
     if not tied:
         return ""
     band = 100 * max([MIN_NOISE, o.ranking[0].spread, *(r.spread for r in tied)])
-    then = ("training steps decided between them (below)" if o.confirmed
-            else "run the sweep with training steps (the default profile) to let real steps decide")
+    if o.replay is not None and o.replay.ranked:
+        then = "the replay of your job's swap I/O ranked the finalists among them, real steps confirm (below)"
+    elif o.confirmed:
+        then = "training steps decided between them (below)"
+    else:
+        then = "run the sweep with training steps (the default profile) to let real steps decide"
     return (f"{_tied_ranks(o)} {'is' if len(tied) == 1 else 'are'} within {band:.0f}% of #1 (the noise: "
             f"{100 * MIN_NOISE:.0f}% or the larger spread): {o.executor} cannot tell them apart; {then}.")
 
@@ -99,6 +103,47 @@ def confirmed_table(o: SweepOutcome) -> RenderableType:
         t.add_row(str(i), *_point_cells(r), "-" if r.step_s is None else f"{r.step_s:.3f} s",
                   "-" if r.optimizer_step_s is None else f"{r.optimizer_step_s:.3f} s", runs, ", ".join(marks))
     return Group(t, Text(""))
+
+
+def replay_cells(o: SweepOutcome) -> list[tuple[str, ...]]:
+    """The replay ranking's rows as table cells (seconds, × the defaults' speed, interval, spread, runs, note)."""
+    if o.replay is None:
+        return []
+    default_key = o.default.point.key() if o.default else ""
+    pick = o.replay.pick.key() if o.replay.pick else ""
+    cells: list[tuple[str, ...]] = []
+    for r in o.replay.rows:
+        p = r.point
+        is_default = p.key() == default_key or not r.verdict
+        note = ["DeepSpeed default"] if is_default else [r.verdict]
+        note += ["the replay's pick"] if p.key() == pick else []
+        interval = f"{r.lower:.2f}–{r.upper:.2f}×" if r.upper else "-"
+        cells.append((units.size(p.block_size), str(p.queue_depth), str(p.intra_op_parallelism),
+                       "yes" if p.single_submit else "no", "yes" if p.overlap_events else "no", f"{r.seconds:.3f} s",
+                       f"{r.ratio:.2f}×", "-" if is_default else interval, f"{100 * r.spread:.1f}%", str(r.runs),
+                       ", ".join(note)))
+    return cells
+
+
+def replay_table(o: SweepOutcome) -> RenderableType:
+    """The finalists ranked on the replay of the job's own swap I/O, or why they were not."""
+    if o.replay is None:
+        return Text("")
+    rp = o.replay
+    if not rp.ranked:
+        return Text(f"Not ranked on the replay of your job's swap I/O: {rp.fallback}.\n\n", style="bold")
+    where = f" ({rp.schedule.describe()})" if rp.schedule else ""
+    t = Table(title=f"Ranked on the replay of your job's own swap I/O{where}; seconds per replayed step with its "
+                    f"compute, medians over alternating pairs with DeepSpeed's defaults, at most {rp.max_pairs} each",
+              title_justify="left", show_edge=False, pad_edge=False)
+    for col in ("#", "block", "qd", "threads", "single_submit", "overlap", "replay", "× defaults", "interval",
+                "spread", "runs", "note"):
+        t.add_column(col, justify="left" if col == "note" else "right")
+    for i, cells in enumerate(replay_cells(o), 1):
+        t.add_row(str(i), *cells)
+    lines = [f"fidelity: {rp.fidelity_line()}", f"the ranking came from the replay of your job's own I/O: "
+             f"{rp.pick_line()}"]
+    return Group(t, Text("\n".join(lines) + "\n", style="dim"))
 
 
 def _workload(rows: list[Ranked]) -> str:
@@ -156,15 +201,8 @@ def summary_text(o: SweepOutcome) -> Text:
             t.append(f", {100 * best.median / o.ceiling_bytes_per_s:.0f}% of the drive's ceiling "
                      f"({units.rate(o.ceiling_bytes_per_s)} MB/s, {o.ceiling_source})")
         t.append("\n")
-    if o.step_gain is not None:
-        t.append(f"  training steps: {o.step_gain.sentence()}\n", style="bold")
-        if o.step_gain.rule_sentence():
-            t.append(f"  how: {o.step_gain.rule_sentence()}\n", style="dim")
-        if o.step_gain.split is not None and o.step_gain.recommended:
-            t.append(f"  by cause: {o.step_gain.split.sentence()}\n")
-    elif o.confirmed:
-        t.append("  training steps: no usable (candidate, defaults) pair, so DeepSpeed's defaults are kept "
-                 "(see the failed steps trials in the journal)\n", style="bold red")
+    for line, style in steps_lines(o):
+        t.append(line + "\n", style=style)
     if o.dropped_aio_keys:
         t.append(f"  --apply left out aio keys DeepSpeed ignores: {', '.join(o.dropped_aio_keys)}\n")
     if o.confirm_error:
@@ -179,10 +217,32 @@ def summary_text(o: SweepOutcome) -> Text:
     return t
 
 
+def steps_lines(o: SweepOutcome) -> list[tuple[str, str]]:
+    """(line, style) of what the replay and the training steps decided."""
+    rp = o.replay
+    out = []
+    if rp is not None and rp.ranked:
+        out.append((f"  replay: {rp.pick_line()}", "bold" if rp.pick is None else ""))
+    elif rp is not None:
+        out.append((f"  replay: not used: {rp.fallback}", "dim"))
+    g = o.step_gain
+    if g is not None:
+        out.append((f"  training steps: {g.sentence()}", "bold"))
+        if g.rule_sentence():
+            out.append((f"  how: {g.rule_sentence()}", "dim"))
+        if g.split is not None and g.recommended:
+            out.append((f"  by cause: {g.split.sentence()}", ""))
+    elif o.confirmed:
+        out.append(("  training steps: no usable (candidate, defaults) pair, so DeepSpeed's defaults are kept "
+                    "(see the failed steps trials in the journal)", "bold red"))
+    return out
+
+
 def sweep_console(o: SweepOutcome, opts: RenderOptions) -> str:
     buf = io.StringIO()
     console = Console(file=buf, width=opts.width or 130, color_system=None, highlight=False)
-    console.print(Group(ranking_table(o), confirmed_table(o), threads_table(o), summary_text(o)))
+    replay = [replay_table(o)] if o.replay is not None else []
+    console.print(Group(ranking_table(o), *replay, confirmed_table(o), threads_table(o), summary_text(o)))
     if o.fragment:
         buf.write("Paste into your DeepSpeed config (nvme_path: your own):\n")
         buf.write(json.dumps(o.fragment, indent=2) + "\n")
@@ -191,8 +251,9 @@ def sweep_console(o: SweepOutcome, opts: RenderOptions) -> str:
 
 def sweep_doc(o: SweepOutcome) -> dict[str, Any]:
     doc = {k: v for k, v in asdict(o).items()
-           if k not in ("ranking", "confirmed", "default", "recommended", "step_gain", "threads")}
+           if k not in ("ranking", "confirmed", "default", "recommended", "step_gain", "threads", "replay")}
     doc["step_gain"] = o.step_gain.to_json() if o.step_gain else None
+    doc["replay"] = o.replay.to_json() if o.replay else None
     doc["ranking"] = [r.to_json() for r in o.ranking]
     doc["confirmed"] = [r.to_json() for r in o.confirmed]
     doc["threads"] = [{"omp_threads": r.point.omp_threads, **r.to_json()} for r in o.threads]

@@ -120,6 +120,7 @@ BOUNDS: dict[str, Bound] = {b.key: b for b in (
     Bound("steps", "run", "int", min=1, max=10_000, flag="--steps"),
     Bound("confirm_pairs", "run", "int", min=1),
     Bound("noise_floor", "run", "float", min=0, max=1, max_open=True, example="0.05"),
+    Bound("replay_pairs", "run", "int", min=0, max=1000, flag="--replay-pairs"),   # 1-2 refused: sweep.aio.command
     Bound("runtime_s", "run", "float", min=0, example="2.0"),
     Bound("ramp_s", "run", "float", min=0, example="0.5"),
     Bound("steps_timeout_s", "run", "float", min=1, flag="--steps-timeout", example=f"{TRIAL_TIMEOUT_S:g}"),

@@ -70,6 +70,7 @@ from ..model.hook_events import (
     read_tensors,
     step_timings,
 )
+from ..model.replay import ScheduleError, read_swap_schedule
 from ..model.steps import StepProgress
 from ..model.sweep import TRIAL_TIMEOUT_S, Measurement, SweepPoint
 from ..resources import inject_dir
@@ -166,6 +167,17 @@ class JobRun:
     lock_path: str = ""
 
 
+def schedule_record(events_dir: Path, swap_dir: Path | None) -> dict[str, Any]:
+    """What a recording run adds to its raw record: {"schedule": the swap schedule of a steady step
+    (SwapSchedule.to_json, paths relative to `swap_dir`)}, or {"schedule_error": why} when the hook's
+    events in `events_dir` hold none."""
+    try:
+        schedule = read_swap_schedule(events_dir, swap_dir=str(swap_dir) if swap_dir is not None else None)
+    except ScheduleError as e:
+        return {"schedule_error": str(e)}
+    return {"schedule": schedule.to_json()}
+
+
 class CommandExecutor:
     name = "cmd"
 
@@ -173,7 +185,10 @@ class CommandExecutor:
         self.job = job
         self.what = f"optimizer steps each of `{shlex.join(job.argv)}`"
 
-    def run(self, point: SweepPoint, target: Target) -> tuple[Measurement, dict[str, Any]]:
+    def run(self, point: SweepPoint, target: Target,
+            record_schedule: bool = False) -> tuple[Measurement, dict[str, Any]]:
+        """One trial; with `record_schedule`, the swap schedule of a steady step is kept in the raw
+        record (schedule_record), or why there is none."""
         with contextlib.ExitStack() as stack:
             work = temp_dir(stack, "iotune-cmd-")
             swap = temp_dir(stack, SWAP_PREFIX, target.files_dir)
@@ -181,7 +196,10 @@ class CommandExecutor:
             config = candidate_config(self.job.config, aio_block_changes(point.aio()), swap)
             argv, job = run_with_config(self.job, config, work, target.cgroup, self.job.timeout_s, self.job.steps,
                                         extra, on_step=target.on_step)
-            return self._measure(point, argv, job, work / "events", swap)
+            measured, raw = self._measure(point, argv, job, work / "events", swap)
+            if record_schedule:
+                raw.update(schedule_record(work / "events", swap))
+            return measured, raw
 
     def _measure(self, point: SweepPoint, argv: list[str], job: JobRun, events: Path,
                  swap: Path) -> tuple[Measurement, dict[str, Any]]:

@@ -95,6 +95,24 @@ def test_the_compute_around_the_waits_is_kept() -> None:
                                         + 0.002)
 
 
+def test_the_compute_is_the_step_less_its_waits_with_several_ops_in_a_group() -> None:
+    """Each op's after_s counts from its group's first submit, so a group's compute is its last
+    op's after_s (the replayer sleeps to first + after_s), not their sum: a step of two groups of
+    three ops, each submitted apart, computes exactly its 100 ms less its two 40 ms waits."""
+    events = [phase("optimizer", 1, 1000, 1100),
+              swap("r", MASTER, STATE, 1, 1002), swap("r", AVG, STATE, 1, 1003), swap("r", AVG_SQ, STATE, 1, 1005),
+              wait(1, 1006, 1046),
+              swap("w", MASTER, STATE, 1, 1050), swap("w", AVG, STATE, 1, 1052), swap("w", AVG_SQ, STATE, 1, 1056),
+              wait(1, 1057, 1097)]
+    s = swap_schedule(events, step=1)
+    assert [op.after_s for op in s.ops] == pytest.approx([0.0, 0.001, 0.003, 0.0, 0.002, 0.006])
+    assert [t for g in s.groups for t in (g.gap_s, g.before_wait_s, g.wait_s)] == pytest.approx(
+        [0.002, 0.001, 0.040, 0.004, 0.001, 0.040])
+    assert s.tail_s == pytest.approx(0.003) and s.traced_s == pytest.approx(0.100)
+    assert s.compute_s == pytest.approx(0.002 + 0.003 + 0.001 + 0.004 + 0.006 + 0.001 + 0.003)     # 20 ms, not 23
+    assert s.compute_s + sum(g.wait_s or 0.0 for g in s.groups) == pytest.approx(s.traced_s)
+
+
 def test_totals_and_files() -> None:
     s = swap_schedule(job(), step=2)
     assert s.read_bytes == 3 * STATE + MiB and s.write_bytes == 3 * STATE + MiB
@@ -218,3 +236,26 @@ def test_sizes_follow_deepspeeds_padding_at_another_intra_op_parallelism() -> No
 def test_the_traced_rate_is_the_steps_bytes_over_its_time() -> None:
     s = swap_schedule(job((40.0,)), step=1)
     assert s.traced_bytes_per_s == pytest.approx(s.total_bytes / 0.105)
+
+
+def test_a_larger_block_size_keeps_the_tensors_under_it_in_ram_as_deepspeed_does() -> None:
+    """DeepSpeed swaps no tensor under max(1 MiB, block_size): at 4 MiB blocks the job's 1 MiB gradients stay in
+    RAM, their group and its wait go, and its compute moves on to the next group; at 16 MiB nothing is swapped."""
+    from iotune.model.replay import SwapGroup, SwapOp
+
+    grads = (SwapOp(WRITE, "g0.swp", MiB), SwapOp(WRITE, "g1.swp", MiB, after_s=0.002))
+    states = (SwapOp(READ, "p.swp", 14 * MiB), SwapOp(READ, "m.swp", 2 * MiB, after_s=0.003),
+              SwapOp(READ, "v.swp", 14 * MiB, after_s=0.005))
+    s = SwapSchedule((SwapGroup(grads, gap_s=0.01, before_wait_s=0.001, wait_s=0.1),
+                      SwapGroup(states, gap_s=0.02, before_wait_s=0.004, wait_s=0.3),
+                      SwapGroup(grads, gap_s=0.03, wait_s=0.1)), step=1, optimizer_s=0.6, traced_s=0.6, tail_s=0.05)
+    assert s.swapped_at(1 << 20) == s == s.swapped_at(128 << 10)
+    at4 = s.swapped_at(4 * MiB)
+    [g] = at4.groups
+    assert [op.path for op in g.ops] == ["p.swp", "v.swp"] and g.wait_s == 0.3
+    assert g.gap_s == pytest.approx(0.01 + 0.002 + 0.001 + 0.02)         # the first group's compute, then its own
+    assert [op.after_s for op in g.ops] == [0.0, 0.005] and g.before_wait_s == pytest.approx(0.004)
+    assert at4.tail_s == pytest.approx(0.05 + 0.03 + 0.002)
+    assert at4.compute_s == pytest.approx(s.compute_s) == pytest.approx(0.124)
+    assert at4.read_bytes == 28 * MiB and at4.write_bytes == 0
+    assert s.swapped_at(16 * MiB).groups == ()

@@ -20,6 +20,7 @@ larger share of a shorter step, so the ceiling test keeps to 40 MB/s.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -36,7 +37,8 @@ from iotune.model.replay import SwapSchedule, read_swap_schedule
 from iotune.model.replay_result import check_against_ceiling, fidelity, fraction_of_ceiling
 from iotune.resources import inject_dir
 from iotune.sweep.executor import Target
-from iotune.sweep.replay import job_ceiling, run_replays
+from iotune.sweep.replay import job_ceiling, run_replay_plan, run_replays
+from iotune.sweep.user_job import schedule_record
 from iotune.volumes.scratch import scratch_drive
 from tests.conftest import needs_deepspeed, needs_root_for
 
@@ -104,3 +106,24 @@ def test_the_job_pattern_ceiling_is_the_drives_cap_and_bounds_the_step(traced: T
     traced_rate = s.total_bytes / s.traced_s
     assert check_against_ceiling(traced_rate, ceiling) is None, (traced_rate, ceiling.sentence)
     assert fraction_of_ceiling(traced_rate, ceiling) <= 1.0
+
+
+def test_the_aio_sweeps_recording_and_a_larger_block_replay_as_deepspeed_swaps(traced: TracedJob) -> None:
+    """What the aio sweep's replay stage takes from a real run (iotune.sweep.aio.replay_rank): the recording
+    run's raw record holds the traced schedule whole; replayed at 4 MiB blocks, the two 1 MiB gradient files
+    stay in RAM (DeepSpeed swaps nothing under max(1 MiB, block_size)) and the replay moves exactly the three
+    state files each way, in one replayer child with the schedule at DeepSpeed's defaults."""
+    s = traced.schedule
+    recorded = schedule_record(traced.events, Path(s.swap_dir))
+    assert SwapSchedule.from_json(json.loads(json.dumps(recorded["schedule"]))) == s
+    at4 = s.swapped_at(4 << 20)
+    gradients = [op for op in s.ops if "gradient" in op.path]
+    assert len(gradients) == 4 and all(op.size_bytes <= 1 << 20 for op in gradients)   # 2 written, 2 read
+    assert {op.path for op in at4.ops} == {op.path for op in s.ops if "gradient" not in op.path}
+    assert at4.read_bytes == s.read_bytes - sum(op.size_bytes for op in gradients if op.direction == "read")
+    assert at4.write_bytes == s.write_bytes - sum(op.size_bytes for op in gradients if op.direction == "write")
+    [(i, whole), (j, big)] = run_replay_plan([(s, AioSettings()), (at4, AioSettings(block_size=4 << 20))], [0, 1],
+                                             traced.target)
+    assert (i, whole.read_bytes, whole.write_bytes) == (0, s.read_bytes, s.write_bytes)
+    assert (j, big.read_bytes, big.write_bytes, len(big.waits)) == (1, at4.read_bytes, at4.write_bytes,
+                                                                     len(at4.groups))

@@ -112,7 +112,9 @@ def test_real_steps_decide_in_alternating_pairs_against_the_defaults(tmp_path: P
     first in pair 1, each trial journaled with its order; two pairs are
     fewer than the rule's first look (3), so the outcome carries the paired
     ratios, no interval yet and the pairs the rule would need, and keeps
-    the defaults. (DeepSpeed's check of the fragment has its own test above.)"""
+    the defaults. (DeepSpeed's check of the fragment has its own test above;
+    replay_pairs 0: the finalist goes to real steps directly, the ranking on
+    the replay is tests/sweep/test_aio_replay.py's.)"""
     from tests.volumes.test_emulated_drive import _FUSE_MISSING
 
     if _FUSE_MISSING:
@@ -121,7 +123,7 @@ def test_real_steps_decide_in_alternating_pairs_against_the_defaults(tmp_path: P
     (tmp_path / "p.toml").write_text(
         '[space]\nblock_size = ["256K", "1M"]\nqueue_depth = [8]\nintra_op_parallelism = [1]\n'
         'single_submit = [false]\noverlap_events = [true]\n'
-        '[run]\nsearch = "grid"\nrepeats = 1\nfile_bytes = "4M"\nsteps = 3\nconfirm_pairs = 2\n'
+        '[run]\nsearch = "grid"\nrepeats = 1\nfile_bytes = "4M"\nsteps = 3\nconfirm_pairs = 2\nreplay_pairs = 0\n'
         'runtime_s = 1.0\nramp_s = 0.25\n')
     out = tmp_path / "j"
     r = CliRunner().invoke(cli, ["sweep", "--profile", str(tmp_path / "p.toml"), "--confirm", "1", "-o", str(out),

@@ -163,11 +163,12 @@ def ext4_dir(tmp_path: Path) -> Iterator[Path]:
 
 def _profile(tmp_path: Path, block_sizes: str = '"256K", "1M"', steps: int = 3) -> Path:
     """Two points, so one candidate besides DeepSpeed's defaults (1M) is
-    confirmed against them, in one pair."""
+    confirmed against them, in one pair (replay_pairs 0: on real steps
+    directly; the ranking on the replay is tests/sweep/test_aio_replay.py's)."""
     path = tmp_path / "p.toml"
     path.write_text(f'[space]\nblock_size = [{block_sizes}]\nqueue_depth = [8]\nintra_op_parallelism = [1]\n'
                     f'single_submit = [false]\noverlap_events = [true]\n[run]\nsearch = "grid"\nrepeats = 1\n'
-                    f'file_bytes = "4M"\nconfirm_top = 1\nconfirm_pairs = 1\nsteps = {steps}\n')
+                    f'file_bytes = "4M"\nconfirm_top = 1\nconfirm_pairs = 1\nsteps = {steps}\nreplay_pairs = 0\n')
     return path
 
 

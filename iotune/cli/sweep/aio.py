@@ -42,6 +42,7 @@ class ConfirmOptions:
 
     confirm_top: int | None
     omp_threads: tuple[int, ...] | None
+    replay_pairs: int | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,12 @@ def confirm_options(fn: F) -> F:
                                        "table, and the count to use (0: the job's own default, OMP_NUM_THREADS "
                                        "unset). Counts above the machine's cores only oversubscribe them. Needs "
                                        "--confirm 1 or more.")),
+        click.option("--replay-pairs", "replay_pairs", type=SettingType("replay_pairs"), default=None, metavar="N",
+                     help=setting_help("replay_pairs", "Rank the candidates first on the replay of your job's own "
+                                       "swap I/O, recorded from one run at DeepSpeed's defaults: at most N "
+                                       "alternating pairs each with the defaults; only the replay's pick then "
+                                       "runs real steps. 0: no replay, every candidate runs real steps (as when "
+                                       "the replay does not reproduce the traced step within 5 %).")),
     )(fn)
 
 
@@ -210,6 +217,7 @@ def sweep_args(drive: DriveOptions, search: SearchOptions, journal: JournalOptio
                                         steps_cmd=job.steps_cmd, ds_config=job.ds_config, model=job.model)
     if confirm is not None:
         steps["confirm_top"] = confirm.confirm_top
+        steps["replay_pairs"] = confirm.replay_pairs
     return SweepArgs(target_dir=drive.target_dir, profile=search.profile, executor=search.executor,
                      overrides=overrides, grid=search.grid, repeats=search.repeats, file_bytes=search.file_bytes,
                      out=journal.out, fresh=journal.fresh, bed=drive.bed, **steps)

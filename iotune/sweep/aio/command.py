@@ -16,6 +16,7 @@ from ..executor import Target
 from .pipeline import SweepRequest, run_sweep
 from ..target import default_out, drive_of, sweep_target
 from ..bounds import BOUNDS
+from ..sequential import SequentialRule
 from ..space import Profile, load_profile
 
 @dataclass(frozen=True)
@@ -52,9 +53,10 @@ class SweepArgs:
     steps_cmd: str | None = None             # the user's training command, with {config}
     ds_config: Path | None = None            # the user's DeepSpeed config (with steps_cmd)
     model: str | None = None                 # a built-in model for the steps, named on purpose (None: tiny)
+    replay_pairs: int | None = None          # replay pairs per candidate before real steps (0: no replay)
 
 
-RUN_FLAGS = ("repeats", "file_bytes", "confirm_top", "steps", "steps_timeout_s")   # SweepArgs fields = RunSettings keys
+RUN_FLAGS = ("repeats", "file_bytes", "confirm_top", "steps", "steps_timeout_s", "replay_pairs")   # SweepArgs fields = RunSettings keys
 
 
 def build_profile(args: SweepArgs) -> Profile:
@@ -100,12 +102,22 @@ def check_dimensions(prof: Profile, args: SweepArgs) -> None:
     if needs_steps and prof.run.confirm_top <= 0:
         raise UsageError(f"{needs_steps[0]} is measured on training steps, and this sweep runs none "
                          f"(--confirm 0 / confirm_top = 0 in profile {prof.name}): give --confirm 1 or more")
-    step_settings = [flag for flag, value in (("--steps", args.steps), ("--steps-timeout", args.steps_timeout_s))
-                     if value is not None]
+    step_settings = [flag for flag, value in (("--steps", args.steps), ("--steps-timeout", args.steps_timeout_s),
+                                              ("--replay-pairs", args.replay_pairs)) if value is not None]
     if step_settings and prof.run.confirm_top <= 0:
         raise UsageError(f"{step_settings[0]} sets the training-step trials, and this sweep runs none "
                          f"(--confirm 0 / confirm_top = 0 in profile {prof.name}): give --confirm 1 or more, or "
                          f"drop {step_settings[0]}")
+    check_replay_pairs(prof)
+
+
+def check_replay_pairs(prof: Profile) -> None:
+    """1 or 2 replay pairs could never decide (the rule first looks at 3): refused, not run in vain."""
+    pairs, first = prof.run.replay_pairs, SequentialRule().first_look
+    if 0 < pairs < first and prof.run.confirm_top > 0:
+        raise UsageError(f"--replay-pairs {pairs} (replay_pairs in profile {prof.name}): the confirmation rule decides "
+                         f"from {first} pairs, so fewer never rank a candidate on the replay: give {first} or more, "
+                         f"or 0 to run every candidate on real steps")
 
 
 def run_sweep_command(args: SweepArgs, say: Callable[[str], None],

@@ -122,12 +122,17 @@ def _said(cand: SweepPoint, d: PairDecision, ran: int) -> str:
 def confirm_on_steps(ranking: list[Ranked], default: SweepPoint, run: RunSettings, target: Target,
                      journal: Journal, on_trial: Callable[[Progress], None] | None = None,
                      say: Callable[[str], None] = lambda s: None,
-                     steps: Executor | None = None) -> tuple[list[Ranked], StepGain | None]:
+                     steps: Executor | None = None,
+                     candidates: list[SweepPoint] | None = None) -> tuple[list[Ranked], StepGain | None]:
     """(the training-step trials' rows, fastest optimizer step first; the
     best candidate's gain over the defaults). ([], None) when confirm_top is
     0. `steps` is the training-step executor (default: the built-in
-    workload; the user's job with --steps-cmd)."""
-    candidates = finalists(ranking, default, run.confirm_top)
+    workload; the user's job with --steps-cmd); `candidates` the points to
+    confirm (default: the ranking's finalists; the replay's pick when the
+    replay ranked them). The rows leave out trials outside the pairs (the
+    recording run at the defaults, repeat < 0)."""
+    if candidates is None:
+        candidates = finalists(ranking, default, run.confirm_top)
     if run.confirm_top <= 0 or not candidates:
         return [], None
     rule = confirm_rule(run)
@@ -145,6 +150,6 @@ def confirm_on_steps(ranking: list[Ranked], default: SweepPoint, run: RunSetting
     if gain is not None and isinstance(steps, StepsExecutor):
         gain = replace(gain, split=steps.gain_split(default, gain.candidate, gain.estimate))
     keys = {default.key(), *pairs}
-    rows = summarize_trials([t for t in journal.trials if t.point.key() in keys], steps.name)
+    rows = summarize_trials([t for t in journal.trials if t.point.key() in keys and t.repeat >= 0], steps.name)
     rows.sort(key=lambda r: (r.optimizer_step_s or math.inf, r.point.key()))
     return rows, gain

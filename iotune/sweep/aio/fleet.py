@@ -67,7 +67,8 @@ def remote_sweep_argv(args: SweepArgs, remote_iotune: str, journal: Path) -> lis
             argv += [flag, ",".join(str(v).lower() if isinstance(v, bool) else str(v) for v in values)]
     for flag, value in (("--repeats", args.repeats), ("--file-bytes", args.file_bytes),
                         ("--confirm", args.confirm_top), ("--steps", args.steps),
-                        ("--steps-timeout", args.steps_timeout_s), ("--steps-cmd", args.steps_cmd),
+                        ("--steps-timeout", args.steps_timeout_s), ("--replay-pairs", args.replay_pairs),
+                        ("--steps-cmd", args.steps_cmd),
                         ("--ds-config", args.ds_config.resolve() if args.ds_config else None)):
         if value is not None:
             argv += [flag, str(value)]

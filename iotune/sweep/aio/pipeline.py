@@ -1,15 +1,20 @@
 """One `iotune sweep`, as one pipeline that runs one way:
 
     propose points -> measure (executor + journal) -> rank
-        -> confirm on training steps (finalists vs DeepSpeed's defaults,
+        -> rank the finalists on the replay of the job's own swap I/O
+           (recorded from one run at DeepSpeed's defaults, trusted only when
+           it reproduces that run's step; alternating pairs with the
+           defaults until the confirmation rule decides)
+        -> confirm on training steps (the replay's pick, or every finalist
+           when the replay cannot rank, vs DeepSpeed's defaults,
            alternating pairs until the confirmation rule decides) ->
            recommend (never slower than the defaults beyond the measured
            noise) -> CPU-optimizer threads
 
-Each stage is a module of its own (propose, measure, rank, confirm,
-recommend); what passes between them are model records (Proposal, Trial,
-Ranked, SweepOutcome). This module checks the target, opens the journal and
-runs the stages in that order."""
+Each stage is a module of its own (propose, measure, rank, replay_rank,
+confirm, recommend); what passes between them are model records (Proposal,
+Trial, Ranked, ReplayRanking, SweepOutcome). This module checks the target,
+opens the journal and runs the stages in that order."""
 
 from __future__ import annotations
 
@@ -25,11 +30,14 @@ from ... import __version__
 from ...opbuild.oplocks import stale_lock_problem
 from ...errors import UsageError
 from ...model.journal import SweepEnv
-from ...model.sweep import Trial
-from ...model.sweep_result import Progress, Ranked, SweepOutcome
+from ...model.sweep import SweepPoint, Trial
+from ...model.aio_replay import ReplayRanking
+from ...model.sweep_result import Progress, Ranked, StepGain, SweepOutcome
 from ...workloads.fastops import ops_to_build
 from ..user_job import CommandExecutor, UserJob, swap_note
-from .confirm import confirm_on_steps
+from .confirm import confirm_on_steps, finalists
+from .replay_rank import Stage, can_record, rank_on_replay
+from ..sequential import SequentialRule
 from ..executor import Executor, Target
 from ..fio_executor import FioExecutor
 from ..target import SWEEPS_DIR, check_target
@@ -126,8 +134,9 @@ def run_sweep(req: SweepRequest, target: Target, on_trial: Callable[[Progress], 
                 f"printed meanwhile)")
     steps = training_steps(req, target, say)
     try:
-        confirmed, step_gain = confirm_on_steps(ranking, reference, run, target, journal, on_trial, say, steps)
-        recommended = pick(ranking, confirmed, step_gain, reference)
+        confirmed, step_gain, replay = rank_and_confirm(ranking, reference, run, steps,
+                                                        Stage(target, journal, on_trial, say))
+        recommended = pick(ranking, confirmed, step_gain, reference, on_replay=replay is not None and replay.ranked)
         confirm_error = steps_failure(confirmed, journal.trials, steps.name)
         # the thread table runs whenever a training-step stage is configured, also when no candidate
         # besides DeepSpeed's defaults was left to confirm (then it is the defaults' table)
@@ -152,8 +161,33 @@ def run_sweep(req: SweepRequest, target: Target, on_trial: Callable[[Progress], 
         fragment=fragment, validation_error=error, trials=len(journal.trials),
         trials_run_now=len(journal.trials) - before,
         failed=sum(t.status != "ok" for t in journal.trials), journal=str(journal.path), step_gain=step_gain,
-        confirm_error=confirm_error, threads=threads, omp_threads_best=best_threads(threads),
+        confirm_error=confirm_error, threads=threads, omp_threads_best=best_threads(threads), replay=replay,
     )
+
+
+def rank_and_confirm(ranking: list[Ranked], reference: SweepPoint, run: RunSettings, steps: Executor,
+                     stage: Stage) -> tuple[list[Ranked], StepGain | None, ReplayRanking | None]:
+    """(confirmed rows, the real steps' verdict, the replay stage): the finalists ranked on the replay
+    of the job's own swap I/O, then only the replay's pick on real steps; every finalist on real steps
+    when the replay cannot rank (said why), and without a replay stage (replay_pairs 0, or an executor
+    that cannot record the job's swap I/O)."""
+    candidates = finalists(ranking, reference, run.confirm_top)
+
+    def confirm(chosen: list[SweepPoint] | None = None) -> tuple[list[Ranked], StepGain | None]:
+        return confirm_on_steps(ranking, reference, run, stage.target, stage.journal, stage.on_trial, stage.say,
+                                steps, chosen)
+
+    if run.confirm_top <= 0 or not candidates or run.replay_pairs <= 0 or not can_record(steps):
+        return (*confirm(), None)
+    rule = SequentialRule(noise_floor=run.noise_floor, max_pairs=run.replay_pairs)
+    replay = rank_on_replay(candidates, reference, steps, rule, stage)
+    if not replay.ranked:
+        stage.say(f"replay: {replay.fallback}")
+        return (*confirm(), replay)
+    stage.say(f"replay: {replay.pick_line()}")
+    if replay.pick is None:
+        return [], None, replay
+    return (*confirm([replay.pick]), replay)
 
 
 def training_steps(req: SweepRequest, target: Target, say: Callable[[str], None]) -> Executor:

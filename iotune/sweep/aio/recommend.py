@@ -36,13 +36,15 @@ DS_AIO_KEYS = tuple(f.name for f in fields(AioSettings))   # what DeepSpeed 0.19
 
 
 def pick(ranking: list[Ranked], confirmed: list[Ranked], gain: StepGain | None,
-         default: SweepPoint) -> SweepPoint | None:
-    """With training steps run (`confirmed`): the candidate whose steps gain
-    is beyond the noise, else DeepSpeed's defaults. Without: the executor's
-    best. None when nothing could be measured."""
+         default: SweepPoint, on_replay: bool = False) -> SweepPoint | None:
+    """With training steps run (`confirmed`), or the candidates ranked on
+    the replay of the job's swap I/O (`on_replay`: its pick then ran the
+    steps, if it had one): the candidate whose steps gain is beyond the
+    noise, else DeepSpeed's defaults. Without: the executor's best. None
+    when nothing could be measured."""
     if not ranking or not ranking[0].scores:
         return None
-    if confirmed:
+    if confirmed or on_replay:
         return gain.candidate if gain is not None and gain.recommended else default
     return ranking[0].point
 

@@ -37,12 +37,15 @@ from ...host.cgroup import join_cgroup_preexec
 from ...host.ledger import private_tmp, temp_dir
 from ...opbuild.oplocks import BuildLockHang, hang_guard, release_locks_left_since
 from ...host.proc import last_line, run_in_own_group
+from ...model.hook_events import hook_env
 from ...model.offload import GainSplit, JobShape, OffloadKnobs, gain_split
 from ...model.steps import StepFollower, parse_steps
 from ...model.sweep import TRIAL_TIMEOUT_S, Measurement, SweepPoint
+from ...resources import inject_dir
 from ...workloads.presets import PRESETS, tensor_numels
 from ...workloads.warmstart import WarmStarter
 from ..executor import Target, TrialFailed
+from ..user_job import schedule_record
 
 
 class StepsExecutor:
@@ -81,13 +84,13 @@ class StepsExecutor:
         if self.warm is not None:
             self.warm.close()
 
-    def _start(self, point: SweepPoint, target: Target, env: dict[str, str],
-               follow: StepFollower | None = None) -> subprocess.CompletedProcess:  # type: ignore[type-arg]
+    def _start(self, point: SweepPoint, target: Target, env: dict[str, str], follow: StepFollower | None = None,
+               cold: bool = False) -> subprocess.CompletedProcess:  # type: ignore[type-arg]
         watch = hang_guard(env, "The training run")
         step_log = None
         if follow is not None:
             watch, step_log = _watching(watch, follow), follow.path
-        if self.warm is not None:
+        if self.warm is not None and not cold:
             try:
                 return self.warm.run(self.train_args(point, target, step_log), self.timeout_s, target.cgroup, env,
                                      watch=watch)
@@ -98,7 +101,11 @@ class StepsExecutor:
         return run_in_own_group(self.argv(point, target, step_log), self.timeout_s,
                                 join_cgroup_preexec(target.cgroup), env=env, watch=watch)
 
-    def run(self, point: SweepPoint, target: Target) -> tuple[Measurement, dict[str, Any]]:
+    def run(self, point: SweepPoint, target: Target,
+            record_schedule: bool = False) -> tuple[Measurement, dict[str, Any]]:
+        """One trial. With `record_schedule`, the run starts cold with iotune's startup hook (a warm fork
+        has DeepSpeed imported before the hook could wrap it) and the swap schedule of a steady step is
+        kept in the raw record (sweep.user_job.schedule_record), or why there is none."""
         env = dict(os.environ)
         if point.omp_threads:
             env["OMP_NUM_THREADS"] = str(point.omp_threads)
@@ -106,10 +113,16 @@ class StepsExecutor:
         try:
             with contextlib.ExitStack() as stack:    # the run's temporary files go with a recorded directory
                 tmp = temp_dir(stack, "iotune-run-")
+                if record_schedule:
+                    env = hook_env(env, inject_dir(), tmp / "events")
                 follow = StepFollower(tmp / "steps.log", self.steps, target.on_step) if target.on_step else None
-                proc = self._start(point, target, private_tmp(env, tmp), follow)
+                proc = self._start(point, target, private_tmp(env, tmp), follow, cold=record_schedule)
                 if follow is not None:
                     follow.poll()           # the steps logged after the last look
+                measured, raw = self._measured(point, proc)
+                if record_schedule:
+                    raw.update(schedule_record(tmp / "events", target.files_dir))
+                return measured, raw
         except BuildLockHang as e:
             raise TrialFailed(str(e), {"build_lock": e.lock.path}, stops_sweep=True) from None
         except subprocess.TimeoutExpired:
@@ -117,6 +130,9 @@ class StepsExecutor:
             raise TrialFailed(f"training did not finish within {self.timeout_s:.0f} s"
                               + (f" (a DeepSpeed op build was stopped with it; removed the lock it left: "
                                  f"{', '.join(released)})" if released else "")) from None
+
+    def _measured(self, point: SweepPoint,
+                  proc: subprocess.CompletedProcess) -> tuple[Measurement, dict[str, Any]]:  # type: ignore[type-arg]
         records = parse_steps(proc.stdout)
         raw = {"steps": [asdict(r) for r in records], "returncode": proc.returncode}
         if proc.returncode != 0 or not records:

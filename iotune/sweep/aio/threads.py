@@ -40,7 +40,8 @@ def sweep_threads(base: SweepPoint, values: tuple[int, ...], steps: Executor, ta
     for p in points:
         measurer.measure(p)
     keys = {p.key() for p in points}
-    rows = [r for r in summarize_trials(journal.trials, steps.name) if r.point.key() in keys]
+    pairs = [t for t in journal.trials if t.repeat >= 0]       # not the recording run (sweep.aio.replay_rank)
+    rows = [r for r in summarize_trials(pairs, steps.name) if r.point.key() in keys]
     return sorted(rows, key=lambda r: r.point.omp_threads)
 
 

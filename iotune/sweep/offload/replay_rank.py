@@ -20,7 +20,6 @@ re-run takes them from the journal, as it does trials."""
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,8 +34,9 @@ from ...model.replay import ScheduleError, SwapSchedule
 from ...model.replay_result import FIDELITY_TOLERANCE
 from ..executor import Target
 from ..journal import Journal
-from ..replay import ReplayError, run_replay_plan
-from ..sequential import SequentialRule, candidate_first, decide
+from ..replay import ReplayError
+from ..replay_pairs import replay_batch, replay_pairs
+from ..sequential import SequentialRule
 from .budget import SearchClock
 from .confirm import describe_decision
 from .runner import RunResult, Runner, TrialPlan
@@ -119,20 +119,6 @@ def split(rp: Replays, candidates: Sequence[tuple[str, OffloadKnobs]]) -> tuple[
     return ok, rest
 
 
-def _batch(rp: Replays, key: str, n: int, entries: Sequence[tuple[SwapSchedule, AioSettings]],
-           order: Sequence[int]) -> ReplayBatch:
-    """Replay batch n of `key`, from the journal or run now (and journaled)."""
-    seen = rp.journal.find_replay(key, n)
-    if seen is not None:
-        return seen
-    t0 = time.monotonic()
-    results = run_replay_plan(entries, order, rp.target)
-    batch = ReplayBatch(key, n, tuple(order), tuple(round(r.seconds, 6) for _, r in results),
-                        round(time.monotonic() - t0, 3))
-    rp.journal.record_replay(batch)
-    return batch
-
-
 @dataclass(frozen=True)
 class FidelityCheck:
     traced_ratio: float
@@ -159,7 +145,7 @@ def check_fidelity(rp: Replays) -> FidelityCheck:
     traced = rp.base.schedule
     [derived] = align_starts([derive_schedule(rp.base, rp.knobs, rp.knobs, rp.shape)])
     aio = aio_of(rp.cfg, rp.knobs)
-    batch = _batch(rp, FIDELITY, 0, [(traced, aio), (derived, aio)], FIDELITY_ORDER)
+    batch = replay_batch(rp.journal, rp.target, FIDELITY, 0, [(traced, aio), (derived, aio)], FIDELITY_ORDER)
     return FidelityCheck(statistics.median(batch.of(0)) / traced.traced_s,
                          statistics.median(batch.of(1)) / derived.traced_s, batch)
 
@@ -172,32 +158,18 @@ def batch_estimate_s(fidelity: FidelityCheck, replays: int = 2 * FIRST_LOOK_PAIR
     return overhead + replays * (statistics.median(b.of(1)) + SETTLE_S)
 
 
-def pair_orders(first: int, count: int) -> list[int]:
-    """Pairs first..first+count-1 in ABBA order: 1 is the candidate, 0 your config."""
-    return [i for n in range(first, first + count) for i in ((1, 0) if candidate_first(n) else (0, 1))]
-
-
 def rank_candidate(rp: Replays, key: str, changes: dict[str, Any], knobs: OffloadKnobs, schedule: SwapSchedule,
                    reference: SwapSchedule, clock: SearchClock, estimate_s: float) -> ReplayRank | None:
     """`key` against your config on replays, in ABBA pairs until the rule decides or
     REPLAY_MAX_PAIRS (None: the budget did not hold its first look)."""
     rule = SequentialRule(noise_floor=rp.noise_floor, max_pairs=REPLAY_MAX_PAIRS)
-    entries = [(reference, aio_of(rp.cfg, rp.knobs)), (schedule, aio_of(rp.cfg, knobs))]
-    mine: list[float] = []
-    ref: list[float] = []
-    n = 0
-    decision = decide([], rule)
-    while n < REPLAY_MAX_PAIRS and not decision.decided:
-        count = min(FIRST_LOOK_PAIRS, REPLAY_MAX_PAIRS - n)
-        if rp.journal.find_replay(key, n) is None and not clock.fits(estimate_s * count / FIRST_LOOK_PAIRS):
-            break
-        batch = _batch(rp, key, n, entries, pair_orders(n, count))
-        mine, ref = mine + list(batch.of(1)), ref + list(batch.of(0))
-        n += count
-        decision = decide([r / c for r, c in zip(ref, mine)], rule)
-    if not mine:
+    got = replay_pairs(rp.journal, rp.target, key, (reference, aio_of(rp.cfg, rp.knobs)),
+                       (schedule, aio_of(rp.cfg, knobs)), rule,
+                       lambda pairs: clock.fits(estimate_s * pairs / FIRST_LOOK_PAIRS))
+    if got is None:
         return None
-    return ReplayRank(key, changes, tuple(mine), tuple(ref), decision.verdict, describe_decision(decision))
+    return ReplayRank(key, changes, got.seconds, got.reference_seconds, got.decision.verdict,
+                      describe_decision(got.decision))
 
 
 def rank_all(rp: Replays, ranked: Sequence[tuple[str, dict[str, Any], OffloadKnobs, SwapSchedule]],
