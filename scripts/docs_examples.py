@@ -688,28 +688,27 @@ def doc_pages() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
-def regenerate(text: str, page: str, produced: dict[str, str]) -> str:
-    """`text` with every example block of `page` replaced by what its command prints now."""
-    known = {e.name for e in EXAMPLES}
-
+def _fill(pattern: re.Pattern[str], text: str, known: set[str], values: dict[str, str], unknown: str) -> str:
+    """`text` with every marker of `pattern` whose name is in `values` holding
+    that value; a name not `known` ends the script with `unknown` (its {name})."""
     def sub(m: re.Match[str]) -> str:
         name = m.group("name")
         if name not in known:
-            raise SystemExit(f"docs/{page}: unknown example {name!r} (not in scripts/docs_examples.py)")
-        return m.group(1) + produced[name] + m.group(4) if name in produced else m.group(0)
-    return MARKER.sub(sub, text)
+            raise SystemExit(unknown.format(name=repr(name)))
+        return m.group(1) + values[name] + m.group(4) if name in values else m.group(0)
+    return pattern.sub(sub, text)
+
+
+def regenerate(text: str, page: str, produced: dict[str, str]) -> str:
+    """`text` with every example block of `page` replaced by what its command prints now."""
+    return _fill(MARKER, text, {e.name for e in EXAMPLES}, produced,
+                 f"docs/{page}: unknown example {{name}} (not in scripts/docs_examples.py)")
 
 
 def refigure(text: str, where: str, values: dict[str, str]) -> str:
     """`text` with every figure marker whose name is in `values` holding that value."""
-    known = {f.name for f in FIGURES}
-
-    def sub(m: re.Match[str]) -> str:
-        name = m.group("name")
-        if name not in known:
-            raise SystemExit(f"{where}: unknown figure {name!r} (not in scripts/docs_examples.py's FIGURES)")
-        return m.group(1) + values[name] + m.group(4) if name in values else m.group(0)
-    return FIGURE.sub(sub, text)
+    return _fill(FIGURE, text, {f.name for f in FIGURES}, values,
+                 f"{where}: unknown figure {{name}} (not in scripts/docs_examples.py's FIGURES)")
 
 
 def stale(selected: list[Example] | None = None,
