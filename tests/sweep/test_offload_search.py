@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from iotune.cli import cli
 from iotune.model.offload import JobShape, OffloadKnobs
-from iotune.model.host_memory import FIT_MARGIN, host_memory
+from iotune.model.host_memory import host_memory
 from iotune.workloads.presets import PRESETS, tensor_numels
 
 from tests.conftest import needs_deepspeed, needs_fio, needs_root
@@ -135,8 +135,7 @@ def test_a_budget_nothing_fits_in_refuses_every_candidate_with_the_numbers(tmp_p
     assert "Keeping your config: no candidate could run" in r.stdout
     # the job's own config is over the same budget, and is said to be
     [own] = [line for line in r.stderr.splitlines() if line.startswith("offload: the job's own config does not fit")]
-    assert own.endswith(f"over 1.0 MiB (--max-host-memory) with a {FIT_MARGIN * 100:.3g} % margin. No candidate "
-                        f"fits either"), own
+    assert own.endswith("over 1.0 MiB (--max-host-memory). No candidate fits either"), own   # yours: no margin
     json_run = CliRunner().invoke(cli, ["sweep", "offload", "--model", "tiny", "--fix",
                                         "zero_optimization.offload_optimizer.device=cpu", "--fix",
                                         "zero_optimization.offload_param.device=none", "--max-host-memory", "1MiB",
