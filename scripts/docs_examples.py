@@ -455,6 +455,41 @@ def checkpoint_summary(bed: str) -> dict[str, Any]:
     return result("checkpoints-wide-2026-11-27-1326.json")["beds"][bed]["summary"]
 
 
+RULE = "sequential_rule-2026-11-28.json"
+
+
+def rule_rows() -> list[dict[str, Any]]:
+    """The simulated rule's rows of plain normal noise, least noise first."""
+    return sorted((r for r in result(RULE)["rows"] if r["label"].startswith("normal")), key=lambda r: r["core"])
+
+
+def pct(x: float) -> str:
+    return f"{x * 100:g} %"
+
+
+def rule_found(gain: str) -> str:
+    """`gain`'s detections by noise level, equal counts of neighbouring levels joined: "50 of 50 at 0.5 % noise,
+    32 of 50 at 2 %, ..., 1 of 50 at 10–15 %"."""
+    runs: list[tuple[str, list[float]]] = []
+    for r in rule_rows():
+        said = f"{r[gain]['faster']} of {r[gain]['of']}"
+        if runs and runs[-1][0] == said:
+            runs[-1][1].append(r["core"])
+        else:
+            runs.append((said, [r["core"]]))
+    parts = [f"{said} at {pct(cores[0])}" if len(cores) == 1 else
+             f"{said} at {pct(cores[0])} and {pct(cores[1])}" if len(cores) == 2 else
+             f"{said} at {cores[0] * 100:g}–{pct(cores[-1])}" for said, cores in runs]
+    return ", ".join([parts[0] + " noise", *parts[1:]])
+
+
+def rule_noisy() -> str:
+    """How often `noisy` is raised in A/A decisions at the two noisiest levels, and at 5 %."""
+    rows = {r["core"]: r["1.00"]["noisy_rate"] for r in rule_rows()}
+    high = sorted(round(rows[c] * 100) for c in (0.10, 0.15))
+    return f"{high[0]}–{high[1]} % of decisions at 10–15 % noise, {round(rows[0.05] * 100)} % at 5 %"
+
+
 def memory_summary() -> dict[str, Any]:
     return result("memory_model-2026-11-28.json")["summary"]
 
@@ -561,6 +596,16 @@ def seed_chain_s() -> float:
 
 
 FIGURES: list[Figure] = [
+    Figure("rule-aa", f"benchmarks/results/{RULE}",
+           lambda: f"{max(r['1.00']['faster'] for r in rule_rows())} of {rule_rows()[0]['1.00']['of']} at every "
+                   f"noise level from {pct(rule_rows()[0]['core'])} to {pct(rule_rows()[-1]['core'])}"),
+    Figure("rule-floor", f"benchmarks/results/{RULE}",
+           lambda: f"at most {max(r['1.05']['rate'] for r in result(RULE)['rows']) * 100:.1f} % of 2,000 decisions"),
+    Figure("rule-110", f"benchmarks/results/{RULE}", lambda: rule_found("1.10")),
+    Figure("rule-115", f"benchmarks/results/{RULE}", lambda: rule_found("1.15")),
+    Figure("rule-110-pairs", f"benchmarks/results/{RULE}",
+           lambda: f"a median of {result(RULE)['no_cap']['10 %']['1.10']['median_pairs']:.0f} pairs at 10 %"),
+    Figure("rule-noisy", f"benchmarks/results/{RULE}", rule_noisy),
     Figure("latency-bound-gain", f"benchmarks/results/{LATENCY_BOUND}", lambda: latency_gain(LATENCY_BOUND)),
     Figure("latency-bound-picks", f"benchmarks/results/{LATENCY_BOUND_EARLIER}, {LATENCY_BOUND}",
            lambda: f"{pick(LATENCY_BOUND_EARLIER)} and {pick(LATENCY_BOUND)}, and they beat the defaults on real "
