@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import UsageError
-from .host_inputs import accelerator_option
+from .host_inputs import accelerator_option, refuse_seq_len_without_preset, seq_len_option
 from .options import chosen_format, emit, format_option, given, library_errors, model_size, model_size_options, say
 
 if TYPE_CHECKING:
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 @click.option("--gpus", type=click.IntRange(min=1), default=1, show_default=True,
               help="With --ds-config: data-parallel ranks on this machine.")
 @accelerator_option("with --ds-config, DeepSpeed's choice on this machine (cuda where DeepSpeed is not installed)")
+@seq_len_option
 @click.option("--aio-timeout", type=click.FloatRange(min=1), default=300.0, show_default=True, metavar="S",
               help="With --ds-config: how long loading DeepSpeed's async_io op may take (a first build "
                    "takes minutes on a small machine).")
@@ -40,7 +41,8 @@ if TYPE_CHECKING:
 @library_errors
 def doctor(fix: bool, odirect_path: str | None, ds_config: Path | None, model_preset: str | None,
            params: int | None, gpus: int, aio_timeout: float, fmt: str, as_json: bool,
-           checkpoint_dir: str | None = None, keep: int = 1, accelerator: str | None = None) -> None:
+           checkpoint_dir: str | None = None, keep: int = 1, accelerator: str | None = None,
+           seq_len: int | None = None) -> None:
     """Check every prerequisite and print the fix for each failure.
 
     \b
@@ -59,9 +61,10 @@ def doctor(fix: bool, odirect_path: str | None, ds_config: Path | None, model_pr
     from ..model.reports import DoctorReport
 
     refuse_without_ds_config(ds_config, model_preset, params, odirect_path)
+    refuse_seq_len_without_preset(seq_len, model_preset)
     if ds_config is not None:
-        job = replace(_job(ds_config, model_preset, params, gpus, accelerator), checkpoint_dir=checkpoint_dir,
-                      keep=keep)
+        job = replace(_job(ds_config, model_preset, params, gpus, accelerator, seq_len),
+                      checkpoint_dir=checkpoint_dir, keep=keep)
 
         def checks() -> list[CheckResult]:
             from ..doctor.job import job_checks
@@ -88,7 +91,8 @@ def refuse_without_ds_config(ds_config: Path | None, model_preset: str | None, p
             raise UsageError("--model and --params go with --ds-config FILE")
         inert = [flag for flag, name in (("--gpus", "gpus"), ("--aio-timeout", "aio_timeout"),
                                          ("--checkpoint-dir", "checkpoint_dir"), ("--keep", "keep"),
-                                         ("--accelerator", "accelerator")) if given(name)]
+                                         ("--accelerator", "accelerator"), ("--seq-len", "seq_len"))
+                 if given(name)]
         if inert:
             raise UsageError(f"{inert[0]} goes with --ds-config FILE (the job's checks): add --ds-config, "
                              f"or drop {inert[0]}")
@@ -97,7 +101,8 @@ def refuse_without_ds_config(ds_config: Path | None, model_preset: str | None, p
                          "--ds-config to check --path with the machine's checks)")
 
 
-def _job(path: Path, model_preset: str | None, params: int | None, gpus: int, accelerator: str | None) -> Job:
+def _job(path: Path, model_preset: str | None, params: int | None, gpus: int, accelerator: str | None,
+         seq_len: int | None = None) -> Job:
     """The job of the options, with what plan would count for it on the accelerator modelled
     (iotune.cli.host_inputs: the same inputs plan gives the host-memory model)."""
     from ..doctor.job import Job
@@ -115,6 +120,6 @@ def _job(path: Path, model_preset: str | None, params: int | None, gpus: int, ac
     if shape is None:
         return job
     numels = tuple(tensor_numels(shape))
-    acts, acts_note = activations(shape, micro_batch(cfg), OffloadKnobs.from_ds_config(cfg).dtype)
+    acts, acts_note = activations(shape, micro_batch(cfg), OffloadKnobs.from_ds_config(cfg).dtype, seq_len)
     return replace(job, params=shape.param_count(), numels=numels, largest_param_numel=max(numels),
                    activation_bytes=acts, activation_note=acts_note)

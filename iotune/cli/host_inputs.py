@@ -36,6 +36,22 @@ def accelerator_option(default: str) -> Callable[[F], F]:
              f"on this machine) is counted where DeepSpeed here runs on it. Default: {default}.")
 
 
+def seq_len_option(fn: F) -> F:
+    """--seq-len N: the tokens of one sample, for the activations of a --model preset."""
+    return click.option(
+        "--seq-len", type=click.IntRange(min=1), default=None, metavar="N",
+        help="Tokens per sample, for one micro-batch's activations (host memory on the cpu accelerator): what "
+             "your job trains on. Default: the --model preset's context length (4,096 for 1b, 3b and 8b).")(fn)
+
+
+def refuse_seq_len_without_preset(seq_len: int | None, model_preset: str | None) -> None:
+    """--seq-len sizes a preset's activations: without --model there are none to size."""
+    if seq_len is not None and model_preset is None:
+        from ..errors import UsageError
+        raise UsageError("--seq-len sizes the activations of a --model preset: add --model PRESET (a --params "
+                         "count has no shape to size them from)")
+
+
 @dataclass(frozen=True)
 class HostInputs:
     """The accelerator modelled and the process baseline counted (bytes; 0:
@@ -98,13 +114,15 @@ def micro_batch(cfg: dict[str, Any]) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
 
 
-def activations(shape: ModelShape | None, micro: int, precision: str) -> tuple[int, str]:
+def activations(shape: ModelShape | None, micro: int, precision: str, seq_len: int | None = None) -> tuple[int, str]:
     """(bytes, how reckoned) of one micro-batch's activations of a preset at
-    its sequence length ((0, ""): the model is unknown)."""
+    `seq_len` tokens (--seq-len), else its own sequence length ((0, ""): the
+    model is unknown)."""
     from ..model.offload import DTYPE_BYTES
 
     if shape is None:
         return 0, ""
-    nbytes = shape.activation_bytes(micro, shape.seq_len, DTYPE_BYTES.get(precision, 4))
-    return nbytes, (f"micro-batch {micro} x {shape.seq_len:,} tokens (the preset's sequence length) in {precision}, "
+    tokens, whose = (seq_len, "--seq-len") if seq_len else (shape.seq_len, "the preset's sequence length")
+    nbytes = shape.activation_bytes(micro, tokens, DTYPE_BYTES.get(precision, 4))
+    return nbytes, (f"micro-batch {micro} x {tokens:,} tokens ({whose}) in {precision}, "
                     f"kept for the backward without recomputation (arXiv:2205.05198), and the logits for the loss")

@@ -10,7 +10,8 @@ import click
 
 from ..errors import UsageError
 from .groups import FormatOutput, ModelSize, model_group, sections
-from .host_inputs import accelerator_option, activations, micro_batch, plan_host_inputs
+from .host_inputs import (accelerator_option, activations, micro_batch, plan_host_inputs,
+                          refuse_seq_len_without_preset, seq_len_option)
 from .options import (RATE, SIZE, F, GroupedCommand, emit, endurance_options, format_option, given, library_errors,
                       option_group)
 
@@ -25,7 +26,8 @@ STRATEGIES = ["baseline", "cpu", "nvme-opt", "nvme-all", "zenflow"]
 @dataclass(frozen=True)
 class PlanTraining:
     """--strategy, --precision, --grad-accum, --gpus, --aio-block-size,
-    --ds-config and --accelerator (None: plan's default, a GPU job): how the
+    --ds-config, --accelerator (None: plan's default, a GPU job) and
+    --seq-len (None: the preset's sequence length): how the
     model is trained and offloaded, and on what. A --ds-config
     decides the strategy, precision, gradient accumulation and aio block
     itself (refuse_plan_mixes)."""
@@ -37,6 +39,7 @@ class PlanTraining:
     aio_block_size: int
     ds_config: Path | None
     accelerator: str | None
+    seq_len: int | None
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ def training_group(fn: F) -> F:
                           "use); --strategy and --precision then come from it."),
         accelerator_option("cuda (a GPU job), with no process counted: plan measures nothing of this machine "
                            "unless given --accelerator"),
+        seq_len_option,
     )(fn)
 
 
@@ -156,6 +160,7 @@ def plan(model: ModelSize, training: PlanTraining, drives: PlanDrives, checkpoin
 
     shape, params = model.resolve(required=True)
     refuse_plan_mixes(shape, training.ds_config)
+    refuse_seq_len_without_preset(training.seq_len, model.model_preset)
     inp = plan_input(shape, params or 0, training, drives)
     result = make_plan(inp)
     ckpt = checkpoint_plan(result, shape_of(inp), checkpoints.keep, checkpoints.checkpoint_every,
@@ -186,7 +191,7 @@ def plan_input(shape: ModelShape | None, params: int, training: PlanTraining, dr
     strategy, precision, grad_accum, micro, knobs = from_ds_config(training)
     numels = tuple(tensor_numels(shape)) if shape is not None else ()
     host = plan_host_inputs(training.accelerator)
-    acts, acts_note = activations(shape, micro, precision)
+    acts, acts_note = activations(shape, micro, precision, training.seq_len)
     return PlanInput(params=params, strategy=strategy, precision=precision, grad_accum=grad_accum,
                      gpus=training.gpus, drive_bytes_per_s=drives.drive_bandwidth, drives=drives.drives,
                      target_step_s=drives.target_step, numels=numels, knobs=knobs,

@@ -167,3 +167,37 @@ def test_every_check_carries_its_numbers(tmp_path: Path, here_cpu: list[int]) ->
     fit = host_fit(host["total_peak_bytes"], host["budget_bytes"])
     assert (host["verdict"], host["margin"], checks["host memory"]["status"]) == (
         fit.verdict, fit.margin, DOCTOR_STATUS[fit.verdict])
+
+
+def test_seq_len_sizes_the_activations_the_same_in_both(tmp_path: Path, here_cpu: list[int]) -> None:
+    """--seq-len 128 (the tokens the seed-scale job trains on): 16 layers x 128 x 2,048 x (34 + 5 x 32 x 128 //
+    2,048) B in bf16, and the logits (128 x 128,256 x (2 + 8) B)."""
+    cfg = defaults_1b(tmp_path)
+    acts = 16 * 128 * 2048 * (34 + 5 * 32 * 128 // 2048) + 128 * 128_256 * 10
+    assert acts == 348_717_056
+    plan = plan_json(cfg, "--accelerator", "cpu", "--seq-len", "128")
+    host = doctor_json(cfg, "--accelerator", "cpu", "--seq-len", "128")["host memory"]["data"]
+    assert plan["host"]["peak_bytes"] == host["peak_bytes"]
+    [term] = [t for t in host["terms"] if t["label"] == "activations"]
+    assert term["bytes"] == acts and "x 128 tokens (--seq-len) in bf16" in term["formula"]
+    assert "x 128 tokens (--seq-len)" in plan["inp"]["activation_note"]
+    # the forward's transients (the embedding gathered and its gradient, the activations, the bucket's copies)
+    # now stay under step 1's Adam moments, which become the peak again, as on cuda
+    forward = 2 * 262_668_288 * 2 + acts + 500_000_000 * 2 + 500_000_000 * 4
+    on_cpu = 1_235_814_400 * 2 + 4 * 1_003_012_096 * 4 + 270_336 + BASELINE + 1_235_814_400 * 2 + 500_000_000 * 2
+    assert forward < 2 * 1_003_012_096 * 4
+    assert (host["peak_phase"], host["peak_bytes"]) == ("step 1", on_cpu + 2 * 1_003_012_096 * 4)
+
+
+@pytest.mark.parametrize("argv", [["plan", "--params", "1B", "--seq-len", "128"],
+                                  ["doctor", "--ds-config", "ds.json", "--params", "1B", "--seq-len", "128"]])
+def test_seq_len_without_a_preset_is_refused(argv: list[str]) -> None:
+    r = CliRunner().invoke(cli, argv)
+    assert r.exit_code == 2
+    assert r.stderr.endswith("--seq-len sizes the activations of a --model preset: add --model PRESET (a --params "
+                             "count has no shape to size them from)\n"), r.stderr
+
+
+def test_doctor_seq_len_goes_with_a_ds_config() -> None:
+    r = CliRunner().invoke(cli, ["doctor", "--seq-len", "128"])
+    assert r.exit_code == 2 and "--seq-len goes with --ds-config FILE" in r.stderr, r.stderr
