@@ -494,6 +494,13 @@ def memory_summary() -> dict[str, Any]:
     return result("memory_model-2026-11-28.json")["summary"]
 
 
+def checkpoint_loads() -> tuple[int, int]:
+    """(loads whose next step matched, loads) over both beds and both configs of the checkpoints benchmark."""
+    runs = [r for bed in result("checkpoints-wide-2026-11-27-1326.json")["beds"].values()
+            for rs in bed["runs"].values() for r in rs]
+    return sum(bool(r["restored"]) for r in runs), len(runs)
+
+
 def checkpoint_save_s() -> float:
     """How long the traced save_checkpoint of run-checkpoint/ took."""
     [save] = [c for c in saved("run-checkpoint/run.json")["attribution"]["checkpoints"] if c["op"] == "save"]
@@ -655,6 +662,8 @@ FIGURES: list[Figure] = [
     Figure("checkpoint-capped-save-s", "benchmarks/results/checkpoints-wide-2026-11-27-1326.json",
            lambda: f"{checkpoint_summary('capped')['pick']['save_s']:.2f} s against "
                    f"{checkpoint_summary('capped')['defaults']['save_s']:.2f} s"),
+    Figure("checkpoint-loads", "benchmarks/results/checkpoints-wide-2026-11-27-1326.json",
+           lambda: "{} of {} loads".format(*checkpoint_loads())),
     Figure("checkpoint-capped-durable", "benchmarks/results/checkpoints-wide-2026-11-27-1326.json",
            lambda: f"{checkpoint_summary('capped')['pick']['durable_share_of_ceiling'] * 100:.0f} % of the drive's write "
                    f"ceiling ({checkpoint_summary('capped')['pick']['not_durable_bytes'] / 1e6:.1f} MB still dirty "
