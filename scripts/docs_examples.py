@@ -494,6 +494,24 @@ def memory_summary() -> dict[str, Any]:
     return result("memory_model-2026-11-28.json")["summary"]
 
 
+def report_day_s() -> str:
+    """Medians of 3 rounds: `iotune report` of the saved 24 h x 8 device run, console and HTML (reading its
+    timeline.npz) and --json."""
+    import statistics
+
+    wall: dict[str, list[float]] = {"console": [], "html": [], "json": []}
+    for line in (RESULTS / "report_from_disk-2026-11-23-columnar.txt").read_text().splitlines():
+        f = line.split()
+        if len(f) >= 3 and f[0] == "after-npz" and f[1] in wall:
+            wall[f[1]].append(float(f[2]))
+    for line in (RESULTS / "report_json_day-2026-11-24.txt").read_text().splitlines():
+        f = line.split()
+        if len(f) == 3 and f[1] == "new":
+            wall["json"].append(float(f[2]))
+    console, html, js = (statistics.median(wall[k]) for k in ("console", "html", "json"))
+    return f"console {console:.2f} s, HTML {html:.2f} s, `--json` {js:.2f} s"
+
+
 def checkpoint_loads() -> tuple[int, int]:
     """(loads whose next step matched, loads) over both beds and both configs of the checkpoints benchmark."""
     runs = [r for bed in result("checkpoints-wide-2026-11-27-1326.json")["beds"].values()
@@ -662,6 +680,13 @@ FIGURES: list[Figure] = [
     Figure("checkpoint-capped-save-s", "benchmarks/results/checkpoints-wide-2026-11-27-1326.json",
            lambda: f"{checkpoint_summary('capped')['pick']['save_s']:.2f} s against "
                    f"{checkpoint_summary('capped')['defaults']['save_s']:.2f} s"),
+    Figure("attribution-bytes", "benchmarks/results/strategies-2026-11-21.json",
+           lambda: "tiny {:.2f} MB, small {:.1f} MB".format(*(
+               r["block_read_gb_per_step"] * 1e3 for size in ("tiny", "small")
+               for r in result("strategies-2026-11-21.json")["results"]
+               if (r["size"], r["strategy"]) == (size, "nvme-opt")))),
+    Figure("report-day", "benchmarks/results/report_from_disk-2026-11-23-columnar.txt, "
+                         "benchmarks/results/report_json_day-2026-11-24.txt", report_day_s),
     Figure("checkpoint-loads", "benchmarks/results/checkpoints-wide-2026-11-27-1326.json",
            lambda: "{} of {} loads".format(*checkpoint_loads())),
     Figure("checkpoint-capped-durable", "benchmarks/results/checkpoints-wide-2026-11-27-1326.json",
