@@ -512,6 +512,20 @@ def report_day_s() -> str:
     return f"console {console:.2f} s, HTML {html:.2f} s, `--json` {js:.2f} s"
 
 
+def preset_1b() -> Any:
+    """The built-in 1b preset's shape (bf16 figures: 2 B an element)."""
+    from iotune.workloads.presets import get_preset
+
+    return get_preset("1b")
+
+
+def default_bucket_elements() -> int:
+    """DeepSpeed's reduce_bucket_size default, as the offload model holds it."""
+    from iotune.model.offload import OffloadKnobs
+
+    return OffloadKnobs().reduce_bucket_size
+
+
 def checkpoint_loads() -> tuple[int, int]:
     """(loads whose next step matched, loads) over both beds and both configs of the checkpoints benchmark."""
     runs = [r for bed in result("checkpoints-wide-2026-11-27-1326.json")["beds"].values()
@@ -687,6 +701,14 @@ FIGURES: list[Figure] = [
                if (r["size"], r["strategy"]) == (size, "nvme-opt")))),
     Figure("report-day", "benchmarks/results/report_from_disk-2026-11-23-columnar.txt, "
                          "benchmarks/results/report_json_day-2026-11-24.txt", report_day_s),
+    Figure("seed-1b-params", "iotune/workloads/presets.py",
+           lambda: f"{preset_1b().param_count() * 2 / 1e9:.2f} GB"),
+    Figure("seed-1b-bucket", "iotune/model/offload.py",
+           lambda: f"{default_bucket_elements() * 2 / 1e9:.2f} GB"),
+    Figure("seed-1b-acts-4096", "iotune/workloads/presets.py",
+           lambda: f"{preset_1b().activation_bytes(1, 4096, 2) / 1e9:.2f} GB"),
+    Figure("seed-1b-acts-128", "iotune/workloads/presets.py",
+           lambda: f"{preset_1b().activation_bytes(1, 128, 2) / 1e6:.1f} MB"),
     Figure("checkpoint-loads", "benchmarks/results/checkpoints-wide-2026-11-27-1326.json",
            lambda: "{} of {} loads".format(*checkpoint_loads())),
     Figure("checkpoint-capped-durable", "benchmarks/results/checkpoints-wide-2026-11-27-1326.json",
