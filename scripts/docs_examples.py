@@ -27,6 +27,7 @@ differs, naming this command.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -122,8 +123,9 @@ def excerpt(text: str, *keep: tuple[str, int | str]) -> str:
     return "\n".join(out)
 
 
+@functools.cache
 def result(name: str) -> Any:
-    """A results file of benchmarks/results/."""
+    """A results file of benchmarks/results/, read once (the figures only read it)."""
     return json.loads((RESULTS / name).read_text())
 
 

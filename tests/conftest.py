@@ -179,11 +179,9 @@ def make_loops(tmp_path: Path, n: int, size: int = 256 << 20) -> list[str]:
 
 
 @contextlib.contextmanager
-def ext4_mount(tmp_path: Path, size: int) -> Iterator[Path]:
-    """A fresh ext4 filesystem of `size` bytes on a direct-I/O loop device,
-    mounted at tmp_path/mnt; unmounted and detached afterwards."""
-    [loop] = make_loops(tmp_path, 1, size)
-    mnt = tmp_path / "mnt"
+def ext4_on_loop(loop: str, mnt: Path) -> Iterator[Path]:
+    """A fresh ext4 filesystem on the loop device `loop`, mounted at `mnt`
+    (made here); unmounted and the loop device detached afterwards."""
     mnt.mkdir()
     try:
         subprocess.run(["mkfs.ext4", "-q", "-F", "-E", "nodiscard", loop], check=True)
@@ -192,6 +190,15 @@ def ext4_mount(tmp_path: Path, size: int) -> Iterator[Path]:
     finally:
         subprocess.run(["umount", str(mnt)], check=False, capture_output=True)
         subprocess.run(["losetup", "-d", loop], check=False)
+
+
+@contextlib.contextmanager
+def ext4_mount(tmp_path: Path, size: int) -> Iterator[Path]:
+    """A fresh ext4 filesystem of `size` bytes on a direct-I/O loop device,
+    mounted at tmp_path/mnt; unmounted and detached afterwards."""
+    [loop] = make_loops(tmp_path, 1, size)
+    with ext4_on_loop(loop, tmp_path / "mnt") as mnt:
+        yield mnt
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from ..errors import IotuneError, UsageError
 from ..model.host_memory import ACCELERATOR_DEFAULT, ACCELERATOR_DETECTED, ACCELERATOR_GIVEN, Accelerator
 from .options import F, say
 
@@ -47,7 +48,6 @@ def seq_len_option(fn: F) -> F:
 def refuse_seq_len_without_preset(seq_len: int | None, model_preset: str | None) -> None:
     """--seq-len sizes a preset's activations: without --model there are none to size."""
     if seq_len is not None and model_preset is None:
-        from ..errors import UsageError
         raise UsageError("--seq-len sizes the activations of a --model preset: add --model PRESET (a --params "
                          "count has no shape to size them from)")
 
@@ -67,7 +67,6 @@ def machine_baseline() -> tuple[str | None, int]:
     holds), measured once per environment; (None, 0) without DeepSpeed."""
     import importlib.util
 
-    from ..errors import IotuneError
     from ..workloads.baseline import measure_baseline
 
     if importlib.util.find_spec("deepspeed") is None:

@@ -28,7 +28,7 @@ from iotune.doctor import jobfacts
 from iotune.doctor.job import Job, job_checks
 from iotune.workloads.fastops import prebuilt_ops
 
-from tests.conftest import ext4_mount, needs_deepspeed, needs_root, needs_root_for
+from tests.conftest import ext4_mount, ext4_on_loop, needs_deepspeed, needs_root, needs_root_for
 from tests.project.test_schemas import conforms, strict_json
 
 WORKTREE = Path(__file__).resolve().parents[2]
@@ -123,14 +123,8 @@ def ext4_on_4k_sectors(tmp_path: Path) -> Iterator[Path]:
         fh.truncate(32 << 20)
     loop = subprocess.run(["losetup", "--sector-size", "4096", "-f", "--show", str(image)],
                           capture_output=True, text=True, check=True).stdout.strip()
-    mnt.mkdir()
-    try:
-        subprocess.run(["mkfs.ext4", "-q", "-F", "-E", "nodiscard", loop], check=True)
-        subprocess.run(["mount", loop, str(mnt)], check=True)
+    with ext4_on_loop(loop, mnt):
         yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], check=False, capture_output=True)
-        subprocess.run(["losetup", "-d", loop], check=False)
 
 
 @needs_root_for("a loop device with 4 KiB sectors")

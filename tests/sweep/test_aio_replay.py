@@ -30,7 +30,8 @@ from iotune.render.registry import render
 from iotune.resources import schema_path
 from iotune.sweep.aio.command import SweepArgs, build_profile
 from iotune.sweep.aio.pipeline import SweepRequest, run_sweep
-from iotune.sweep.aio.replay_rank import FIDELITY_KEY, PAIRS_KEY, TRACE_REPEAT, Stage, replay_finalist
+from iotune.sweep.aio.replay_rank import (FIDELITY_KEY, PAIRS_KEY, TRACE_REPEAT, Stage, defaults_entry,
+                                         replay_finalist)
 from iotune.sweep.executor import Target
 from iotune.sweep.journal import Journal
 from iotune.sweep.sequential import SequentialRule
@@ -272,8 +273,8 @@ def test_progress_names_the_recording_run() -> None:
 
 
 def test_a_block_size_that_swaps_nothing_is_left_unranked_with_why(tmp_path: Path) -> None:
-    got = replay_finalist(SweepPoint(block_size=8 * MiB), DEFAULT, schedule(), SequentialRule(),
-                          Stage(Target(tmp_path), Journal(tmp_path / "j.jsonl")))
+    got = replay_finalist(SweepPoint(block_size=8 * MiB), defaults_entry(schedule(), DEFAULT), schedule(),
+                          SequentialRule(), Stage(Target(tmp_path), Journal(tmp_path / "j.jsonl")))
     assert got == ("at block_size 8388608 DeepSpeed swaps none of this job's tensors (each is under max(1 MiB, "
                    "block_size), so all stay in RAM): nothing to replay, and not an aio setting for this job's offload")
 

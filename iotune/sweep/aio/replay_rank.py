@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...model.aio import AioSettings
 from ...model.aio_replay import NOT_RANKED, RecordedSchedule, ReplayRanking, ReplayRow
 from ...model.replay import ScheduleError, SwapSchedule
 from ...model.replay_result import Fidelity
@@ -102,10 +103,16 @@ def recorded_schedule(default: SweepPoint, steps: Executor, stage: Stage) -> tup
         return None, f"the journal's swap schedule does not load ({e}): run the sweep with --fresh; {NOT_RANKED}"
 
 
-def check_fidelity(schedule: SwapSchedule, default: SweepPoint, stage: Stage) -> tuple[Fidelity | None, str]:
-    """(fidelity, "") of the replay at the defaults against the traced step, or (None, why) when the
-    replay could not run; the caller falls back unless fidelity.can_rank."""
-    entry = (schedule.swapped_at(default.block_size), default.aio())
+def defaults_entry(schedule: SwapSchedule, default: SweepPoint) -> tuple[SwapSchedule, AioSettings]:
+    """The schedule as DeepSpeed swaps it at the defaults, with their aio settings: the fidelity
+    check's replay, and the reference of every finalist's pairs."""
+    return schedule.swapped_at(default.block_size), default.aio()
+
+
+def check_fidelity(schedule: SwapSchedule, entry: tuple[SwapSchedule, AioSettings],
+                   stage: Stage) -> tuple[Fidelity | None, str]:
+    """(fidelity, "") of the replay of `entry` (defaults_entry) against the traced step, or (None,
+    why) when the replay could not run; the caller falls back unless fidelity.can_rank."""
     try:
         batch = replay_batch(stage.journal, stage.target, FIDELITY_KEY, 0, [entry], (0,) * FIDELITY_REPEATS)
     except ReplayError as e:
@@ -113,17 +120,17 @@ def check_fidelity(schedule: SwapSchedule, default: SweepPoint, stage: Stage) ->
     return Fidelity(statistics.median(batch.seconds), schedule.traced_s), ""
 
 
-def replay_finalist(candidate: SweepPoint, default: SweepPoint, schedule: SwapSchedule, rule: SequentialRule,
-                    stage: Stage) -> PairReplays | str:
-    """The finalist's replay pairs against the defaults, or why it has none."""
+def replay_finalist(candidate: SweepPoint, defaults: tuple[SwapSchedule, AioSettings], schedule: SwapSchedule,
+                    rule: SequentialRule, stage: Stage) -> PairReplays | str:
+    """The finalist's replay pairs against the defaults (defaults_entry), or why it has none."""
     mine = schedule.swapped_at(candidate.block_size)
     if not mine.groups:
         return (f"at block_size {candidate.block_size} DeepSpeed swaps none of this job's tensors (each is under "
                 f"max(1 MiB, block_size), so all stay in RAM): nothing to replay, and not an aio setting for this "
                 f"job's offload")
     try:
-        got = replay_pairs(stage.journal, stage.target, PAIRS_KEY + candidate.key(),
-                           (schedule.swapped_at(default.block_size), default.aio()), (mine, candidate.aio()), rule)
+        got = replay_pairs(stage.journal, stage.target, PAIRS_KEY + candidate.key(), defaults,
+                           (mine, candidate.aio()), rule)
     except ReplayError as e:
         return f"its replay failed ({e})"
     return got if got is not None else "no replay pair ran"
@@ -136,7 +143,8 @@ def rank_on_replay(candidates: list[SweepPoint], default: SweepPoint, steps: Exe
     if schedule is None:
         return ReplayRanking(fallback=why, max_pairs=rule.max_pairs)
     rec = RecordedSchedule.of(schedule)
-    fid, why = check_fidelity(schedule, default, stage)
+    defaults = defaults_entry(schedule, default)
+    fid, why = check_fidelity(schedule, defaults, stage)
     if fid is None or not fid.can_rank:
         return ReplayRanking(rec, fid, fallback=why or ReplayRanking(rec, fid).fidelity_line(),
                              max_pairs=rule.max_pairs)
@@ -147,7 +155,7 @@ def rank_on_replay(candidates: list[SweepPoint], default: SweepPoint, steps: Exe
     replayed: dict[str, PairReplays] = {}
     failed: list[str] = []
     for c in candidates:
-        got = replay_finalist(c, default, schedule, rule, stage)
+        got = replay_finalist(c, defaults, schedule, rule, stage)
         if isinstance(got, str):
             failed.append(got)
             stage.say(f"replayed {_name(c)}: {got}, left unranked")
