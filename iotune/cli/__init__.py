@@ -9,7 +9,7 @@ from importlib.metadata import PackageNotFoundError, version
 import click
 
 from .. import __version__
-from . import demo, doctor, fleet, lint, plan, schema, sweep, trace, volumes
+from . import demo, doctor, fleet, lint, plan, schema, signals, sweep, trace, volumes
 
 
 def package_version() -> str:
@@ -42,15 +42,9 @@ for command in (trace.trace, trace.report, trace.compare, sweep.sweep, lint.lint
     cli.add_command(command)
 
 
-def _stop(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt      # SIGTERM takes Ctrl-C's path: drives, mounts and cgroups are torn down
-
-
 def main() -> None:
-    import signal
-
-    signal.signal(signal.SIGTERM, _stop)
-    # Ctrl-C stops iotune wherever it was started: a shell script that runs it in the background hands
-    # it SIGINT ignored, and Python then leaves it ignored
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    cli(prog_name="iotune")
+    signals.install()
+    try:
+        cli(prog_name="iotune")
+    finally:
+        signals.settle()

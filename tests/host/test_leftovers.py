@@ -114,7 +114,8 @@ def left_behind(root: Path, killed: list[int], foreign: Foreign, kept: tuple[Pat
     skip = (foreign.mnt.parent, *kept)
     left += [f"file {p}" for p in sorted(root.rglob("*"))
              if not p.is_dir() and not any(p == k or k in p.parents for k in skip)]
-    left += [f"ledger {d}" for pid in killed for d in ledger.state_dir().glob(f"{pid}-*")]
+    left += [f"ledger {d}: {sorted(f.name for f in d.iterdir())}" for pid in killed
+             for d in ledger.state_dir().glob(f"{pid}-*")]
     return left
 
 
@@ -157,6 +158,29 @@ def test_doctor_names_what_a_killed_scratch_left_and_fix_removes_only_that(tmp_p
         assert check["status"] == "ok"
         assert left_behind(tmp_path, [child.pid], foreign) == []
         assert foreign.intact()
+
+
+@needs_root
+def test_doctor_fix_removes_the_ledger_of_a_run_killed_before_it_made_anything(tmp_path: Path) -> None:
+    """Killed between opening its ledger and its first record, a run leaves
+    only its ledger's directory: nothing for the check to report, and
+    still --fix's to remove (another owner's, alive, stays)."""
+    state = tmp_path / "state"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    assert ledger.owner_key(dead.pid) is None
+    killed = state / f"{dead.pid}-1-{ledger.boot_id()}"
+    alive = state / str(ledger.owner_key(os.getpid()))
+    for d in (killed, alive):
+        d.mkdir(parents=True)
+        (d / "owner.txt").write_text("iotune demo\n")
+    env = {**os.environ, "IOTUNE_STATE_DIR": str(state)}
+    doctor = subprocess.run([sys.executable, "-m", "iotune", "doctor", "--json"], capture_output=True, text=True,
+                            env=env)
+    [check] = [c for c in json.loads(doctor.stdout) if c["name"] == "leftovers"]
+    assert check["status"] == "ok"
+    subprocess.run([sys.executable, "-m", "iotune", "doctor", "--fix", "--json"], capture_output=True, env=env)
+    assert (killed.exists(), alive.exists()) == (False, True)
 
 
 @dataclass(frozen=True)
@@ -240,10 +264,11 @@ def test_a_command_killed_at_random_leaves_nothing(tmp_path: Path, name: str) ->
                 fixed = subprocess.run([sys.executable, "-m", "iotune", "doctor", "--fix"],
                                        capture_output=True, text=True)
                 assert "Traceback" not in fixed.stderr, fixed.stderr
+                said = fixed.stdout + fixed.stderr
             else:
-                _next_command_reclaims(d / "probe", d / "tmp")
+                said = _next_command_reclaims(d / "probe", d / "tmp")
             left = left_behind(tmp_path, killed, foreign, kept)
-            assert left == [], f"{name} killed after {at:.2f} s (IOTUNE_KILL_SEED={seed}): {left}"
+            assert left == [], f"{name} killed after {at:.2f} s (IOTUNE_KILL_SEED={seed}): {left}\n{said}"
             assert foreign.intact(), f"IOTUNE_KILL_SEED={seed}"
 
 
