@@ -4,7 +4,11 @@ Every assertion the model encodes is reproduced by a real run of the
 built-in workload that fails where and how the model says, and the model
 refuses that config before anything runs; on configs that work, the model
 finds nothing to refuse and predicts the locked memory the run reports
-(VmLck of the training process after each step)."""
+(VmLck of the training process after each step).
+
+Every run is a fork of one warm-start server (iotune.workloads.warmstart,
+as the sweeps' trials are): its own process, with torch and DeepSpeed
+imported once for the module."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +28,20 @@ from iotune.model.offload import (JobShape, OffloadKnobs, gain_split, step_swap_
 from iotune.model.host_memory import HostContext, host_memory
 from iotune.model.steps import parse_steps
 from iotune.workloads.presets import PRESETS, tensor_numels
+from iotune.workloads.warmstart import WarmStarter
 
 from tests.conftest import ext4_mount, needs_deepspeed, needs_tracing
 
 
-def _config(size: str, strategy: str, swap: Path, patch: dict[str, Any]) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, "-m", "iotune.workloads.train", "--strategy", strategy, "--size", size,
-                          "--nvme-path", str(swap), "--print-config"], capture_output=True, text=True, check=True)
+@pytest.fixture(scope="module")
+def warm() -> Iterator[WarmStarter]:
+    with WarmStarter() as server:
+        yield server
+
+
+def _config(warm: WarmStarter, size: str, strategy: str, swap: Path, patch: dict[str, Any]) -> dict[str, Any]:
+    out = warm.run(["--strategy", strategy, "--size", size, "--nvme-path", str(swap), "--print-config"], 120)
+    assert out.returncode == 0, out.stderr[-2000:]
     cfg: dict[str, Any] = json.loads(out.stdout)
     for key, value in patch.items():
         where = cfg
@@ -40,14 +52,13 @@ def _config(size: str, strategy: str, swap: Path, patch: dict[str, Any]) -> dict
     return copy.deepcopy(cfg)
 
 
-def _run(tmp_path: Path, size: str, cfg: dict[str, Any], steps: int = 3) -> subprocess.CompletedProcess[str]:
+def _run(warm: WarmStarter, tmp_path: Path, size: str, cfg: dict[str, Any],
+         steps: int = 3) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "ds_config.json"
     path.write_text(json.dumps(cfg))
     env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(29500 + os.getpid() % 2000)}
-    return subprocess.run([sys.executable, "-W", "ignore", "-m", "iotune.workloads.train", "--ds-config", str(path),
-                           "--size", size, "--steps", str(steps)], capture_output=True, text=True, env=env,
-                          timeout=600)
+           "MASTER_PORT": str(29500 + os.getpid() % 2000), "PYTHONWARNINGS": "ignore"}
+    return warm.run(["--ds-config", str(path), "--size", size, "--steps", str(steps)], 600, env=env)
 
 
 SG = "zero_optimization.sub_group_size"
@@ -65,13 +76,13 @@ WORKS = {
 
 @needs_deepspeed
 @pytest.mark.parametrize("case", list(WORKS))
-def test_locked_memory_is_predicted_before_the_run(tmp_path: Path, case: str) -> None:
+def test_locked_memory_is_predicted_before_the_run(warm: WarmStarter, tmp_path: Path, case: str) -> None:
     size, strategy, patch = WORKS[case]
-    cfg = _config(size, strategy, tmp_path, patch)
+    cfg = _config(warm, size, strategy, tmp_path, patch)
     knobs, shape = OffloadKnobs.from_ds_config(cfg), JobShape(tuple(tensor_numels(PRESETS[size])))
     assert violations(knobs, shape) == []
     predicted = host_memory(knobs, shape).locked_bytes
-    r = _run(tmp_path, size, cfg)
+    r = _run(warm, tmp_path, size, cfg)
     steps = parse_steps(r.stdout)
     assert r.returncode == 0 and len(steps) == 3, r.stderr[-2000:]
     measured = max(s.locked_bytes for s in steps)
@@ -96,12 +107,12 @@ FAILS = {
 
 @needs_deepspeed
 @pytest.mark.parametrize("case", list(FAILS))
-def test_each_bound_is_deepspeeds_own_failure(tmp_path: Path, case: str) -> None:
+def test_each_bound_is_deepspeeds_own_failure(warm: WarmStarter, tmp_path: Path, case: str) -> None:
     size, strategy, patch, when, says, completed = FAILS[case]
-    cfg = _config(size, strategy, tmp_path, patch)
+    cfg = _config(warm, size, strategy, tmp_path, patch)
     [v] = violations(OffloadKnobs.from_ds_config(cfg), JobShape(tuple(tensor_numels(PRESETS[size]))))
     assert v.fails_at == when and says in v.deepspeed_says, v
-    r = _run(tmp_path, size, cfg)
+    r = _run(warm, tmp_path, size, cfg)
     assert r.returncode != 0 and says in r.stderr, r.stderr[-2000:]
     assert len(parse_steps(r.stdout)) == completed
     # start-up: while the model is built under deepspeed.zero.Init (parameters are swapped out as their module
@@ -181,7 +192,7 @@ def test_lint_names_deepspeeds_buffer_bounds_with_the_fix() -> None:
 
 @needs_tracing
 @needs_deepspeed
-def test_a_larger_block_keeps_gradients_in_ram_byte_for_byte(tmp_path: Path) -> None:
+def test_a_larger_block_keeps_gradients_in_ram_byte_for_byte(warm: WarmStarter, tmp_path: Path) -> None:
     """The same job with aio block 1 MiB and 8 MiB, traced: the model says
     which tensors each swaps and how many bytes per step, and the trace's
     swap level agrees exactly. The tiny model's embedding and output layer
@@ -199,7 +210,7 @@ def test_a_larger_block_keeps_gradients_in_ram_byte_for_byte(tmp_path: Path) -> 
                            if line.split()[1] == str(mnt))).name
         for block in (1 << 20, 8 << 20):
             (mnt / f"swap-{block}").mkdir()
-            cfg = _config("tiny", "nvme-opt", mnt / f"swap-{block}", {"aio.block_size": block})
+            cfg = _config(warm, "tiny", "nvme-opt", mnt / f"swap-{block}", {"aio.block_size": block})
             (tmp_path / f"ds-{block}.json").write_text(json.dumps(cfg))
             out = tmp_path / f"run-{block}"
             r = subprocess.run([sys.executable, "-m", "iotune", "trace", "--json", "-o", str(out), "-d", device, "--",
