@@ -135,10 +135,19 @@ def _plan_args(a: argparse.Namespace) -> ReplayArgs:
     entries, order = _read(a.plan, load)
     if not entries or not order or any(not 0 <= i < len(entries) for i in order):
         raise ReplayFailure("usage", f"the plan {a.plan} needs schedules and an order of their indices")
-    entries = [(_under(s if not a.no_compute else s.without_compute(), f"s{i}/"), aio)
-               for i, (s, aio) in enumerate(entries)]
+    entries = [(_under(s if not a.no_compute else s.without_compute(), prefix), aio)
+               for prefix, (s, aio) in zip(_prefixes([s for s, _ in entries]), entries)]
     (first, aio), *others = entries
     return ReplayArgs(first, Path(a.dir), aio, len(order), not a.no_compute, tuple(others), order)
+
+
+def _prefixes(schedules: list[SwapSchedule]) -> list[str]:
+    """Each schedule's directory in a plan: schedules with the same files (paths and sizes: the job's
+    schedule at aio settings that swap the same tensors at the same alignment) share one, so its
+    files are laid out once; a replay's reads check the bytes the last write put there, which
+    depend only on the path and offset."""
+    seen: dict[frozenset[tuple[str, int]], str] = {}
+    return [seen.setdefault(frozenset(s.files().items()), f"s{len(seen)}/") for s in schedules]
 
 
 def _under(schedule: SwapSchedule, prefix: str) -> SwapSchedule:

@@ -28,20 +28,26 @@ def schedule(files: int, size: int = 2 * MiB) -> SwapSchedule:
     return SwapSchedule((SwapGroup(reads, 0.001, wait_s=0.01), SwapGroup(writes, 0.002, wait_s=0.01)), 1, 0.05, 0.05)
 
 
-def write_plan(tmp: Path, order: list[int]) -> Path:
-    plan = {"entries": [{"schedule": schedule(1).to_json(), "aio": AioSettings().to_ds_json()},
-                        {"schedule": schedule(3).to_json(), "aio": AioSettings(block_size=256 << 10).to_ds_json()}],
+def write_plan(tmp: Path, order: list[int], files: tuple[int, ...] = (1, 3)) -> Path:
+    plan = {"entries": [{"schedule": schedule(n).to_json(), "aio": AioSettings(block_size=(1 << 20) >> i).to_ds_json()}
+                        for i, n in enumerate(files)],
             "order": order}
     (tmp / "plan.json").write_text(json.dumps(plan))
     return tmp / "plan.json"
 
 
-def test_a_plan_puts_each_schedule_in_a_directory_of_its_own_and_keeps_the_order(tmp_path: Path) -> None:
+def test_a_plan_puts_each_set_of_files_in_a_directory_of_its_own_and_keeps_the_order(tmp_path: Path) -> None:
+    """Schedules with other files get a directory each; the same files at other aio settings (the
+    job's schedule against a candidate's block size) share one, laid out once."""
     args = parse_args(["--plan", str(write_plan(tmp_path, [1, 0, 0, 1])), "--dir", str(tmp_path)])
     assert args.sequence == (1, 0, 0, 1) and [a for _, a in args.entries] == [AioSettings(),
-                                                                           AioSettings(block_size=256 << 10)]
+                                                                           AioSettings(block_size=512 << 10)]
     assert sorted(args.entries[0][0].files()) == ["s0/optimizer/rank0/0.swp"]
     assert sorted(args.entries[1][0].files())[0] == "s1/optimizer/rank0/0.swp"
+    shared = parse_args(["--plan", str(write_plan(tmp_path, [0, 1, 2], (3, 1, 3))), "--dir", str(tmp_path)])
+    assert [sorted(s.files())[0] for s, _ in shared.entries] == ["s0/optimizer/rank0/0.swp",
+                                                                 "s1/optimizer/rank0/0.swp",
+                                                                 "s0/optimizer/rank0/0.swp"]
     with pytest.raises(ReplayFailure, match="needs schedules and an order of their indices"):
         parse_args(["--plan", str(write_plan(tmp_path, [0, 2])), "--dir", str(tmp_path)])
     with pytest.raises(ReplayFailure, match="give either --schedule .* or --plan"):
