@@ -46,6 +46,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -110,6 +111,8 @@ def summary(decisions: list[dict[str, Any]], pair_ratios: list[float]) -> dict[s
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bed", default="bandwidth-only")
+    ap.add_argument("--path", type=Path, default=None,
+                    help="replay in this directory, uncapped (no bed): the host's own drive")
     ap.add_argument("--size", default="tiny", help="the built-in model whose step is recorded")
     ap.add_argument("--aa", type=int, default=60, help="A/A decisions")
     ap.add_argument("--gain", type=int, default=30, help="decisions per known gain")
@@ -122,7 +125,8 @@ def main() -> int:
     gains = [1.0] + [float(g) for g in a.gains.split(",") if g]
     counts = {1.0: a.aa, **{g: a.gain for g in gains[1:]}}
     stamp = dt.datetime.now().strftime("%Y-%m-%d-%H%M")
-    out = a.out or ROOT / "benchmarks" / "results" / f"rule_on_replays-{a.size}-{a.bed}-c{a.contend}-{stamp}.json"
+    where = a.bed if a.path is None else "uncapped"
+    out = a.out or ROOT / "benchmarks" / "results" / f"rule_on_replays-{a.size}-{where}-c{a.contend}-{stamp}.json"
     doc: dict[str, Any] = {"benchmark": "rule_on_replays", "bed": a.bed, "size": a.size, "contend": a.contend,
                            "rule": dataclasses.asdict(rule), "machine": machine(),
                            "started": dt.datetime.now().isoformat(timespec="seconds"),
@@ -140,8 +144,13 @@ def main() -> int:
     busy = [subprocess.Popen(["sha256sum", "/dev/zero"], stdout=subprocess.DEVNULL) for _ in range(a.contend)]
     ex = StepsExecutor(steps=4, size=a.size)
     try:
-        with running_bed(a.bed, size_bytes=4 << 30) as bed:
-            target = Target(bed.path, cgroup=bed.cgroup)
+        with contextlib.ExitStack() as stack:
+            if a.path is None:
+                bed = stack.enter_context(running_bed(a.bed, size_bytes=4 << 30))
+                target = Target(bed.path, cgroup=bed.cgroup)
+            else:
+                target = Target(Path(stack.enter_context(tempfile.TemporaryDirectory(dir=a.path))))
+                doc["bed"] = f"uncapped: {a.path}"
             _, raw = ex.run(SweepPoint(), target, record_schedule=True)
             ex.close()
             if not isinstance(raw.get("schedule"), dict):

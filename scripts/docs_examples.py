@@ -492,6 +492,18 @@ def rule_noisy() -> str:
     return f"{high[0]}–{high[1]} % of decisions at 10–15 % noise, {round(rows[0.05] * 100)} % at 5 %"
 
 
+REPLAY_RANK = "replay_rank-wide-latency-bound-2026-11-29-0432.json"
+
+
+def replay_rank_line() -> str:
+    d = result(REPLAY_RANK)
+    rows = d["candidates"]
+    off = [abs(r["median_replay_s"] / r["median_optimizer_step_s"] - 1) for r in rows]
+    return (f"Spearman {d['spearman_optimizer_step']:.3f} over {len(rows)} candidates, {d['rounds']} rounds each; "
+            f"each candidate's median replay within {min(off) * 100:.1f}–{max(off) * 100:.1f} % of its real "
+            f"optimizer step; both picked {d['replay_pick']}")
+
+
 def memory_summary() -> dict[str, Any]:
     return result("memory_model-2026-11-28.json")["summary"]
 
@@ -637,6 +649,7 @@ def seed_chain_s() -> float:
 
 
 FIGURES: list[Figure] = [
+    Figure("replay-rank-wide", f"benchmarks/results/{REPLAY_RANK}", replay_rank_line),
     Figure("rule-aa", f"benchmarks/results/{RULE}",
            lambda: f"{max(r['1.00']['faster'] for r in rule_rows())} of {rule_rows()[0]['1.00']['of']} at every "
                    f"noise level from {pct(rule_rows()[0]['core'])} to {pct(rule_rows()[-1]['core'])}"),
