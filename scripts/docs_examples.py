@@ -504,6 +504,22 @@ def replay_rank_line() -> str:
             f"optimizer step; both picked {d['replay_pick']}")
 
 
+RULE_REPLAYS = ("rule_on_replays-tiny-uncapped-c0-2026-11-29-0515.json",
+                "rule_on_replays-tiny-uncapped-c1-2026-11-29-0502.json")
+
+
+def rule_replays_line() -> str:
+    runs = [result(name)["kinds"] for name in RULE_REPLAYS]
+    aa = [k["1.0"]["summary"] for k in runs]
+    gains = [k[g]["summary"] for k in runs for g in ("1.1", "1.15")]
+    sds = [s["per_pair_sd"] for k in runs for s in (k["1.0"]["summary"], k["1.1"]["summary"], k["1.15"]["summary"])]
+    return (f"A/A: {sum(s['faster'] for s in aa)} of {sum(s['decisions'] for s in aa)} reported faster, "
+            f"{sum(s['slower'] for s in aa)} slower, `noisy` in {sum(s['noisy'] for s in aa)}; true gains of "
+            f"{min(s['true_ratio'] for s in gains):.2f}–{max(s['true_ratio'] for s in gains):.2f}×: "
+            f"{sum(s['faster'] for s in gains)} of {sum(s['decisions'] for s in gains)} found, the rest undecided "
+            f"with `noisy`; per-pair noise {min(sds) * 100:.1f}–{max(sds) * 100:.1f} %")
+
+
 def memory_summary() -> dict[str, Any]:
     return result("memory_model-2026-11-28.json")["summary"]
 
@@ -650,6 +666,7 @@ def seed_chain_s() -> float:
 
 FIGURES: list[Figure] = [
     Figure("replay-rank-wide", f"benchmarks/results/{REPLAY_RANK}", replay_rank_line),
+    Figure("rule-on-replays", " and ".join(f"benchmarks/results/{n}" for n in RULE_REPLAYS), rule_replays_line),
     Figure("rule-aa", f"benchmarks/results/{RULE}",
            lambda: f"{max(r['1.00']['faster'] for r in rule_rows())} of {rule_rows()[0]['1.00']['of']} at every "
                    f"noise level from {pct(rule_rows()[0]['core'])} to {pct(rule_rows()[-1]['core'])}"),
