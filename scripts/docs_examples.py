@@ -520,6 +520,19 @@ def rule_replays_line() -> str:
             f"with `noisy`; per-pair noise {min(sds) * 100:.1f}–{max(sds) * 100:.1f} %")
 
 
+MEMORY_RECHECK = "memory_model-2026-11-29-0620.json"
+
+
+def memory_recheck_line() -> str:
+    s = result(MEMORY_RECHECK)["summary"]
+    c = s["reference_calibrated"]
+    return (f"{s['runs']} runs: median |error| {s['median_abs_error'] * 100:.1f} %, worst under-prediction "
+            f"{s['worst_under_prediction'] * 100:.1f} %, {len(s['exceeded_margin'])} runs over the "
+            f"{s['margin_in_force'] * 100:.1f} % margin; corrected, {c['cases']} cases: median "
+            f"{c['median_abs_error'] * 100:.1f} %, worst {c['worst_under_prediction'] * 100:.1f} %, "
+            f"{len(c['exceeded_margin'])} over the {c['margin_in_force'] * 100:.1f} % margin")
+
+
 def memory_summary() -> dict[str, Any]:
     return result("memory_model-2026-11-28.json")["summary"]
 
@@ -666,6 +679,7 @@ def seed_chain_s() -> float:
 
 FIGURES: list[Figure] = [
     Figure("replay-rank-wide", f"benchmarks/results/{REPLAY_RANK}", replay_rank_line),
+    Figure("memory-recheck", f"benchmarks/results/{MEMORY_RECHECK}", memory_recheck_line),
     Figure("rule-on-replays", " and ".join(f"benchmarks/results/{n}" for n in RULE_REPLAYS), rule_replays_line),
     Figure("rule-aa", f"benchmarks/results/{RULE}",
            lambda: f"{max(r['1.00']['faster'] for r in rule_rows())} of {rule_rows()[0]['1.00']['of']} at every "
