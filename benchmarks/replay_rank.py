@@ -44,7 +44,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -61,7 +60,8 @@ from iotune.sweep.executor import Target  # noqa: E402
 from iotune.sweep.replay import run_replay_plan  # noqa: E402
 from iotune.model.units import parse_size  # noqa: E402
 from iotune.volumes.beds import running_bed  # noqa: E402
-from iotune.workloads.precision import CPUINFO, cpu_flags  # noqa: E402
+
+from benchmarks.machine import machine  # noqa: E402
 
 DEFAULT_CANDIDATES = "512K:8,1M:4,1M:8,2M:4,1M:16,2M:8,4M:8,8M:8"
 
@@ -105,15 +105,6 @@ def spread(xs: list[float]) -> float:
     return (max(xs) - min(xs)) / med if med > 0 else 0.0
 
 
-def machine() -> dict[str, Any]:
-    flags = cpu_flags(CPUINFO.read_text())
-    model = next((line.split(":", 1)[1].strip() for line in CPUINFO.read_text().splitlines()
-                  if line.startswith("model name")), "")
-    return {"cpu_model": model, "cpus": os.cpu_count(), "kernel": platform.release(),
-            "cpu_flags": sorted(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags),
-            "load_avg_at_start": os.getloadavg()}
-
-
 def summarize(doc: dict[str, Any]) -> None:
     rows = doc["candidates"]
     done = [r for r in rows if r["replay_s"] and r["optimizer_step_s"]]
@@ -127,9 +118,8 @@ def summarize(doc: dict[str, Any]) -> None:
         rep = [r["median_replay_s"] for r in done]
         doc["spearman_optimizer_step"] = round(spearman(rep, [r["median_optimizer_step_s"] for r in done]), 4)
         doc["spearman_step"] = round(spearman(rep, [r["median_step_s"] for r in done]), 4)
-        doc["replay_pick"] = name(SweepPoint(**done[min(range(len(done)), key=lambda i: rep[i])]["point"]))
-        real = [r["median_optimizer_step_s"] for r in done]
-        doc["real_pick"] = name(SweepPoint(**done[min(range(len(done)), key=lambda i: real[i])]["point"]))
+        doc["replay_pick"] = min(done, key=lambda r: r["median_replay_s"])["name"]
+        doc["real_pick"] = min(done, key=lambda r: r["median_optimizer_step_s"])["name"]
 
 
 def main() -> int:

@@ -42,7 +42,6 @@ import datetime as dt
 import json
 import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -63,7 +62,8 @@ from iotune.sweep.replay import run_replay_plan  # noqa: E402
 from iotune.sweep.replay_pairs import pair_orders  # noqa: E402
 from iotune.sweep.sequential import SequentialRule, decide  # noqa: E402
 from iotune.volumes.beds import running_bed  # noqa: E402
-from iotune.workloads.precision import CPUINFO, cpu_flags  # noqa: E402
+
+from benchmarks.machine import machine  # noqa: E402
 
 
 def scaled(schedule: SwapSchedule, gain: float) -> SwapSchedule:
@@ -84,15 +84,6 @@ def looks(ratios: list[float], rule: SequentialRule) -> dict[str, Any]:
         d = decide(ratios[:n], rule)
     return {"verdict": d.verdict, "pairs": d.pairs, "center": round(d.center, 5), "noisy": d.noisy,
             "spread": round(d.spread, 5), "measured": round(d.measured, 5)}
-
-
-def machine() -> dict[str, Any]:
-    text = CPUINFO.read_text()
-    flags = cpu_flags(text)
-    model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "")
-    return {"cpu_model": model, "cpus": os.cpu_count(), "kernel": platform.release(),
-            "cpu_flags": sorted(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags),
-            "load_avg_at_start": os.getloadavg()}
 
 
 def summary(decisions: list[dict[str, Any]], pair_ratios: list[float]) -> dict[str, Any]:

@@ -512,7 +512,7 @@ def rule_replays_line() -> str:
     runs = [result(name)["kinds"] for name in RULE_REPLAYS]
     aa = [k["1.0"]["summary"] for k in runs]
     gains = [k[g]["summary"] for k in runs for g in ("1.1", "1.15")]
-    sds = [s["per_pair_sd"] for k in runs for s in (k["1.0"]["summary"], k["1.1"]["summary"], k["1.15"]["summary"])]
+    sds = [s["per_pair_sd"] for s in aa + gains]
     return (f"A/A: {sum(s['faster'] for s in aa)} of {sum(s['decisions'] for s in aa)} reported faster, "
             f"{sum(s['slower'] for s in aa)} slower, `noisy` in {sum(s['noisy'] for s in aa)}; true gains of "
             f"{min(s['true_ratio'] for s in gains):.2f}–{max(s['true_ratio'] for s in gains):.2f}×: "
