@@ -313,5 +313,24 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def leave(code: int | str | None) -> None:
+    """End the script with `code` after the interpreter's exit handlers ran
+    (the trace hooks' last flush among them) but without its teardown, where
+    DeepSpeed's aio threads can abort the process ("terminate called without
+    an active exception", exit -6) after every step was done and saved."""
+    import atexit
+
+    atexit._run_exitfuncs()
+    if isinstance(code, str):
+        sys.stderr.write(code + "\n")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code if isinstance(code, int) else (0 if code is None else 1))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        status: int | str | None = main()
+    except SystemExit as stop:          # the trace hook's IOTUNE_MAX_STEPS, argparse's --help and errors
+        status = stop.code
+    leave(status)
