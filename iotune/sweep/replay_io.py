@@ -141,22 +141,28 @@ class Pattern:
         return None
 
 
-def layout_files(handle: Any, buf: Any, files: dict[str, int], root: Path, pattern: Pattern) -> float:
+def layout_files(handle: Any, pool: list[Any], files: dict[str, int], root: Path, pattern: Pattern) -> float:
     """Write every file at its size with the pattern, through the handle (O_DIRECT), and fsync it:
-    seconds taken. A file only fallocated would read back without I/O."""
+    seconds taken. A file only fallocated would read back without I/O. Each buffer of the pool carries
+    one chunk, and as many chunks as the pool has buffers are in flight at once (one wait for each
+    such batch), so a drive that needs requests in flight is written at its rate, not one chunk's."""
     start = time.perf_counter()
     counter = IoCounter()
     before = counter.read()
-    for rel, size in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        for offset in range(0, size, buf.numel()):
-            chunk = buf.narrow(0, 0, min(buf.numel(), size - offset))
+    step = min(buf.numel() for buf in pool)
+    chunks = [(rel, offset) for rel, size in files.items() for offset in range(0, size, step)]
+    for rel in files:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+    for first in range(0, len(chunks), len(pool)):
+        for buf, (rel, offset) in zip(pool, chunks[first:first + len(pool)]):
+            chunk = buf.narrow(0, 0, min(step, files[rel] - offset))
             pattern.mark(chunk, rel, offset)
-            if handle.async_pwrite(chunk, str(path), offset) != 0:
-                raise ReplayFailure("io", f"laying out {path}: async_pwrite returned non-zero (its errno is on stderr)")
-            handle.wait()
-        fd = os.open(path, os.O_RDONLY)
+            if handle.async_pwrite(chunk, str(root / rel), offset) != 0:
+                raise ReplayFailure("io", f"laying out {root / rel}: async_pwrite returned non-zero (its errno is "
+                                          f"on stderr)")
+        handle.wait()
+    for rel in files:
+        fd = os.open(root / rel, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:

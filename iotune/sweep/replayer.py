@@ -282,7 +282,7 @@ def replay(args: ReplayArgs) -> dict[str, Any]:
     pool = allocate_pool(first, every)       # DeepSpeed's locked buffers serve every handle (one shared manager)
     pattern = Pattern(sorted(every.files()), MARK_BYTES)
     try:
-        layout_s = layout_files(first, pool[0], every.files(), args.directory, pattern)
+        layout_s = layout_files(first, pool, every.files(), args.directory, pattern)
         runners = [Replay(handles[a], pool, s, args.directory, pattern) for s, a in args.entries]
         results = []
         for i in args.sequence:

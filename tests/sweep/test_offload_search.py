@@ -102,13 +102,22 @@ def test_where_ram_holds_the_state_the_optimizer_in_ram_runs_first_and_its_gain_
     config it is paired with swaps exactly what the model predicts. One
     pair: undecided (the rule's own tests decide from more; how a gain
     splits into less and faster I/O: tests/model/test_offload_model.py)."""
+    # sub_group_size pinned: every candidate then changes the device or pipelines, which the replay does not
+    # represent, so no replay runs, not even the fidelity check
     r = CliRunner().invoke(cli, ["sweep", "offload", "--model", "tiny", "--fix",
-                                 "zero_optimization.offload_param.device=none", "--max-trials", "1",
+                                 "zero_optimization.offload_param.device=none", "--fix",
+                                 "zero_optimization.sub_group_size=1e9", "--max-trials", "1",
                                  "--max-pairs", "1", "-o", str(tmp_path), "--json"])
     assert r.exit_code in (0, 1), r.output
     doc = json.loads(r.stdout)
     conforms("sweep-offload-3", doc)
     assert doc["predictions"][0]["changes"] == {"zero_optimization.offload_optimizer.device": "cpu"}
+    replay = doc["replay"]
+    assert (replay["can_rank"], replay["ranked"], replay["traced_ratio"]) == (False, [], 0.0)
+    assert replay["fidelity"] == "no replay: no candidate changes only what the replay represents, so each runs real steps"
+    assert {"changes": "offload_optimizer.device=cpu",
+            "why": "it moves state to another device: compute and memory change, not only the swaps"} in replay["real_steps"]
+    assert "replaying your config's step" not in r.stderr
     [search] = [t for t in doc["trials"] if t["role"] == "search"]
     assert search["changes"] == {"zero_optimization.offload_optimizer.device": "cpu"}, search
     assert search["status"] == "ok" and search["swap_bytes"] == {} and search["io_wait_s"] == 0.0
@@ -206,8 +215,12 @@ def test_the_users_own_command_and_config_are_the_loop(tmp_path: Path) -> None:
     from iotune.workloads.strategies import WorkloadSpec, ds_config
 
     cfg = tmp_path / "my_ds_config.json"
-    cfg.write_text(json.dumps(ds_config(WorkloadSpec(strategy="nvme-opt", nvme_path=str(tmp_path / "mine")))))
+    own = ds_config(WorkloadSpec(strategy="nvme-opt", nvme_path=str(tmp_path / "mine")))
+    own["zero_optimization"]["sub_group_size"] = 1_000_000
+    cfg.write_text(json.dumps(own))
     command = f"{sys.executable} -W ignore -m iotune.workloads.train --steps 50 --ds-config {{config}}"
+    # sub_group_size pinned at the config's own: the candidates only pipeline, which the replay does not
+    # represent, so none is replayed
     r = CliRunner().invoke(cli, ["sweep", "offload", "--steps-cmd", command, "--ds-config", str(cfg), *NVME,
                                  "--fix", "zero_optimization.sub_group_size=1e6", "--max-trials", "1",
                                  "--max-pairs", "1", "--steps", "3", "-o", str(tmp_path / "journal"), "--json"])
@@ -218,6 +231,7 @@ def test_the_users_own_command_and_config_are_the_loop(tmp_path: Path) -> None:
     assert "starting `" in r.stderr and "up to deepspeed.initialize, to see its tensors" in r.stderr
     assert all(t["status"] == "ok" for t in doc["trials"]), doc["trials"]
     [search] = [t for t in doc["trials"] if t["role"] == "search"]
+    assert doc["replay"]["ranked"] == [] and "replaying your config's step" not in r.stderr
     both = OffloadKnobs(optimizer_device="nvme", sub_group_size=1_000_000, pipeline_read=True, pipeline_write=True,
                         optimizer_buffer_count=12)
     expected = host_memory(both, JobShape(tuple(tensor_numels(PRESETS["tiny"])))).locked_bytes
