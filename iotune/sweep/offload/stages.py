@@ -66,13 +66,13 @@ def prepare_replays(capture: CapturingRunner, journal: Journal, ref_key: str, re
         journal.record_replay_base(ref_key, base)
     if base is None:
         return no_replay(f"no replay: {capture.error or 'the reference trial left no steady step to replay'}")
-    rp = Replays(base, reference, shape, cfg, target, journal, say, noise_floor)
     refused = [(key, replay_refusal(reference, knobs)) for key, knobs in candidates]
     if all(why for _, why in refused):        # nothing the replay could rank: no fidelity replays either
-        return ReplayStage(ReplayOutcome(False, "no replay: " + ("no candidate changes only what the replay represents, "
-                                                                "so each runs real steps" if refused else
-                                                                "no candidate to rank"),
+        why = ("no candidate changes only what the replay represents, so each runs real steps" if refused
+               else "no candidate to rank")
+        return ReplayStage(ReplayOutcome(False, f"no replay: {why}",
                                          real_steps=tuple((short_changes(_changes(k)), w) for k, w in refused)))
+    rp = Replays(base, reference, shape, cfg, target, journal, say, noise_floor)
     if journal.find_replay("fidelity", 0) is None and \
             not clock.fits(FIDELITY_START_S + 4 * (base.schedule.traced_s + SETTLE_S)):
         return no_replay("no replay: the budget leaves no time for the fidelity replays")
