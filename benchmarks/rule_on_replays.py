@@ -21,13 +21,26 @@ whose cap is known (`bandwidth-only`: 200 MB/s, iotune/volumes/beds.py).
   pair measured for it.
 - With --contend N, N busy processes (one `sha256sum /dev/zero` each) run
   for the whole benchmark: CPU contention, the noise of a shared machine.
+- With --latency-ms L, a quiet workload whose gains are continuous: no caps
+  (a blkio throttle charges in slices of about 100 ms, so small byte
+  differences time alike or a slice apart), but emulated drives whose every
+  request takes a set latency, 64 at once (iotune.volumes.emulated, FUSE).
+  The reference replays on a drive of latency L; a gain g's candidate
+  replays the same bytes on a drive of its own, of latency (L + o) / g - o,
+  o being the per-request cost beyond the latency (--overhead-ms). DeepSpeed's
+  default 8 x 1 MiB in flight keep these drives latency-bound, so the time
+  scales with the latency plus o; the true ratio is measured anyway, from
+  the long run as above. The replayer lays each schedule's files in their
+  own directory; the candidates' are links to their drives.
 
 Each decision is up to max_pairs (6) ABBA pairs of the default rule
-(iotune.sweep.sequential.SequentialRule), all run in one replayer child
-with other decisions' pairs (a child per --per-child decisions: the child's
-start, about 3 s, is not what is measured); the rule then looks as the
-search does (after 3 pairs, then 6: replay_pairs' looks), so its verdict is
-the one it would have reached pair by pair. Reported per kind: "faster"
+(iotune.sweep.sequential.SequentialRule), looked at as the search looks
+(iotune.sweep.replay_pairs: after 3 pairs, then 6), so its verdict is the
+one it reaches pair by pair. --per-child decisions share a replayer child
+per look (its start, about 3 s, is not what is measured): the first child
+runs every decision's first look, the next one the next look of those still
+undecided (with --all-pairs, every decision runs all 6 pairs in one child,
+as the first runs did). Reported per kind: "faster"
 count, "slower", "within noise", "undecided", pairs used, the noisy flag,
 and the measured per-pair spread (sd of ln ratio); the machine and its CPU
 flags. The results file is rewritten after every child.
@@ -47,13 +60,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from iotune.host.ledger import temp_dir  # noqa: E402
 from iotune.model.aio import AioSettings  # noqa: E402
+from iotune.model.drive import DriveLimits  # noqa: E402
 from iotune.model.replay import AIO_ALIGNED_BYTES, SwapSchedule  # noqa: E402
 from iotune.model.sweep import SweepPoint  # noqa: E402
 from iotune.sweep.aio.steps_executor import StepsExecutor  # noqa: E402
@@ -62,6 +78,7 @@ from iotune.sweep.replay import run_replay_plan  # noqa: E402
 from iotune.sweep.replay_pairs import pair_orders  # noqa: E402
 from iotune.sweep.sequential import SequentialRule, decide  # noqa: E402
 from iotune.volumes.beds import running_bed  # noqa: E402
+from iotune.volumes.emulated import emulated_drive  # noqa: E402
 
 from benchmarks.machine import machine  # noqa: E402
 
@@ -75,6 +92,13 @@ def scaled(schedule: SwapSchedule, gain: float) -> SwapSchedule:
     return dataclasses.replace(schedule, groups=groups)
 
 
+def elsewhere(schedule: SwapSchedule, tag: str) -> SwapSchedule:
+    """`schedule` with its files under `tag`/: the same bytes in files of their own."""
+    groups = tuple(dataclasses.replace(g, ops=tuple(dataclasses.replace(op, path=f"{tag}/{op.path}") for op in g.ops))
+                   for g in schedule.groups)
+    return dataclasses.replace(schedule, groups=groups)
+
+
 def looks(ratios: list[float], rule: SequentialRule) -> dict[str, Any]:
     """The rule's decision as replay_pairs reaches it: a look after each batch of first_look pairs."""
     n = 0
@@ -84,6 +108,11 @@ def looks(ratios: list[float], rule: SequentialRule) -> dict[str, Any]:
         d = decide(ratios[:n], rule)
     return {"verdict": d.verdict, "pairs": d.pairs, "center": round(d.center, 5), "noisy": d.noisy,
             "spread": round(d.spread, 5), "measured": round(d.measured, 5)}
+
+
+def gain_latency_us(latency_us: float, overhead_us: float, gain: float) -> float:
+    """The latency of the drive on which a request takes 1/gain of the reference drive's time."""
+    return (latency_us + overhead_us) / gain - overhead_us
 
 
 def summary(decisions: list[dict[str, Any]], pair_ratios: list[float]) -> dict[str, Any]:
@@ -104,23 +133,34 @@ def main() -> int:
     ap.add_argument("--bed", default="bandwidth-only")
     ap.add_argument("--path", type=Path, default=None,
                     help="replay in this directory, uncapped (no bed): the host's own drive")
+    ap.add_argument("--latency-ms", type=float, default=None,
+                    help="known gains from drive latency: emulated drives without caps, the reference's of this "
+                         "latency, each gain's faster by its ratio (no bed, no --path)")
+    ap.add_argument("--overhead-ms", type=float, default=0.5,
+                    help="with --latency-ms: the per-request cost beyond the latency, in ms, that the gains' "
+                         "latencies allow for (default 0.5; the true ratios are measured either way)")
     ap.add_argument("--size", default="tiny", help="the built-in model whose step is recorded")
     ap.add_argument("--aa", type=int, default=60, help="A/A decisions")
     ap.add_argument("--gain", type=int, default=30, help="decisions per known gain")
     ap.add_argument("--gains", default="1.05,1.10,1.15")
     ap.add_argument("--per-child", type=int, default=10, help="decisions per replayer child")
+    ap.add_argument("--all-pairs", action="store_true",
+                    help="run all max_pairs pairs of every decision in one child (the looks are the same)")
     ap.add_argument("--contend", type=int, default=0, help="busy processes beside the replays (CPU contention)")
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
+    if a.latency_ms is not None and a.path is not None:
+        ap.error("--latency-ms brings its own drives: leave out --path")
     rule = SequentialRule()
     gains = [1.0] + [float(g) for g in a.gains.split(",") if g]
     counts = {1.0: a.aa, **{g: a.gain for g in gains[1:]}}
     stamp = dt.datetime.now().strftime("%Y-%m-%d-%H%M")
-    where = a.bed if a.path is None else "uncapped"
+    where = (f"latency{a.latency_ms:g}ms" if a.latency_ms is not None else
+             a.bed if a.path is None else "uncapped")
     out = a.out or ROOT / "benchmarks" / "results" / f"rule_on_replays-{a.size}-{where}-c{a.contend}-{stamp}.json"
     doc: dict[str, Any] = {"benchmark": "rule_on_replays", "bed": a.bed, "size": a.size, "contend": a.contend,
                            "rule": dataclasses.asdict(rule), "machine": machine(),
-                           "started": dt.datetime.now().isoformat(timespec="seconds"),
+                           "argv": sys.argv[1:], "started": dt.datetime.now().isoformat(timespec="seconds"),
                            "kinds": {str(g): {"decisions": [], "pair_ratios": []} for g in gains}}
 
     def save() -> None:
@@ -136,7 +176,15 @@ def main() -> int:
     ex = StepsExecutor(steps=4, size=a.size)
     try:
         with contextlib.ExitStack() as stack:
-            if a.path is None:
+            place: Callable[[contextlib.ExitStack], Path | None] = lambda child: None
+            if a.latency_ms is not None:
+                drives = {g: stack.enter_context(emulated_drive(
+                    None, 1 << 30, DriveLimits(latency_us=gain_latency_us(a.latency_ms * 1000, a.overhead_ms * 1000, g),
+                                               parallelism=64), fstype="ext4")) for g in gains}
+                doc["bed"] = "latency drives, no caps"
+                doc["drives"] = {str(g): dataclasses.asdict(d.limits) for g, d in drives.items()}
+                target = Target(temp_dir(stack, ".rule-", drives[1.0].path))
+            elif a.path is None:
                 bed = stack.enter_context(running_bed(a.bed, size_bytes=4 << 30))
                 target = Target(bed.path, cgroup=bed.cgroup)
             else:
@@ -151,29 +199,24 @@ def main() -> int:
             doc["schedule"] = {"read_bytes": base.read_bytes, "write_bytes": base.write_bytes,
                                "waits": len(base.groups)}
             aio = AioSettings()
+            # every schedule in every child, so schedule k's files are the replayer's s<k> (distinct files each)
+            if a.latency_ms is not None:
+                entries = [(base, aio)] + [(elsewhere(base, f"g{g:g}"), aio) for g in gains[1:]]
+
+                def place(child: contextlib.ExitStack) -> Path | None:
+                    """A fresh directory per child on the reference's drive, s<k> linking gain k's drive."""
+                    directory = temp_dir(child, ".rule-replay-", drives[1.0].path)
+                    for k, g in enumerate(gains[1:], 1):
+                        (directory / f"s{k}").symlink_to(temp_dir(child, ".rule-replay-", drives[g].path))
+                    return directory
+            else:
+                entries = [(base, aio)] + [(scaled(base, g), aio) for g in gains[1:]]
+            index = {g: k for k, g in enumerate(gains)}
             # decisions interleaved by kind, so the machine's drift falls on every kind alike
             queue = [g for i in range(max(counts.values())) for g in gains if i < counts[g]]
             for start in range(0, len(queue), a.per_child):
                 chunk = queue[start:start + a.per_child]
-                entries: list[tuple[SwapSchedule, AioSettings]] = [(base, aio)]
-                index = {1.0: 0}
-                for g in gains[1:]:
-                    if g in chunk:
-                        index[g] = len(entries)
-                        entries.append((scaled(base, g), aio))
-                order: list[int] = []
-                for g in chunk:      # each decision: max_pairs ABBA pairs of (reference 0, candidate)
-                    cand = index[g]
-                    order += [cand if i == 1 else 0 for i in pair_orders(0, rule.max_pairs)]
-                results = [r.seconds for _, r in run_replay_plan(entries, order, target)]
-                at = 0
-                for g in chunk:
-                    seq = pair_orders(0, rule.max_pairs)
-                    mine = results[at:at + len(seq)]
-                    at += len(seq)
-                    ref = [s for s, i in zip(mine, seq) if i == 0]
-                    cand = [s for s, i in zip(mine, seq) if i == 1]
-                    ratios = [r / c for r, c in zip(ref, cand)]
+                for g, ratios in zip(chunk, decide_chunk(chunk, index, entries, target, place, rule, a.all_pairs)):
                     kind = doc["kinds"][str(g)]
                     kind["pair_ratios"] += [round(r, 5) for r in ratios]
                     kind["decisions"].append(looks(ratios, rule))
@@ -194,6 +237,30 @@ def main() -> int:
         print(f"{g}: {json.dumps(doc['kinds'][str(g)]['summary'])}")
     print(out)
     return 0
+
+
+def decide_chunk(chunk: list[float], index: dict[float, int], entries: list[tuple[SwapSchedule, AioSettings]],
+                 target: Target, place: Callable[[contextlib.ExitStack], Path | None], rule: SequentialRule,
+                 all_pairs: bool) -> list[list[float]]:
+    """Each decision's pair ratios (reference / candidate), a replayer child per look: the decisions
+    the rule has not settled get their next look's pairs (all max_pairs at once with `all_pairs`)."""
+    ratios: list[list[float]] = [[] for _ in chunk]
+    live = list(range(len(chunk)))
+    n = 0
+    while live and n < rule.max_pairs:
+        count = rule.max_pairs if all_pairs else min(rule.first_look, rule.max_pairs - n)
+        seq = pair_orders(n, count)            # 1: the candidate, 0: the reference
+        order = [index[chunk[j]] if i == 1 else 0 for j in live for i in seq]
+        with contextlib.ExitStack() as child:
+            results = [r.seconds for _, r in run_replay_plan(entries, order, target, directory=place(child))]
+        for at, j in enumerate(live):
+            mine = results[at * len(seq):(at + 1) * len(seq)]
+            ref = [t for t, i in zip(mine, seq) if i == 0]
+            cand = [t for t, i in zip(mine, seq) if i == 1]
+            ratios[j] += [r / c for r, c in zip(ref, cand)]
+        n += count
+        live = [j for j in live if not decide(ratios[j], rule).decided]
+    return ratios
 
 
 if __name__ == "__main__":

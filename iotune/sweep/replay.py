@@ -95,12 +95,14 @@ def run_replays(schedule: SwapSchedule, target: Target, aio: AioSettings = DEEPS
 
 
 def run_replay_plan(entries: Sequence[tuple[SwapSchedule, AioSettings]], order: Sequence[int], target: Target,
-                    timeout_s: float | None = None,
-                    command: Sequence[str] | None = None) -> tuple[tuple[int, ReplayResult], ...]:
+                    timeout_s: float | None = None, command: Sequence[str] | None = None,
+                    directory: Path | None = None) -> tuple[tuple[int, ReplayResult], ...]:
     """Replays of several schedules in one child (`--plan`), each at its aio setting (sizes padded
     as DeepSpeed pads them there), in `order` (indices into `entries`: e.g. a candidate and the
     job's own config in ABBA order): (index, result) per replay, in that order. Their files take
-    the sum of the schedules' on the target. ReplayError as run_replays."""
+    the sum of the schedules' on the target, in a fresh directory there, or in `directory` (the
+    caller's, kept: schedule k's files go under its subdirectory `s<k>`, numbered over the
+    schedules with distinct files, which may be links to other drives). ReplayError as run_replays."""
     if any(aio.use_gds for _, aio in entries):
         raise UsageError("use_gds: GPUDirect Storage is not replayed (DeepSpeed's aio_handle is); replay with "
                          "use_gds false")
@@ -112,7 +114,7 @@ def run_replay_plan(entries: Sequence[tuple[SwapSchedule, AioSettings]], order: 
     plan = {"entries": [{"schedule": s.for_intra_op_parallelism(aio.intra_op_parallelism).to_json(),
                          "aio": aio.to_ds_json()} for s, aio in entries], "order": list(order)}
     with contextlib.ExitStack() as stack:
-        files = temp_dir(stack, ".iotune-replay-", target.files_dir)
+        files = directory or temp_dir(stack, ".iotune-replay-", target.files_dir)
         where = temp_dir(stack, ".iotune-replay-schedule-")
         (where / "plan.json").write_text(json.dumps(plan))
         base = list(command) if command is not None else [sys.executable, "-m", REPLAYER_MODULE]

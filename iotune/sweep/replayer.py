@@ -95,7 +95,8 @@ def parse_args(argv: list[str] | None) -> ReplayArgs:
     p = _Parser(prog="python -m iotune.sweep.replayer", description="Replay a swap schedule; prints one JSON object.")
     p.add_argument("--schedule", help="the SwapSchedule's JSON file")
     p.add_argument("--plan", help="several schedules, each with its aio setting, and the order to replay them in")
-    p.add_argument("--dir", required=True, help="an empty directory on the drive under test")
+    p.add_argument("--dir", required=True, help="an empty directory on the drive under test (links s<k> to empty "
+                                                "directories put a plan's schedule k on another drive)")
     for name in ("--block-size", "--queue-depth", "--intra-op-parallelism"):
         p.add_argument(name, type=int)
     p.add_argument("--single-submit", type=int, choices=(0, 1))
@@ -160,8 +161,9 @@ def check_args(args: ReplayArgs) -> None:
     """What would make DeepSpeed refuse or abort, said before any I/O."""
     for schedule, aio in args.entries:
         _check_entry(schedule, aio)
-    if not args.directory.is_dir() or any(args.directory.iterdir()):
-        raise ReplayFailure("directory", f"{args.directory} must be an empty directory on the drive under test")
+    if not args.directory.is_dir() or any(not _empty_link(p) for p in args.directory.iterdir()):
+        raise ReplayFailure("directory", f"{args.directory} must be an empty directory on the drive under test "
+                                         "(or hold only links to empty directories: a plan's schedules on other drives)")
     problem = direct_io_problem(str(args.directory))
     if problem:
         raise ReplayFailure("o_direct", f"{args.directory}: {problem}; DeepSpeed's aio opens every file with O_DIRECT")
@@ -170,6 +172,11 @@ def check_args(args: ReplayArgs) -> None:
     if st.f_bavail * st.f_frsize < need:
         raise ReplayFailure("space", f"{args.directory} has {st.f_bavail * st.f_frsize} bytes free; the schedule's "
                                      f"files take {need}: free space on the drive")
+
+
+def _empty_link(path: Path) -> bool:
+    """A link to an empty directory: where a caller puts one schedule of a plan (s<k>) on another drive."""
+    return path.is_symlink() and path.is_dir() and not any(path.iterdir())
 
 
 def _check_entry(schedule: SwapSchedule, aio: AioSettings) -> None:

@@ -6,6 +6,7 @@ config), each moving exactly its own bytes."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -76,3 +77,21 @@ def test_each_schedule_of_a_plan_moves_its_own_bytes_at_its_own_setting(tmp_path
         s, aio = entries[i]
         assert (r.read_bytes, r.write_bytes) == (s.read_bytes, s.write_bytes) and r.complete and r.aio == aio
     assert list(tmp_path.iterdir()) == []
+
+
+@needs_deepspeed
+def test_a_callers_directory_can_link_a_schedule_to_another_drive(tmp_path: Path) -> None:
+    """In a directory of the caller's, schedule k's files go under s<k>, which may be a link to an
+    empty directory elsewhere (another drive); a link to a directory that holds files is refused."""
+    here, there = tmp_path / "here", tmp_path / "there"
+    here.mkdir(), there.mkdir()
+    (here / "s1").symlink_to(there)
+    entries = [(schedule(1), AioSettings()), (schedule(3), AioSettings())]
+    got = run_replay_plan(entries, [1, 0], Target(tmp_path), directory=here)
+    assert [(r.read_bytes, r.write_bytes) for _, r in got] == [(6 * MiB, 6 * MiB), (2 * MiB, 2 * MiB)]
+    assert {p.name: p.stat().st_size for p in (there / "optimizer" / "rank0").iterdir()} == {
+        "0.swp": 2 * MiB, "1.swp": 2 * MiB, "2.swp": 2 * MiB}
+    assert [p.name for p in (here / "s0" / "optimizer" / "rank0").iterdir()] == ["0.swp"]
+    shutil.rmtree(here / "s0")                   # left: the link, to a directory that now holds files
+    with pytest.raises(ReplayError, match="must be an empty directory on the drive under test"):
+        run_replay_plan(entries, [1, 0], Target(tmp_path), directory=here)
