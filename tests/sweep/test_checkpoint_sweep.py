@@ -365,17 +365,28 @@ def test_a_truncated_file_and_a_missing_rank_directory_do_not_restore(
     assert "offloaded_tensors/rank00" in missing.reason
 
 
+@pytest.fixture(scope="module")
+def mock_swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[CheckpointRequest, CheckpointOutcome]:
+    """One real sweep of the built-in workload (tiny, NVMe optimizer): DeepSpeed's defaults, then the mock
+    writer. Its trial of the defaults is the restore check as the sweep runs it (the next test's)."""
+    req = request(tmp_path_factory.mktemp("mock-swept"), writers=(WriterSettings("mock"),), measure_steps=1,
+                  interval_steps=5)
+    return req, run_checkpoint_sweep(req)
+
+
 @needs_deepspeed
-def test_nvme_offload_restores_the_weights_but_restarts_adam(tmp_path: Path) -> None:
+def test_nvme_offload_restores_the_weights_but_restarts_adam(
+        mock_swept: tuple[CheckpointRequest, CheckpointOutcome]) -> None:
     """The restore check, as the sweep runs it (3 steps after the load), on
     the built-in workload with its optimizer on NVMe: the first step is exact
     (the weights), the second differs (DeepSpeed 0.19.8 never reads the copied
     moments back and loses Adam's step count: lint's
     checkpoint-nvme-optimizer-restart); the check says so and does not call
-    the checkpoint restored."""
-    req = request(tmp_path)
-    assert req.restore_steps == 3
-    t = run_trial(req, DEFAULTS, 0)
+    the checkpoint restored. (The sweep's own trial of the defaults, shared
+    with test_a_real_sweep_never_picks_the_mock_writer: one real trial, not two.)"""
+    req, out = mock_swept
+    assert req.restore_steps == 3 and req.strategy == "nvme-opt"
+    [t] = [t for t in out.trials if t.candidate == DEFAULTS]
     assert t.ok and t.restore is not None, t.error
     r = t.restore
     assert (r.weights_restored, r.optimizer_restored, r.restored) == (True, False, False), r
@@ -444,9 +455,8 @@ def test_a_job_with_dropout_drawing_its_batches_from_torchs_generator_restores_l
 
 
 @needs_deepspeed
-def test_a_real_sweep_never_picks_the_mock_writer(tmp_path: Path) -> None:
-    req = request(tmp_path, writers=(WriterSettings("mock"),), measure_steps=1, interval_steps=5)
-    out = run_checkpoint_sweep(req)
+def test_a_real_sweep_never_picks_the_mock_writer(mock_swept: tuple[CheckpointRequest, CheckpointOutcome]) -> None:
+    req, out = mock_swept
     mock = next(r for r in out.results if r.candidate.writer.kind == "mock")
     # the mock engine writes no state: the load finds nothing, or an empty file (EOFError), by the run
     assert not mock.restores and mock.restore_rank == 0 and mock.reason.startswith((
