@@ -6,6 +6,7 @@ Run by hand, as root, from the repository, alone on the machine (results go
 to benchmarks/results/):
 
     sudo .venv/bin/python benchmarks/rule_on_replays.py --aa 60 --gain 30
+    sudo .venv/bin/python benchmarks/rule_on_replays.py --latency-ms 40 --overhead-ms 4.5 --aa 40 --gain 50 --per-child 20
 
 The simulated error rates (benchmarks/sequential_rule.py) assume normal
 noise of a given spread; here the noise is the machine's own: each pair is

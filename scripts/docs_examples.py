@@ -520,6 +520,32 @@ def rule_replays_line() -> str:
             f"with `noisy`; per-pair noise {min(sds) * 100:.1f}–{max(sds) * 100:.1f} %")
 
 
+RULE_LATENCY = "rule_on_replays-tiny-latency40ms-c0-2026-11-29-1106.json"
+
+
+def rule_latency(kind: str) -> str:
+    """One kind of the quiet workload's decisions (benchmarks/rule_on_replays.py --latency-ms): "faster" count,
+    the true ratio, the per-pair noise; `noisy` for A/A."""
+    s = result(RULE_LATENCY)["kinds"][kind]["summary"]
+    said = f"{s['faster']} of {s['decisions']}"
+    if kind == "1.0":
+        return (f"{said} reported faster ({s['slower']} slower, {s['within noise']} within noise, "
+                f"{s['undecided']} undecided)")
+    return f"{said} (true ratio {s['true_ratio']:.3f}×, {s['pairs_measured']} pairs)"
+
+
+def rule_latency_noise() -> str:
+    sds = [k["summary"]["per_pair_sd"] for k in result(RULE_LATENCY)["kinds"].values()]
+    return f"{min(sds) * 100:.1f}–{max(sds) * 100:.1f} %"
+
+
+def rule_aa_total() -> str:
+    """A/A decisions on real replays, both studies: the uncapped runs and the quiet latency drives."""
+    runs = [result(n)["kinds"]["1.0"]["summary"] for n in (*RULE_REPLAYS, RULE_LATENCY)]
+    return (f"{sum(s['faster'] for s in runs)} of {sum(s['decisions'] for s in runs)} reported faster over "
+            f"{len(runs)} workloads")
+
+
 MEMORY_RECHECK = "memory_model-2026-11-29-0620.json"
 
 
@@ -693,6 +719,11 @@ FIGURES: list[Figure] = [
     *[Figure(f"margin-{which}", "iotune/model/host_memory.py (set from benchmarks/results/memory_model-*.json)",
              lambda which=which: margin_figure(which)) for which in ("first", "first-worst", "corrected", "corrected-worst")],
     Figure("rule-on-replays", " and ".join(f"benchmarks/results/{n}" for n in RULE_REPLAYS), rule_replays_line),
+    *[Figure(f"rule-latency-{name}", f"benchmarks/results/{RULE_LATENCY}", lambda kind=kind: rule_latency(kind))
+      for name, kind in (("aa", "1.0"), ("105", "1.05"), ("110", "1.1"), ("115", "1.15"))],
+    Figure("rule-latency-noise", f"benchmarks/results/{RULE_LATENCY}", rule_latency_noise),
+    Figure("rule-aa-total", " and ".join(f"benchmarks/results/{n}" for n in (*RULE_REPLAYS, RULE_LATENCY)),
+           rule_aa_total),
     Figure("rule-aa", f"benchmarks/results/{RULE}",
            lambda: f"{max(r['1.00']['faster'] for r in rule_rows())} of {rule_rows()[0]['1.00']['of']} at every "
                    f"noise level from {pct(rule_rows()[0]['core'])} to {pct(rule_rows()[-1]['core'])}"),
