@@ -547,10 +547,11 @@ def rule_aa_total() -> str:
 
 
 MEMORY_RECHECK = "memory_model-2026-11-29-0620.json"
+MEMORY_RECHECK_2 = "memory_model-2026-11-29-1149.json"     # on the margins set from every run before it
 
 
-def memory_recheck_line() -> str:
-    s = result(MEMORY_RECHECK)["summary"]
+def memory_recheck_line(name: str = MEMORY_RECHECK) -> str:
+    s = result(name)["summary"]
     c = s["reference_calibrated"]
     return (f"{s['runs']} runs: median |error| {s['median_abs_error'] * 100:.1f} %, worst under-prediction "
             f"{s['worst_under_prediction'] * 100:.1f} %, {len(s['exceeded_margin'])} runs over the "
@@ -716,6 +717,7 @@ def seed_chain_s() -> float:
 FIGURES: list[Figure] = [
     Figure("replay-rank-wide", f"benchmarks/results/{REPLAY_RANK}", replay_rank_line),
     Figure("memory-recheck", f"benchmarks/results/{MEMORY_RECHECK}", memory_recheck_line),
+    Figure("memory-recheck-2", f"benchmarks/results/{MEMORY_RECHECK_2}", lambda: memory_recheck_line(MEMORY_RECHECK_2)),
     *[Figure(f"margin-{which}", "iotune/model/host_memory.py (set from benchmarks/results/memory_model-*.json)",
              lambda which=which: margin_figure(which)) for which in ("first", "first-worst", "corrected", "corrected-worst")],
     Figure("rule-on-replays", " and ".join(f"benchmarks/results/{n}" for n in RULE_REPLAYS), rule_replays_line),

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from iotune.model.hook_events import read_memory
-from iotune.model.host_memory import HostContext, host_memory
+from iotune.model.host_memory import HostContext, article, host_memory
 from iotune.model.offload import JobShape, OffloadKnobs
 from iotune.sweep.offload.search import partitioned_in
 from iotune.sweep.user_job import UserJob, probe_shape, run_with_config
@@ -198,3 +198,10 @@ def test_ctrl_c_ends_the_search_with_130_and_the_journal_resumes(tmp_path: Path)
     assert "interrupted: every finished trial is in the journal; run the same command again to resume" in rest
     header = json.loads((tmp_path / "j" / "journal.jsonl").read_text().splitlines()[0])
     assert header["kind"] == "header" and header["env"]["mode"] == "offload"
+
+
+@pytest.mark.parametrize(("figure", "said"), [("8.0", "an"), ("11.1", "an"), ("18.4", "an"), ("80.2", "an"),
+                                              ("86.0", "an"), ("800.0", "an"), ("1.5", "a"), ("14.7", "a"),
+                                              ("46.7", "a"), ("110.0", "a"), ("180.5", "a"), ("0.8", "a")])
+def test_a_margin_takes_the_article_it_is_read_with(figure: str, said: str) -> None:
+    assert article(figure) == said

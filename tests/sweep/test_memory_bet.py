@@ -211,7 +211,7 @@ def test_the_smaller_margin_admits_a_peak_the_first_one_refuses() -> None:
     [why] = refusals(knobs, JobShape(NUMELS), budget)
     assert why.endswith(f"over {units.mib(budget.host_bytes or 0)} (MemAvailable) with a {FIT_MARGIN * 100:.3g} % margin")
     assert refusals(knobs, JobShape(NUMELS), replace(budget, margin=CALIBRATED_MARGIN)) == ()
-    assert CALIBRATED_MARGIN == 0.147 and FIT_MARGIN == 0.467
+    assert CALIBRATED_MARGIN == 0.147 and FIT_MARGIN == 0.48
 
 
 def test_the_margins_cover_every_measured_run() -> None:
@@ -231,10 +231,10 @@ def test_the_margins_cover_every_measured_run() -> None:
             offset = max(0, ran["measured_bytes"] - ran["predicted_bytes"])
             corrected_errors += [r["measured_bytes"] / (r["predicted_bytes"] + offset) - 1 for r in rows
                                  if r is not ran and (r["job"], r["dtype"]) == (ran["job"], ran["dtype"])]
-    assert (len(files), len(errors), len(corrected_errors)) == (3, 51, 102)
-    assert UNDER_PREDICTION == math.ceil(max(errors) * 1000) / 1000 == 0.447
+    assert (len(files), len(errors), len(corrected_errors)) == (4, 78, 156)
+    assert UNDER_PREDICTION == math.ceil(max(errors) * 1000) / 1000 == 0.46
     assert CALIBRATED_UNDER_PREDICTION == math.ceil(max(corrected_errors) * 1000) / 1000 == 0.127
-    assert (FIT_MARGIN, CALIBRATED_MARGIN) == (round(0.447 + MARGIN_HEADROOM, 4), round(0.127 + MARGIN_HEADROOM, 4))
+    assert (FIT_MARGIN, CALIBRATED_MARGIN) == (round(0.46 + MARGIN_HEADROOM, 4), round(0.127 + MARGIN_HEADROOM, 4))
 
 
 def test_your_configs_trial_corrects_the_trials_after_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
