@@ -53,6 +53,7 @@ import argparse
 import contextlib
 import dataclasses
 import datetime as dt
+import functools
 import json
 import math
 import os
@@ -93,13 +94,6 @@ def scaled(schedule: SwapSchedule, gain: float) -> SwapSchedule:
     return dataclasses.replace(schedule, groups=groups)
 
 
-def elsewhere(schedule: SwapSchedule, tag: str) -> SwapSchedule:
-    """`schedule` with its files under `tag`/: the same bytes in files of their own."""
-    groups = tuple(dataclasses.replace(g, ops=tuple(dataclasses.replace(op, path=f"{tag}/{op.path}") for op in g.ops))
-                   for g in schedule.groups)
-    return dataclasses.replace(schedule, groups=groups)
-
-
 def looks(ratios: list[float], rule: SequentialRule) -> dict[str, Any]:
     """The rule's decision as replay_pairs reaches it: a look after each batch of first_look pairs."""
     n = 0
@@ -109,6 +103,15 @@ def looks(ratios: list[float], rule: SequentialRule) -> dict[str, Any]:
         d = decide(ratios[:n], rule)
     return {"verdict": d.verdict, "pairs": d.pairs, "center": round(d.center, 5), "noisy": d.noisy,
             "spread": round(d.spread, 5), "measured": round(d.measured, 5)}
+
+
+def linked_directory(child: contextlib.ExitStack, paths: list[Path]) -> Path:
+    """A fresh directory for one replayer child on the first drive of `paths`, its s<k> linking a
+    fresh directory on drive k (schedule k's files go there); all removed when `child` closes."""
+    directory = temp_dir(child, ".rule-replay-", paths[0])
+    for k, path in enumerate(paths[1:], 1):
+        (directory / f"s{k}").symlink_to(temp_dir(child, ".rule-replay-", path))
+    return directory
 
 
 def gain_latency_us(latency_us: float, overhead_us: float, gain: float) -> float:
@@ -202,14 +205,8 @@ def main() -> int:
             aio = AioSettings()
             # every schedule in every child, so schedule k's files are the replayer's s<k> (distinct files each)
             if a.latency_ms is not None:
-                entries = [(base, aio)] + [(elsewhere(base, f"g{g:g}"), aio) for g in gains[1:]]
-
-                def place(child: contextlib.ExitStack) -> Path | None:
-                    """A fresh directory per child on the reference's drive, s<k> linking gain k's drive."""
-                    directory = temp_dir(child, ".rule-replay-", drives[1.0].path)
-                    for k, g in enumerate(gains[1:], 1):
-                        (directory / f"s{k}").symlink_to(temp_dir(child, ".rule-replay-", drives[g].path))
-                    return directory
+                entries = [(base, aio)] + [(base.under(f"g{g:g}/"), aio) for g in gains[1:]]
+                place = functools.partial(linked_directory, paths=[drives[g].path for g in gains])
             else:
                 entries = [(base, aio)] + [(scaled(base, g), aio) for g in gains[1:]]
             index = {g: k for k, g in enumerate(gains)}

@@ -524,8 +524,8 @@ RULE_LATENCY = "rule_on_replays-tiny-latency40ms-c0-2026-11-29-1106.json"
 
 
 def rule_latency(kind: str) -> str:
-    """One kind of the quiet workload's decisions (benchmarks/rule_on_replays.py --latency-ms): "faster" count,
-    the true ratio, the per-pair noise; `noisy` for A/A."""
+    """One kind of the quiet workload's decisions (benchmarks/rule_on_replays.py --latency-ms): the "faster"
+    count, then the other verdicts for A/A, else the true ratio and the pairs it is taken over."""
     s = result(RULE_LATENCY)["kinds"][kind]["summary"]
     said = f"{s['faster']} of {s['decisions']}"
     if kind == "1.0":

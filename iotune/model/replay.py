@@ -171,6 +171,11 @@ class SwapSchedule:
                        for g in self.groups)
         return replace(self, groups=groups, tail_s=0.0)
 
+    def under(self, prefix: str) -> SwapSchedule:
+        """The same I/O with every file's path under `prefix` (e.g. "s1/"): in a directory of its own."""
+        groups = tuple(replace(g, ops=tuple(replace(op, path=prefix + op.path) for op in g.ops)) for g in self.groups)
+        return replace(self, groups=groups)
+
     def for_intra_op_parallelism(self, threads: int) -> SwapSchedule:
         """The schedule as DeepSpeed would swap it at `threads` (intra_op_parallelism): it pads every
         tensor to AIO_ALIGNED_BYTES x threads, so each op is rounded up to that (exactly DeepSpeed's

@@ -48,7 +48,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -136,7 +136,7 @@ def _plan_args(a: argparse.Namespace) -> ReplayArgs:
     entries, order = _read(a.plan, load)
     if not entries or not order or any(not 0 <= i < len(entries) for i in order):
         raise ReplayFailure("usage", f"the plan {a.plan} needs schedules and an order of their indices")
-    entries = [(_under(s if not a.no_compute else s.without_compute(), prefix), aio)
+    entries = [((s if not a.no_compute else s.without_compute()).under(prefix), aio)
                for prefix, (s, aio) in zip(_prefixes([s for s, _ in entries]), entries)]
     (first, aio), *others = entries
     return ReplayArgs(first, Path(a.dir), aio, len(order), not a.no_compute, tuple(others), order)
@@ -149,12 +149,6 @@ def _prefixes(schedules: list[SwapSchedule]) -> list[str]:
     depend only on the path and offset."""
     seen: dict[frozenset[tuple[str, int]], str] = {}
     return [seen.setdefault(frozenset(s.files().items()), f"s{len(seen)}/") for s in schedules]
-
-
-def _under(schedule: SwapSchedule, prefix: str) -> SwapSchedule:
-    """`schedule` with its files under `prefix` (each schedule of a plan in a directory of its own)."""
-    groups = tuple(replace(g, ops=tuple(replace(op, path=prefix + op.path) for op in g.ops)) for g in schedule.groups)
-    return replace(schedule, groups=groups)
 
 
 def check_args(args: ReplayArgs) -> None:
