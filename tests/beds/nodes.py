@@ -153,10 +153,23 @@ def node_bed(caps_bytes_per_s: Sequence[int], shared_path: Path = SHARED_PATH, s
 INHERITED = ("TORCH_EXTENSIONS_DIR",)
 
 
+# A node's sessions do not read the host's shell rc files. bash reads
+# ~/.bashrc in an ssh session only as a top-level shell (SHLVL below 2 once
+# it has counted itself), and here ~ is the host's own home: its rc is
+# whatever the machine's user put there, run once per session, shared with
+# the host, and killed with the node at teardown. pyenv's `pyenv init -` is
+# one such rc: a rehash killed mid-way leaves its lock file, and every shell
+# that reads the rc afterwards (the host's own included) waits 60 s for it.
+SESSION_ENV = {"SHLVL": "1"}
+
+
 def _session_env(environ: Mapping[str, str]) -> str:
-    """The sshd_config line setting the inherited variables that are set here."""
-    pairs = [f'"{name}={environ[name]}"' for name in INHERITED if environ.get(name)]
-    return f"SetEnv {' '.join(pairs)}\n" if pairs else ""
+    """The sshd_config line setting a session's variables: the bed's own,
+    then the inherited ones that are set here (sshd reads only the first
+    SetEnv line, so all go on one)."""
+    pairs = [f'"{name}={value}"' for name, value in SESSION_ENV.items()]
+    pairs += [f'"{name}={environ[name]}"' for name in INHERITED if environ.get(name)]
+    return f"SetEnv {' '.join(pairs)}\n"
 
 
 def _which(tool: str) -> str | None:

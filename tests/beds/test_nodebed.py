@@ -106,6 +106,16 @@ def test_two_beds_at_once_share_the_path_without_breaking_each_other(tmp_path: P
     assert shared.is_dir() and not any(shared.iterdir())
 
 
+def test_a_session_does_not_read_the_hosts_shell_rc(tmp_path: Path) -> None:
+    """bash reads ~/.bashrc in an ssh session only as a top-level shell
+    (level 1). The bed's sessions start at level 2, so the host's rc (here
+    pyenv's rehash, whose lock a session killed at teardown once left behind,
+    stalling every later shell 60 s) never runs on a node."""
+    with node_bed([0], shared_path=tmp_path / "shared", size_bytes=64 << 20, first_address=45) as bed:
+        r = ssh(bed, bed.hosts[0], "echo", "$SHLVL")
+        assert (r.returncode, r.stdout) == (0, "2\n"), r.stderr
+
+
 def test_a_node_shares_the_callers_cache_of_built_ops(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """sshd gives each session a clean environment; the bed hands its
     sessions the caller's TORCH_EXTENSIONS_DIR, so DeepSpeed on a node loads
