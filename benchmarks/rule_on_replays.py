@@ -34,13 +34,14 @@ whose cap is known (`bandwidth-only`: 200 MB/s, iotune/volumes/beds.py).
   the long run as above. The replayer lays each schedule's files in their
   own directory; the candidates' are links to their drives.
 
-Each decision is up to max_pairs (6) ABBA pairs of the default rule
-(iotune.sweep.sequential.SequentialRule), looked at as the search looks
-(iotune.sweep.replay_pairs: after 3 pairs, then 6), so its verdict is the
-one it reaches pair by pair. --per-child decisions share a replayer child
+Each decision is up to --max-pairs ABBA pairs (default: the sweeps' cap on
+replay pairs, iotune.sweep.sequential.REPLAY_MAX_PAIRS, 12; the runs before
+it used 6) of the default rule (iotune.sweep.sequential.SequentialRule),
+looked at as the search looks (iotune.sweep.replay_pairs: after 3 pairs,
+then every 3 more), so its verdict is the one it reaches pair by pair. --per-child decisions share a replayer child
 per look (its start, about 3 s, is not what is measured): the first child
 runs every decision's first look, the next one the next look of those still
-undecided (with --all-pairs, every decision runs all 6 pairs in one child,
+undecided (with --all-pairs, every decision runs all its pairs in one child,
 as the first runs did). Reported per kind: "faster"
 count, "slower", "within noise", "undecided", pairs used, the noisy flag,
 and the measured per-pair spread (sd of ln ratio); the machine and its CPU
@@ -78,7 +79,7 @@ from iotune.sweep.aio.steps_executor import StepsExecutor  # noqa: E402
 from iotune.sweep.executor import Target  # noqa: E402
 from iotune.sweep.replay import run_replay_plan  # noqa: E402
 from iotune.sweep.replay_pairs import pair_orders  # noqa: E402
-from iotune.sweep.sequential import SequentialRule, decide  # noqa: E402
+from iotune.sweep.sequential import REPLAY_MAX_PAIRS, SequentialRule, decide  # noqa: E402
 from iotune.volumes.beds import running_bed  # noqa: E402
 from iotune.volumes.emulated import emulated_drive  # noqa: E402
 
@@ -147,6 +148,8 @@ def main() -> int:
     ap.add_argument("--aa", type=int, default=60, help="A/A decisions")
     ap.add_argument("--gain", type=int, default=30, help="decisions per known gain")
     ap.add_argument("--gains", default="1.05,1.10,1.15")
+    ap.add_argument("--max-pairs", type=int, default=REPLAY_MAX_PAIRS,
+                    help=f"pairs per decision, at most (default {REPLAY_MAX_PAIRS}: the sweeps' replay cap)")
     ap.add_argument("--per-child", type=int, default=10, help="decisions per replayer child")
     ap.add_argument("--all-pairs", action="store_true",
                     help="run all max_pairs pairs of every decision in one child (the looks are the same)")
@@ -155,7 +158,7 @@ def main() -> int:
     a = ap.parse_args()
     if a.latency_ms is not None and a.path is not None:
         ap.error("--latency-ms brings its own drives: leave out --path")
-    rule = SequentialRule()
+    rule = SequentialRule(max_pairs=a.max_pairs)
     gains = [1.0] + [float(g) for g in a.gains.split(",") if g]
     counts = {1.0: a.aa, **{g: a.gain for g in gains[1:]}}
     stamp = dt.datetime.now().strftime("%Y-%m-%d-%H%M")

@@ -5,6 +5,7 @@ the counts the project's targets are stated in (docs/benchmarks.md).
 Pure computation, no root, a few seconds on one core:
 
     python benchmarks/sequential_rule.py            # the tables, then the JSON in benchmarks/results/
+    python benchmarks/sequential_rule.py --max-pairs 12   # the cap on replay pairs (sequential.REPLAY_MAX_PAIRS)
 
 Per noise model (sd of ln ratio per pair; normal, or a mix with outliers, or
 with a first-in-pair advantage that the rule's alternating order cancels):
@@ -105,9 +106,11 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--max-pairs", type=int, default=SequentialRule().max_pairs,
+                   help="the rule's cap on pairs (default: the real steps' 6; the replays' is 12)")
     p.add_argument("--out", type=Path, default=None)
     a = p.parse_args()
-    rule = SequentialRule()
+    rule = SequentialRule(max_pairs=a.max_pairs)
     rows = [row(m, rule) for m in MODELS]
     far = {f"{100 * core:g} %": {f"{g:.2f}": unbounded(core, g) for g in (1.10, 1.15)}
            for core in (0.02, 0.05, 0.10, 0.15)}
@@ -117,7 +120,8 @@ def main() -> None:
     for noise, gains in far.items():
         print(f"  {noise:>6}: " + "; ".join(f"{g}x {pct(v['found'])}, {v['median_pairs']:.0f}, {v['p90_pairs']}"
                                           for g, v in gains.items()))
-    out = a.out or ROOT / "benchmarks" / "results" / f"sequential_rule-{dt.date.today()}.json"
+    cap = "" if a.max_pairs == SequentialRule().max_pairs else f"-{a.max_pairs}pairs"
+    out = a.out or ROOT / "benchmarks" / "results" / f"sequential_rule{cap}-{dt.date.today()}.json"
     out.write_text(json.dumps({"rule": dataclasses.asdict(rule), "targets": TARGETS, "rows": rows,
                                "no_cap": far, "seeds": [COUNT_SEED, RATE_SEED]}, indent=1) + "\n")
     print(f"\nresults in {out}", file=sys.stderr)

@@ -521,12 +521,13 @@ def rule_replays_line() -> str:
 
 
 RULE_LATENCY = "rule_on_replays-tiny-latency40ms-c0-2026-11-29-1106.json"
+RULE_LATENCY_12 = "rule_on_replays-tiny-latency40ms-c0-2026-11-29-1449.json"   # replays' cap at 12 pairs
 
 
-def rule_latency(kind: str) -> str:
+def rule_latency(kind: str, name: str = RULE_LATENCY) -> str:
     """One kind of the quiet workload's decisions (benchmarks/rule_on_replays.py --latency-ms): the "faster"
     count, then the other verdicts for A/A, else the true ratio and the pairs it is taken over."""
-    s = result(RULE_LATENCY)["kinds"][kind]["summary"]
+    s = result(name)["kinds"][kind]["summary"]
     said = f"{s['faster']} of {s['decisions']}"
     if kind == "1.0":
         return (f"{said} reported faster ({s['slower']} slower, {s['within noise']} within noise, "
@@ -534,9 +535,26 @@ def rule_latency(kind: str) -> str:
     return f"{said} (true ratio {s['true_ratio']:.3f}×, {s['pairs_measured']} pairs)"
 
 
-def rule_latency_noise() -> str:
-    sds = [k["summary"]["per_pair_sd"] for k in result(RULE_LATENCY)["kinds"].values()]
+def rule_latency_noise(name: str = RULE_LATENCY) -> str:
+    sds = [k["summary"]["per_pair_sd"] for k in result(name)["kinds"].values()]
     return f"{min(sds) * 100:.1f}–{max(sds) * 100:.1f} %"
+
+
+def rule_latency12_cap6() -> str:
+    """The 12-pair run's 1.10x decisions looked at again with the old cap of 6: the first 6 of
+    the same pairs, the looks as replay_pairs makes them."""
+    from iotune.sweep.sequential import SequentialRule, decide
+    kind = result(RULE_LATENCY_12)["kinds"]["1.1"]
+    ratios, found, at = kind["pair_ratios"], 0, 0
+    for d in kind["decisions"]:
+        mine, at = ratios[at:at + d["pairs"]], at + d["pairs"]
+        rule, n = SequentialRule(max_pairs=6), 0
+        said = decide([], rule)
+        while n < rule.max_pairs and not said.decided:
+            n = min(n + rule.first_look, rule.max_pairs)
+            said = decide(mine[:n], rule)
+        found += said.verdict == "faster"
+    return f"{found} of {len(kind['decisions'])}"
 
 
 def rule_aa_total() -> str:
@@ -724,6 +742,12 @@ FIGURES: list[Figure] = [
     *[Figure(f"rule-latency-{name}", f"benchmarks/results/{RULE_LATENCY}", lambda kind=kind: rule_latency(kind))
       for name, kind in (("aa", "1.0"), ("105", "1.05"), ("110", "1.1"), ("115", "1.15"))],
     Figure("rule-latency-noise", f"benchmarks/results/{RULE_LATENCY}", rule_latency_noise),
+    *[Figure(f"rule-latency12-{name}", f"benchmarks/results/{RULE_LATENCY_12}",
+             lambda kind=kind: rule_latency(kind, RULE_LATENCY_12))
+      for name, kind in (("aa", "1.0"), ("105", "1.05"), ("110", "1.1"))],
+    Figure("rule-latency12-noise", f"benchmarks/results/{RULE_LATENCY_12}",
+           lambda: rule_latency_noise(RULE_LATENCY_12)),
+    Figure("rule-latency12-cap6", f"benchmarks/results/{RULE_LATENCY_12}", rule_latency12_cap6),
     Figure("rule-aa-total", " and ".join(f"benchmarks/results/{n}" for n in (*RULE_REPLAYS, RULE_LATENCY)),
            rule_aa_total),
     Figure("rule-aa", f"benchmarks/results/{RULE}",

@@ -36,12 +36,11 @@ from ..executor import Target
 from ..journal import Journal
 from ..replay import ReplayError
 from ..replay_pairs import replay_batch, replay_pairs
-from ..sequential import SequentialRule
+from ..sequential import REPLAY_MAX_PAIRS, SequentialRule
 from .budget import SearchClock
 from .confirm import describe_decision
 from .runner import RunResult, Runner, TrialPlan
 
-REPLAY_MAX_PAIRS = 6          # replay pairs per candidate (the first look, then more while undecided)
 FIDELITY_ORDER = (0, 1, 1, 0)  # the traced step's schedule (0) and your config's derived one (1)
 SETTLE_S = 0.5                # the replayer idles this long before each replay (iotune.sweep.replayer)
 FIDELITY = "fidelity"         # the journal key of the fidelity replays
