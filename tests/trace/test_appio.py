@@ -232,7 +232,10 @@ def test_in_flight_depth_is_what_the_job_really_keeps_in_flight(fusebed: Path) -
     """On the FUSE bed every request takes at least 200 µs, so a job fills
     its queue: libaio at iodepth 5 keeps 5 in flight. fio's io_uring engine
     rounds iodepth up to a power of two (its ring size), so iodepth 5 keeps
-    8 in flight and iodepth 4 keeps 4: the probe shows the 8, not the 5."""
+    up to 8 in flight and iodepth 4 keeps 4: the probe shows more than the
+    5 asked for. Not always all 8 at one instant: io_uring hands the writes
+    to its kernel workers, which start them a little apart, and in about
+    one run in five the most seen together was 7."""
     lay_out(fusebed)
     got = {}
     for engine, name, depth in (("libaio", "aio", 5), ("io_uring", "uring", 5), ("io_uring", "uring", 4)):
@@ -241,7 +244,9 @@ def test_in_flight_depth_is_what_the_job_really_keeps_in_flight(fusebed: Path) -
         [fs] = [fs for fs in run.app.filesystems if fs.op == "write"]
         assert sum(fs.depth.values()) == 60
         got[(engine, depth)] = max(fs.depth)
-    assert got == {("libaio", 5): 5, ("io_uring", 5): 8, ("io_uring", 4): 4}
+    uring5 = got.pop(("io_uring", 5))
+    assert got == {("libaio", 5): 5, ("io_uring", 4): 4}
+    assert 5 < uring5 <= 8, uring5
 
 
 @needs_tracing
