@@ -79,7 +79,7 @@ from iotune.sweep.aio.steps_executor import StepsExecutor  # noqa: E402
 from iotune.sweep.executor import Target  # noqa: E402
 from iotune.sweep.replay import run_replay_plan  # noqa: E402
 from iotune.sweep.replay_pairs import pair_orders  # noqa: E402
-from iotune.sweep.sequential import REPLAY_MAX_PAIRS, SequentialRule, decide  # noqa: E402
+from iotune.sweep.sequential import REPLAY_MAX_PAIRS, SequentialRule, decide, decide_by_looks  # noqa: E402
 from iotune.volumes.beds import running_bed  # noqa: E402
 from iotune.volumes.emulated import emulated_drive  # noqa: E402
 
@@ -97,11 +97,7 @@ def scaled(schedule: SwapSchedule, gain: float) -> SwapSchedule:
 
 def looks(ratios: list[float], rule: SequentialRule) -> dict[str, Any]:
     """The rule's decision as replay_pairs reaches it: a look after each batch of first_look pairs."""
-    n = 0
-    d = decide([], rule)
-    while n < rule.max_pairs and not d.decided:
-        n = min(n + rule.first_look, rule.max_pairs)
-        d = decide(ratios[:n], rule)
+    d = decide_by_looks(ratios, rule)
     return {"verdict": d.verdict, "pairs": d.pairs, "center": round(d.center, 5), "noisy": d.noisy,
             "spread": round(d.spread, 5), "measured": round(d.measured, 5)}
 

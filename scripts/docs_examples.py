@@ -543,17 +543,12 @@ def rule_latency_noise(name: str = RULE_LATENCY) -> str:
 def rule_latency12_cap6() -> str:
     """The 12-pair run's 1.10x decisions looked at again with the old cap of 6: the first 6 of
     the same pairs, the looks as replay_pairs makes them."""
-    from iotune.sweep.sequential import SequentialRule, decide
+    from iotune.sweep.sequential import SequentialRule, decide_by_looks
     kind = result(RULE_LATENCY_12)["kinds"]["1.1"]
     ratios, found, at = kind["pair_ratios"], 0, 0
     for d in kind["decisions"]:
         mine, at = ratios[at:at + d["pairs"]], at + d["pairs"]
-        rule, n = SequentialRule(max_pairs=6), 0
-        said = decide([], rule)
-        while n < rule.max_pairs and not said.decided:
-            n = min(n + rule.first_look, rule.max_pairs)
-            said = decide(mine[:n], rule)
-        found += said.verdict == "faster"
+        found += decide_by_looks(mine, SequentialRule(max_pairs=6)).verdict == "faster"
     return f"{found} of {len(kind['decisions'])}"
 
 

@@ -110,8 +110,9 @@ VERDICTS = ("faster", "slower", "within noise", "undecided")
 # steps' 6: a replay has no compute and takes seconds where a 1B step takes
 # minutes, so pairs are cheap, and at the 2 % per pair measured on replays
 # 6 pairs find 1.10x 72 % of the time (simulated; 30 of 50 measured at
-# 2.1 %), 12 pairs 99.9 % (simulated; 50 of 50 measured at 1.4 %). A comparison that decides early stops early; a
-# gain at the floor runs all 12 and ends undecided.
+# 2.1 %), 12 pairs 99.9 % (simulated; 50 of 50 measured at 1.4 %). A
+# comparison that decides early stops early; a gain at the floor runs all
+# 12 and ends undecided.
 REPLAY_MAX_PAIRS = 12
 PAIR_ORDERS = ("candidate-first", "reference-first")
 _NORMAL = statistics.NormalDist()
@@ -294,6 +295,18 @@ def decide(ratios: Sequence[float], rule: SequentialRule = SequentialRule(), kno
     lower, upper = (math.exp(m - h), math.exp(m + h)) if math.isfinite(h) else (0.0, math.inf)
     return PairDecision(said, len(x), math.exp(m), lower, upper, s, rule.min_spread, rule.noise_floor,
                         rule.max_pairs, rule.alpha, known_spread, more, rule.resolvable(known_spread > 0))
+
+
+def decide_by_looks(ratios: Sequence[float], rule: SequentialRule) -> PairDecision:
+    """The verdict `ratios` reach looked at as the replay pairs are run
+    (iotune.sweep.replay_pairs): after rule.first_look pairs, then that many
+    more at a time, until it decides or max_pairs (later ratios unused)."""
+    n = 0
+    d = decide([], rule)
+    while n < rule.max_pairs and not d.decided:
+        n = min(n + rule.first_look, rule.max_pairs)
+        d = decide(ratios[:n], rule)
+    return d
 
 
 def more_pairs(x: Sequence[float], rule: SequentialRule, known: float = 0.0) -> int:

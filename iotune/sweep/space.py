@@ -41,9 +41,10 @@ class RunSettings:
     confirm_pairs: int = 6            # at most this many alternating (candidate, defaults) pairs per candidate on
                                       # steps; the confirmation rule (sequential.py) stops a candidate once it decides
     noise_floor: float = 0.05         # steps: the smallest gain worth reporting (the rule's bound must clear it)
-    replay_pairs: int = REPLAY_MAX_PAIRS   # at most this many alternating (candidate, defaults) pairs per candidate on the
-                                      # replay of the job's own swap I/O, which ranks the finalists so that only its
-                                      # pick runs real steps (0: no replay, every finalist runs real steps)
+    replay_pairs: int = REPLAY_MAX_PAIRS   # at most this many alternating (candidate, defaults) pairs per
+                                      # candidate on the replay of the job's own swap I/O, which ranks the
+                                      # finalists so that only its pick runs real steps (0: no replay, every
+                                      # finalist runs real steps)
     runtime_s: float = 0.0            # fio: time-based trials of this length per direction (0: size-based)
     ramp_s: float = 0.0               # fio: excluded from the start of each direction
     steps_timeout_s: float = TRIAL_TIMEOUT_S   # wall-clock limit of one training-step trial

@@ -26,8 +26,8 @@ from iotune.sweep import sequential
 from iotune.sweep.aio.confirm import confirm_on_steps
 from iotune.sweep.executor import Target
 from iotune.sweep.journal import Journal
-from iotune.sweep.sequential import (SequentialRule, candidate_first, decide, interval, pair_order, simulate,
-                                     t_quantile)
+from iotune.sweep.sequential import (SequentialRule, candidate_first, decide, decide_by_looks, interval, pair_order,
+                                     simulate, t_quantile)
 from iotune.sweep.space import RunSettings
 
 RULE = SequentialRule()                       # floor 5 %, at most 6 pairs, alpha 0.05, at least 1 % per pair
@@ -66,6 +66,17 @@ def test_a_clear_gain_is_faster_at_the_first_look_with_the_interval_of_the_formu
     h = half_width_at_3(0.01)                                           # s = 0.77 %: the 1 % floor applies
     assert (d.lower, d.upper) == (pytest.approx(math.exp(m - h)), pytest.approx(math.exp(m + h)))
     assert d.lower > 1.05 and d.more_pairs_needed == 0 and not d.noisy and not d.equal
+
+
+def test_looks_come_every_first_look_pairs_up_to_the_cap() -> None:
+    """As the replay pairs run: a clear gain is decided at the first look (3),
+    the later ratios unused; one at the floor is looked at after 3 and 6 and
+    stays undecided at a cap of 6 however many ratios are given."""
+    clear = decide_by_looks([1.30, 1.31, 1.29, 0.5, 0.5, 0.5], RULE)
+    assert (clear.verdict, clear.pairs) == ("faster", 3)
+    floor = decide_by_looks([1.05, 1.06, 1.04] * 4, RULE)
+    assert (floor.verdict, floor.pairs) == ("undecided", 6)
+    assert floor == decide([1.05, 1.06, 1.04] * 2, RULE)
 
 
 def test_a_clear_slowdown_and_clearly_no_gain_are_decided() -> None:
