@@ -540,16 +540,32 @@ def rule_latency_noise(name: str = RULE_LATENCY) -> str:
     return f"{min(sds) * 100:.1f}–{max(sds) * 100:.1f} %"
 
 
-def rule_latency12_cap6() -> str:
-    """The 12-pair run's 1.10x decisions looked at again with the old cap of 6: the first 6 of
+def rule_latency12_cap6(name: str = RULE_LATENCY_12) -> str:
+    """A 12-pair run's 1.10x decisions looked at again with the old cap of 6: the first 6 of
     the same pairs, the looks as replay_pairs makes them."""
     from iotune.sweep.sequential import SequentialRule, decide_by_looks
-    kind = result(RULE_LATENCY_12)["kinds"]["1.1"]
+    kind = result(name)["kinds"]["1.1"]
     ratios, found, at = kind["pair_ratios"], 0, 0
     for d in kind["decisions"]:
         mine, at = ratios[at:at + d["pairs"]], at + d["pairs"]
         found += decide_by_looks(mine, SequentialRule(max_pairs=6)).verdict == "faster"
     return f"{found} of {len(kind['decisions'])}"
+
+
+# the same quiet workload's 1.10x with 12 pairs, with 1 and 3 busy processes beside the replays
+RULE_CONTEND = ("rule_on_replays-tiny-latency40ms-c1-2026-11-29-1916.json",
+                "rule_on_replays-tiny-latency40ms-c3-2026-11-29-1929.json")
+
+
+def rule_contend(name: str) -> str:
+    """One contended run's 1.10x: found with 12 pairs and with the first 6 of the same pairs, the
+    per-pair noise, the true ratio, the pairs used, the run's wall time."""
+    d = result(name)
+    s = d["kinds"]["1.1"]["summary"]
+    return (f"{s['faster']} of {s['decisions']} found (with the first 6 of the same pairs: "
+            f"{rule_latency12_cap6(name)}); per-pair noise {s['per_pair_sd'] * 100:.1f} %, true ratio "
+            f"{s['true_ratio']:.3f}×, median {s['pairs_median']:g} pairs (at most {s['pairs_max']}); "
+            f"{d['wall_s']:,.0f} s")
 
 
 def rule_aa_total() -> str:
@@ -743,6 +759,8 @@ FIGURES: list[Figure] = [
     Figure("rule-latency12-noise", f"benchmarks/results/{RULE_LATENCY_12}",
            lambda: rule_latency_noise(RULE_LATENCY_12)),
     Figure("rule-latency12-cap6", f"benchmarks/results/{RULE_LATENCY_12}", rule_latency12_cap6),
+    *[Figure(f"rule-contend-c{k}", f"benchmarks/results/{name}", lambda name=name: rule_contend(name))
+      for k, name in zip((1, 3), RULE_CONTEND)],
     Figure("rule-aa-total", " and ".join(f"benchmarks/results/{n}" for n in (*RULE_REPLAYS, RULE_LATENCY)),
            rule_aa_total),
     Figure("rule-aa", f"benchmarks/results/{RULE}",

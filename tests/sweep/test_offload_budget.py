@@ -23,7 +23,8 @@ from iotune.model.units import duration, parse_duration
 from iotune.render.base import RenderOptions
 from iotune.render.offload import offload_console, offload_json
 from iotune.sweep.journal import Journal
-from iotune.sweep.offload.budget import DEFAULT_BUDGET_TRIALS, SearchClock, clock_for
+from iotune.sweep.offload.budget import (DEFAULT_BUDGET_CAP_S, DEFAULT_BUDGET_TRIALS, FLOOR_TRIALS, SearchClock,
+                                         clock_for)
 from iotune.sweep.offload.confirm import confirm_pairs
 from iotune.sweep.offload.search import _outcome, knob_changes
 from iotune.sweep.offload.stages import Staged, pick, run_real
@@ -88,6 +89,15 @@ def test_the_default_budget_is_trials_of_the_job_and_the_clock_says_what_did_not
     clock.default_from(40.0)
     assert clock.budget_s == DEFAULT_BUDGET_TRIALS * 40.0 == 960.0
     assert clock.source == "the default: 24 x the reference trial's 40 s"
+    one_b = clock_for(None)            # a 1B trial here: 24 of them would be 100 min; the default ends within the hour
+    one_b.default_from(250.0)
+    assert one_b.budget_s == DEFAULT_BUDGET_CAP_S == 3600.0
+    assert one_b.source == "the default: 24 x the reference trial's 4.2 min (100.0 min), capped at 60.0 min"
+    huge = clock_for(None)             # trials so long that the hour holds fewer than the rule needs: it gets those
+    huge.default_from(900.0)
+    assert huge.budget_s == FLOOR_TRIALS * 900.0 == 6300.0
+    assert huge.source == ("the default: 24 x the reference trial's 15.0 min (6.0 h), capped at 105.0 min "
+                           "(7 trials: the reference and the 3 pairs the rule needs)")
     given = clock_for(2700.0)
     given.default_from(40.0)
     assert given.budget_s == 2700.0 and given.source == "--budget 45.0 min"

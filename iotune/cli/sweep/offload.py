@@ -59,7 +59,7 @@ def search_options(fn: F) -> F:
                      help="The most this run of the search may take, e.g. 45m, 2h or 1h30m (s, m, h). Before it "
                           "starts it prints its plan fitted to the budget (fewer trials or pairs when it must) and, "
                           "when the budget stops it, what it could not decide. Default: 24 trials of your job, "
-                          "timed on the reference trial."),
+                          "timed on the reference trial, at most an hour (at least the reference and 3 pairs)."),
     )(fn)
 
 

@@ -1,9 +1,14 @@
 """The offload search's time budget (`--budget`): what this invocation may
 spend, counted from its start, and what it could not decide when something
 did not fit. Without --budget the default is DEFAULT_BUDGET_TRIALS trials of
-the job as the reference trial measured them: room for --max-trials' 12
-real-step candidates and --max-pairs' 6 pairs at their defaults, the replays
-counted against it at their own measured cost. Trials and replays the
+the job as the reference trial measured them (room for --max-trials' 12
+real-step candidates and --max-pairs' 6 pairs at their defaults), but no more
+than DEFAULT_BUDGET_CAP_S: a search with the defaults ends within the hour
+(at 1B on a 2-vCPU machine a trial takes about 4 minutes, so 24 of them
+would be 100 minutes). A job whose trials are so long that the hour holds
+fewer than FLOOR_TRIALS gets those: the reference and the 3 pairs the
+confirmation rule needs before it can decide anything. The replays count
+against the budget at their own measured cost; trials and replays the
 journal already holds cost nothing."""
 
 from __future__ import annotations
@@ -12,8 +17,11 @@ import time
 from dataclasses import dataclass, field
 
 from ...model import units
+from ..sequential import SequentialRule
 
 DEFAULT_BUDGET_TRIALS = 24
+DEFAULT_BUDGET_CAP_S = 3600.0
+FLOOR_TRIALS = 1 + 2 * SequentialRule().min_pairs      # the reference trial and the rule's first 3 pairs: 7
 
 
 @dataclass
@@ -40,10 +48,18 @@ class SearchClock:
         return ok
 
     def default_from(self, trial_s: float) -> None:
-        """Without --budget: DEFAULT_BUDGET_TRIALS x a trial's wall time."""
-        if self.budget_s is None:
-            self.budget_s = DEFAULT_BUDGET_TRIALS * trial_s
-            self.source = f"the default: {DEFAULT_BUDGET_TRIALS} x the reference trial's {units.duration(trial_s)}"
+        """Without --budget: DEFAULT_BUDGET_TRIALS x a trial's wall time, at most
+        DEFAULT_BUDGET_CAP_S (or FLOOR_TRIALS x it, if that is more)."""
+        if self.budget_s is not None:
+            return
+        whole = DEFAULT_BUDGET_TRIALS * trial_s
+        cap = max(DEFAULT_BUDGET_CAP_S, FLOOR_TRIALS * trial_s)
+        self.budget_s = min(whole, cap)
+        self.source = f"the default: {DEFAULT_BUDGET_TRIALS} x the reference trial's {units.duration(trial_s)}"
+        if whole > cap:
+            self.source += (f" ({units.duration(whole)}), capped at {units.duration(cap)}" +
+                            ("" if cap == DEFAULT_BUDGET_CAP_S else
+                             f" ({FLOOR_TRIALS} trials: the reference and the 3 pairs the rule needs)"))
 
 
 def clock_for(budget_s: float | None) -> SearchClock:
