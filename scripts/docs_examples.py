@@ -540,7 +540,7 @@ def rule_latency_noise(name: str = RULE_LATENCY) -> str:
     return f"{min(sds) * 100:.1f}–{max(sds) * 100:.1f} %"
 
 
-def rule_latency12_cap6(name: str = RULE_LATENCY_12) -> str:
+def found_with_cap6(name: str) -> str:
     """A 12-pair run's 1.10x decisions looked at again with the old cap of 6: the first 6 of
     the same pairs, the looks as replay_pairs makes them."""
     from iotune.sweep.sequential import SequentialRule, decide_by_looks
@@ -563,7 +563,7 @@ def rule_contend(name: str) -> str:
     d = result(name)
     s = d["kinds"]["1.1"]["summary"]
     return (f"{s['faster']} of {s['decisions']} found (with the first 6 of the same pairs: "
-            f"{rule_latency12_cap6(name)}); per-pair noise {s['per_pair_sd'] * 100:.1f} %, true ratio "
+            f"{found_with_cap6(name)}); per-pair noise {s['per_pair_sd'] * 100:.1f} %, true ratio "
             f"{s['true_ratio']:.3f}×, median {s['pairs_median']:g} pairs (at most {s['pairs_max']}); "
             f"{d['wall_s']:,.0f} s")
 
@@ -758,7 +758,7 @@ FIGURES: list[Figure] = [
       for name, kind in (("aa", "1.0"), ("105", "1.05"), ("110", "1.1"))],
     Figure("rule-latency12-noise", f"benchmarks/results/{RULE_LATENCY_12}",
            lambda: rule_latency_noise(RULE_LATENCY_12)),
-    Figure("rule-latency12-cap6", f"benchmarks/results/{RULE_LATENCY_12}", rule_latency12_cap6),
+    Figure("rule-latency12-cap6", f"benchmarks/results/{RULE_LATENCY_12}", lambda: found_with_cap6(RULE_LATENCY_12)),
     *[Figure(f"rule-contend-c{k}", f"benchmarks/results/{name}", lambda name=name: rule_contend(name))
       for k, name in zip((1, 3), RULE_CONTEND)],
     Figure("rule-aa-total", " and ".join(f"benchmarks/results/{n}" for n in (*RULE_REPLAYS, RULE_LATENCY)),

@@ -52,14 +52,14 @@ class SearchClock:
         DEFAULT_BUDGET_CAP_S (or FLOOR_TRIALS x it, if that is more)."""
         if self.budget_s is not None:
             return
-        whole = DEFAULT_BUDGET_TRIALS * trial_s
-        cap = max(DEFAULT_BUDGET_CAP_S, FLOOR_TRIALS * trial_s)
+        whole, floor = DEFAULT_BUDGET_TRIALS * trial_s, FLOOR_TRIALS * trial_s
+        cap = max(DEFAULT_BUDGET_CAP_S, floor)
         self.budget_s = min(whole, cap)
         self.source = f"the default: {DEFAULT_BUDGET_TRIALS} x the reference trial's {units.duration(trial_s)}"
         if whole > cap:
-            self.source += (f" ({units.duration(whole)}), capped at {units.duration(cap)}" +
-                            ("" if cap == DEFAULT_BUDGET_CAP_S else
-                             f" ({FLOOR_TRIALS} trials: the reference and the 3 pairs the rule needs)"))
+            why = (f" ({FLOOR_TRIALS} trials: the reference and the {SequentialRule().min_pairs} pairs the rule "
+                   f"needs)" if floor > DEFAULT_BUDGET_CAP_S else "")
+            self.source += f" ({units.duration(whole)}), capped at {units.duration(cap)}{why}"
 
 
 def clock_for(budget_s: float | None) -> SearchClock:
