@@ -22,11 +22,11 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .budget_fit import FIRST_LOOK_PAIRS, PlanJson, parts_that_fit
 from .record import from_fields
 from .sweep_result import more_pairs_phrase
 from . import units
 
-FIRST_LOOK_PAIRS = 3          # the sequential rule decides from 3 pairs on (iotune.sweep.sequential)
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class PlanCosts:
 
 
 @dataclass(frozen=True)
-class SearchPlan:
+class SearchPlan(PlanJson):
     """What the search will run, fitted to its budget, and the estimated time."""
 
     budget_s: float
@@ -70,12 +70,6 @@ class SearchPlan:
                  f"  estimated: {units.duration(self.estimated_s)} of {units.duration(self.budget_s)}"]
         return lines + [f"  cut to fit the budget: {c}" for c in self.cut]
 
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "cut": list(self.cut), "estimated_s": self.estimated_s}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> SearchPlan:
-        return from_fields(cls, {**data, "cut": tuple(data.get("cut") or ())})
 
 
 def fit_plan(budget_s: float, source: str, costs: PlanCosts, replayable: int, real: int,
@@ -84,14 +78,14 @@ def fit_plan(budget_s: float, source: str, costs: PlanCosts, replayable: int, re
     journal: free), `real` on real steps and at most `max_pairs` confirmation pairs, cut (in
     the module's order) to what `budget_s` holds."""
     left = budget_s - costs.spent_s
-    ranked = journaled + _fits(left, costs.replay_batch_s, replayable - journaled)
+    ranked = journaled + parts_that_fit(left, costs.replay_batch_s, replayable - journaled)
     left -= (ranked - journaled) * costs.replay_batch_s
     pair_s = 2 * costs.trial_s
-    first = _fits(left, pair_s, min(FIRST_LOOK_PAIRS, max_pairs))
+    first = parts_that_fit(left, pair_s, min(FIRST_LOOK_PAIRS, max_pairs))
     left -= first * pair_s
-    trials = _fits(left, costs.trial_s, real)
+    trials = parts_that_fit(left, costs.trial_s, real)
     left -= trials * costs.trial_s
-    pairs = first + _fits(left, pair_s, max_pairs - first)
+    pairs = first + parts_that_fit(left, pair_s, max_pairs - first)
     cut = []
     if ranked < replayable:
         cut.append(f"{ranked} of {replayable} replayable candidates ranked on replays")
@@ -104,13 +98,6 @@ def fit_plan(budget_s: float, source: str, costs: PlanCosts, replayable: int, re
     return SearchPlan(budget_s, source, costs.trial_s, costs.spent_s, ranked,
                       (ranked - journaled) * costs.replay_batch_s,
                       trials, trials * costs.trial_s, pairs, pairs * pair_s, tuple(cut))
-
-
-def _fits(left_s: float, each_s: float, wanted: int) -> int:
-    """How many of `wanted` parts of `each_s` fit in `left_s`."""
-    if wanted <= 0 or left_s <= 0:
-        return 0
-    return wanted if each_s <= 0 else max(0, min(wanted, int(left_s // each_s)))
 
 
 @dataclass(frozen=True)
@@ -180,15 +167,16 @@ class ReplayOutcome:
                    tuple((str(r["changes"]), str(r["why"])) for r in data.get("real_steps") or ()))
 
 
-def undecided_pairs(name: str, more: int, seconds: float, least: bool = False) -> str:
+def undecided_pairs(name: str, more: int, seconds: float, least: bool = False,
+                    against: str = "your config") -> str:
     """"undecided: sub_group_size=100000000 vs your config: about 4 more pairs (≈ 12 min)"
     (`least`: at least that many: no noise estimate yet)."""
-    return f"undecided: {name} vs your config: {more_pairs_phrase(more, seconds, least) or 'no pair ran'}"
+    return f"undecided: {name} vs {against}: {more_pairs_phrase(more, seconds, least) or 'no pair ran'}"
 
 
-def undecided_unrun(name: str, what: str, seconds: float) -> str:
+def undecided_unrun(name: str, what: str, seconds: float, against: str = "your config") -> str:
     """"undecided: pipeline_read=True vs your config: not run on real steps (≈ 3.1 min)"."""
-    return f"undecided: {name} vs your config: {what} (≈ {units.duration(seconds)})"
+    return f"undecided: {name} vs {against}: {what} (≈ {units.duration(seconds)})"
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,10 @@ class SweepPoint(JsonRecord):
         text = json.dumps(asdict(self), sort_keys=True)
         return hashlib.sha1(text.encode()).hexdigest()[:12]
 
+    def label(self) -> str:
+        """The point in words, as the sweep's progress lines name it: "bs=1048576 qd=8 t=1"."""
+        return f"bs={self.block_size} qd={self.queue_depth} t={self.intra_op_parallelism}"
+
     def aio(self) -> AioSettings:
         return AioSettings(block_size=self.block_size, queue_depth=self.queue_depth,
                            intra_op_parallelism=self.intra_op_parallelism,

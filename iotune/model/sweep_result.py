@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .aio_plan import AioPlan
 from .offload import GainSplit
 from .record import from_fields
 from .aio_replay import ReplayRanking
@@ -56,7 +57,8 @@ def more_pairs_phrase(more: int, seconds: float, least: bool = False) -> str:
     times). `least`: a lower bound (no noise estimate yet)."""
     if more <= 0:
         return ""
-    took = f" (≈ {seconds / 60:.0f} min)" if 0 < seconds < 7200 else f" (≈ {seconds / 3600:.1f} h)" if seconds else ""
+    took = (f" (≈ {seconds:.0f} s)" if 0 < seconds < 120 else f" (≈ {seconds / 60:.0f} min)" if 0 < seconds < 7200
+            else f" (≈ {seconds / 3600:.1f} h)" if seconds else "")
     if more >= MORE_PAIRS_CAP:
         return f"{MORE_PAIRS_CAP:,} or more further pairs at this spread"
     return f"{'at least' if least else 'about'} {more} more pair{'s' if more != 1 else ''}{took}"
@@ -235,6 +237,9 @@ class SweepOutcome:
     threads: list[Ranked] = field(default_factory=list)   # the recommendation at each OMP_NUM_THREADS
     omp_threads_best: int = 0                  # the thread count to use (0: not measured)
     replay: ReplayRanking | None = None        # the finalists on the replay of the job's swap I/O (None: no replay)
+    plan: AioPlan | None = None                # fitted to --budget once the first training-step trial was timed
+    stopped: str = ""                          # "budget": the budget stopped something planned
+    undecided: tuple[str, ...] = ()            # what the budget left undecided, with what deciding it would take
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SweepOutcome:
@@ -249,6 +254,8 @@ class SweepOutcome:
                                  else None,
                                  "step_gain": StepGain.from_json(data["step_gain"]) if data.get("step_gain") else None,
                                  "replay": ReplayRanking.from_json(data["replay"]) if data.get("replay") else None,
+                                 "plan": AioPlan.from_json(data["plan"]) if data.get("plan") else None,
+                                 "undecided": tuple(data.get("undecided") or ()),
                                  "dropped_aio_keys": tuple(data.get("dropped_aio_keys", ()))})
 
     def tied_with_first(self) -> list[Ranked]:

@@ -235,7 +235,17 @@ def steps_lines(o: SweepOutcome) -> list[tuple[str, str]]:
     elif o.confirmed:
         out.append(("  training steps: no usable (candidate, defaults) pair, so DeepSpeed's defaults are kept "
                     "(see the failed steps trials in the journal)", "bold red"))
-    return out
+    return out + budget_lines(o)
+
+
+def budget_lines(o: SweepOutcome) -> list[tuple[str, str]]:
+    """(line, style): the budget, when it stopped something, and what that left undecided."""
+    if o.plan is None or o.stopped != "budget":
+        return []
+    p = o.plan
+    lines = [(f"  the budget stopped the sweep ({units.duration(p.budget_s)}: {p.budget_source}); a longer "
+              f"--budget, or the same command again (the journal keeps every trial), goes on:", "bold")]
+    return lines + [(f"    {u}", "") for u in o.undecided]
 
 
 def sweep_console(o: SweepOutcome, opts: RenderOptions) -> str:
@@ -251,7 +261,9 @@ def sweep_console(o: SweepOutcome, opts: RenderOptions) -> str:
 
 def sweep_doc(o: SweepOutcome) -> dict[str, Any]:
     doc = {k: v for k, v in asdict(o).items()
-           if k not in ("ranking", "confirmed", "default", "recommended", "step_gain", "threads", "replay")}
+           if k not in ("ranking", "confirmed", "default", "recommended", "step_gain", "threads", "replay", "plan")}
+    doc["plan"] = o.plan.to_json() if o.plan else None
+    doc["undecided"] = list(o.undecided)
     doc["step_gain"] = o.step_gain.to_json() if o.step_gain else None
     doc["replay"] = o.replay.to_json() if o.replay else None
     doc["ranking"] = [r.to_json() for r in o.ranking]

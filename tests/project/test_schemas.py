@@ -408,11 +408,11 @@ def test_recorded_sweep_outcomes_conform(name: str) -> None:
     training steps: step_gain, confirmed rows and the defaults filled in."""
     doc = json.loads((ROOT / "benchmarks" / "results" / name).read_text())
     assert doc["step_gain"] is not None and doc["confirmed"]
-    # recorded before step_gain.split, the confirmation rule's bound and its confidence sequence, and the replay
-    # stage, existed
+    # recorded before step_gain.split, the confirmation rule's bound and its confidence sequence, the replay
+    # stage and the budget existed
     conforms("sweep-2", doc, optional={"split", "lower", "upper", "spread_measured", "spread_assumed", "floor",
                                        "max_pairs", "noisy", "center", "more_pairs", "more_s", "resolvable", "alpha",
-                                       "replay"})
+                                       "replay", "plan", "stopped", "undecided"})
 
 
 def test_schema_command_lists_prints_and_validates(tmp_path: Path) -> None:

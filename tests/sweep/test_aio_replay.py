@@ -112,7 +112,9 @@ class Replayer:
 
 
 def sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, job: Job, replayer: Replayer | None = None,
-          profile: str = PROFILE) -> tuple[SweepOutcome, list[str]]:
+          profile: str = PROFILE, budget_s: float | None = 3600.0) -> tuple[SweepOutcome, list[str]]:
+    """The sweep with the stand-ins (their trials take no time, so the default budget, 24 of them, would be
+    none: an hour unless `budget_s` says otherwise)."""
     monkeypatch.setattr("iotune.sweep.replay_pairs.run_replay_plan", replayer or Replayer())
     monkeypatch.setattr("iotune.sweep.aio.pipeline.EXECUTORS", {"fio": Bench})
     monkeypatch.setattr("iotune.sweep.aio.pipeline.training_steps", lambda req, target, say: job)
@@ -120,7 +122,7 @@ def sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, job: Job, replayer: R
     (tmp_path / "drive").mkdir(exist_ok=True)
     prof = build_profile(SweepArgs(target_dir=tmp_path / "drive", profile=str(tmp_path / "p.toml")))
     said: list[str] = []
-    req = SweepRequest(profile=prof, out_dir=tmp_path / "j", validate=False)
+    req = SweepRequest(profile=prof, out_dir=tmp_path / "j", validate=False, budget_s=budget_s)
     return run_sweep(req, Target(tmp_path / "drive"), say=said.append), said
 
 

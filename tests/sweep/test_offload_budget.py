@@ -23,7 +23,7 @@ from iotune.model.units import duration, parse_duration
 from iotune.render.base import RenderOptions
 from iotune.render.offload import offload_console, offload_json
 from iotune.sweep.journal import Journal
-from iotune.sweep.offload.budget import (DEFAULT_BUDGET_CAP_S, DEFAULT_BUDGET_TRIALS, FLOOR_TRIALS, SearchClock,
+from iotune.sweep.budget import (DEFAULT_BUDGET_CAP_S, DEFAULT_BUDGET_TRIALS, FLOOR_TRIALS, SearchClock,
                                          clock_for)
 from iotune.sweep.offload.confirm import confirm_pairs
 from iotune.sweep.offload.search import _outcome, knob_changes
@@ -97,7 +97,7 @@ def test_the_default_budget_is_trials_of_the_job_and_the_clock_says_what_did_not
     huge.default_from(900.0)
     assert huge.budget_s == FLOOR_TRIALS * 900.0 == 6300.0
     assert huge.source == ("the default: 24 x the reference trial's 15.0 min (6.0 h), capped at 105.0 min "
-                           "(7 trials: the reference and the 3 pairs the rule needs)")
+                           "(7 trials: the reference trial and the 3 pairs the rule needs)")
     given = clock_for(2700.0)
     given.default_from(40.0)
     assert given.budget_s == 2700.0 and given.source == "--budget 45.0 min"

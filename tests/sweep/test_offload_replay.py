@@ -47,7 +47,7 @@ from iotune.cli import cli
 from iotune.model.offload import JobShape, OffloadKnobs
 from iotune.sweep.executor import Target
 from iotune.sweep.journal import Journal
-from iotune.sweep.offload.budget import SearchClock
+from iotune.sweep.budget import SearchClock
 from iotune.sweep.offload.replay_rank import Replays, rank_all, split
 from iotune.sweep.offload.runner import BuiltinRunner, TrialPlan
 from iotune.sweep.offload.search import apply_changes

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from ..fleet import fleet_nodes, refuse_with_hosts, sweep_hosts
-from ..options import (F, MultiNodeOptions, SettingType, emit, html_option, library_errors, multinode_group,
+from ..options import (DURATION, F, MultiNodeOptions, SettingType, emit, html_option, library_errors, multinode_group,
                        option_group, refuse_remote_iotune, renamed_option, resumable, say, setting_help, setting_list,
                        write_html)
 from ..groups import FormatOutput, sections
@@ -43,6 +43,7 @@ class ConfirmOptions:
     confirm_top: int | None
     omp_threads: tuple[int, ...] | None
     replay_pairs: int | None = None
+    budget_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,12 @@ def confirm_options(fn: F) -> F:
                                        "alternating pairs each with the defaults; only the replay's pick then "
                                        "runs real steps. 0: no replay, every candidate runs real steps (as when "
                                        "the replay does not reproduce the traced step within 5 %).")),
+        click.option("--budget", "budget_s", type=DURATION, default=None, metavar="DURATION",
+                     help="The most this sweep may take, e.g. 45m, 2h or 1h30m (s, m, h), the aio search on the "
+                          "drive included. Once the first training-step trial is timed it prints its plan fitted "
+                          "to what is left (fewer replays, pairs or thread trials when it must) and, when the "
+                          "budget stops it, what it could not decide. Default: 24 trials of your job, timed on "
+                          "that first trial, at most an hour (at least that trial and 3 pairs)."),
     )(fn)
 
 
@@ -213,11 +220,12 @@ def sweep_args(drive: DriveOptions, search: SearchOptions, journal: JournalOptio
                                intra_op_parallelism=search.aio_threads, single_submit=search.single_submit,
                                overlap_events=search.overlap_events, engine=search.engines,
                                omp_threads=confirm.omp_threads if confirm else None)
-    steps = {} if job is None else dict(steps=job.steps, steps_timeout_s=job.steps_timeout_s,
+    steps: dict[str, Any] = {} if job is None else dict(steps=job.steps, steps_timeout_s=job.steps_timeout_s,
                                         steps_cmd=job.steps_cmd, ds_config=job.ds_config, model=job.model)
     if confirm is not None:
         steps["confirm_top"] = confirm.confirm_top
         steps["replay_pairs"] = confirm.replay_pairs
+        steps["budget_s"] = confirm.budget_s
     return SweepArgs(target_dir=drive.target_dir, profile=search.profile, executor=search.executor,
                      overrides=overrides, grid=search.grid, repeats=search.repeats, file_bytes=search.file_bytes,
                      out=journal.out, fresh=journal.fresh, bed=drive.bed, **steps)

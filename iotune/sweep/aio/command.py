@@ -54,6 +54,7 @@ class SweepArgs:
     ds_config: Path | None = None            # the user's DeepSpeed config (with steps_cmd)
     model: str | None = None                 # a built-in model for the steps, named on purpose (None: tiny)
     replay_pairs: int | None = None          # replay pairs per candidate before real steps (0: no replay)
+    budget_s: float | None = None            # --budget: the most the sweep may take (None: the default)
 
 
 RUN_FLAGS = ("repeats", "file_bytes", "confirm_top", "steps", "steps_timeout_s", "replay_pairs")   # SweepArgs fields = RunSettings keys
@@ -103,7 +104,8 @@ def check_dimensions(prof: Profile, args: SweepArgs) -> None:
         raise UsageError(f"{needs_steps[0]} is measured on training steps, and this sweep runs none "
                          f"(--confirm 0 / confirm_top = 0 in profile {prof.name}): give --confirm 1 or more")
     step_settings = [flag for flag, value in (("--steps", args.steps), ("--steps-timeout", args.steps_timeout_s),
-                                              ("--replay-pairs", args.replay_pairs)) if value is not None]
+                                              ("--replay-pairs", args.replay_pairs), ("--budget", args.budget_s))
+                     if value is not None]
     if step_settings and prof.run.confirm_top <= 0:
         raise UsageError(f"{step_settings[0]} sets the training-step trials, and this sweep runs none "
                          f"(--confirm 0 / confirm_top = 0 in profile {prof.name}): give --confirm 1 or more, or "
@@ -133,7 +135,7 @@ def run_sweep_command(args: SweepArgs, say: Callable[[str], None],
                                                                      f"-{model}"))
     with sweep_target(args, prof.run, say) as (target, ceiling):
         req = SweepRequest(profile=prof, executor=args.executor, out_dir=out, fresh=args.fresh,
-                           ceiling_bytes_per_s=ceiling, drive=drive, user_job=job, model=model)
+                           ceiling_bytes_per_s=ceiling, drive=drive, user_job=job, model=model, budget_s=args.budget_s)
         return run_sweep(req, target, on_trial, say), target
 
 
@@ -155,7 +157,8 @@ def refuse_steps(args: SweepArgs, prof: Profile, runs_none: str) -> None:
     given = [what for what, value in (
         ("--steps-cmd", bool(args.steps_cmd)), ("--ds-config", args.ds_config is not None),
         ("--omp-threads", any(v > 0 for v in prof.space.omp_threads)), ("--confirm", bool(args.confirm_top)),
-        ("--steps", args.steps is not None), ("--steps-timeout", args.steps_timeout_s is not None)) if value]
+        ("--steps", args.steps is not None), ("--steps-timeout", args.steps_timeout_s is not None),
+        ("--budget", args.budget_s is not None)) if value]
     if given:
         raise UsageError(f"{given[0]} is for training steps, and {runs_none}: drop {given[0]}")
 

@@ -34,6 +34,7 @@ from .rank import summarize_trials
 from .recommend import best_gain, pair_ratios, step_gain
 from ..sequential import PairDecision, SequentialRule, candidate_first, decide, pair_order
 from ..space import RunSettings
+from .budget import AioBudget
 from .steps_executor import StepsExecutor
 
 
@@ -85,15 +86,23 @@ def confirm_rule(run: RunSettings) -> SequentialRule:
 
 def run_pairs(candidates: list[SweepPoint], default: SweepPoint, rule: SequentialRule,
               measure: Callable[[SweepPoint, int, str], Trial],
-              say: Callable[[str], None] = lambda s: None) -> dict[str, list[tuple[Trial, Trial]]]:
+              say: Callable[[str], None] = lambda s: None,
+              fits: Callable[[SweepPoint, int, int], bool] = lambda c, c_rep, d_rep: True
+              ) -> dict[str, list[tuple[Trial, Trial]]]:
     """Each finalist's (candidate, default) trial pairs, run in the order of
-    pair_plan until the rule decides it (rule.max_pairs at the most); within
-    a pair, the order the rule gives for its round (`measure` gets it)."""
+    pair_plan until the rule decides it (rule.max_pairs at the most) or
+    `fits(candidate, its repeat, the defaults' repeat)` says the pair does not
+    fit the budget (that finalist stays as its pairs left it); within a pair,
+    the order the rule gives for its round (`measure` gets it)."""
     pairs: dict[str, list[tuple[Trial, Trial]]] = {c.key(): [] for c in candidates}
     decided: set[str] = set()
     for cand, c_rep, d_rep in pair_plan(candidates, default, rule.max_pairs):
         key = cand.key()
         if key in decided:
+            continue
+        if not fits(cand, c_rep, d_rep):
+            decided.add(key)
+            say(_said(cand, decide(pair_ratios(pairs[key]), rule), c_rep) + "; the budget stopped its pairs")
             continue
         order = pair_order(c_rep)
         if candidate_first(c_rep):
@@ -110,7 +119,7 @@ def run_pairs(candidates: list[SweepPoint], default: SweepPoint, rule: Sequentia
 
 
 def _said(cand: SweepPoint, d: PairDecision, ran: int) -> str:
-    name = f"confirmed bs={cand.block_size} qd={cand.queue_depth} t={cand.intra_op_parallelism}"
+    name = f"confirmed {cand.label()}"
     if not d.pairs:
         return f"{name}: no usable pair in {ran}"
     interval = f"interval {d.lower:.2f}-{d.upper:.2f}x" if math.isfinite(d.upper) else "no interval yet"
@@ -123,30 +132,52 @@ def confirm_on_steps(ranking: list[Ranked], default: SweepPoint, run: RunSetting
                      journal: Journal, on_trial: Callable[[Progress], None] | None = None,
                      say: Callable[[str], None] = lambda s: None,
                      steps: Executor | None = None,
-                     candidates: list[SweepPoint] | None = None) -> tuple[list[Ranked], StepGain | None]:
+                     candidates: list[SweepPoint] | None = None,
+                     budget: AioBudget | None = None) -> tuple[list[Ranked], StepGain | None]:
     """(the training-step trials' rows, fastest optimizer step first; the
     best candidate's gain over the defaults). ([], None) when confirm_top is
     0. `steps` is the training-step executor (default: the built-in
     workload; the user's job with --steps-cmd); `candidates` the points to
     confirm (default: the ranking's finalists; the replay's pick when the
-    replay ranked them). The rows leave out trials outside the pairs (the
-    recording run at the defaults, repeat < 0)."""
+    replay ranked them); `budget` stops pairs that do not fit it (the
+    journal's cost nothing), and without a recording run its plan is made
+    once the first trial is timed. The rows leave out trials outside the
+    pairs (the recording run at the defaults, repeat < 0)."""
     if candidates is None:
         candidates = finalists(ranking, default, run.confirm_top)
     if run.confirm_top <= 0 or not candidates:
         return [], None
     rule = confirm_rule(run)
     steps = steps or StepsExecutor(steps=run.steps, timeout_s=run.steps_timeout_s)
-    limit = (f"from {rule.first_look} pairs, at most {rule.max_pairs} each" if rule.max_pairs >= rule.first_look
-             else f"at most {rule.max_pairs} each, fewer than the {rule.first_look} it decides from: it will say how "
+    if budget is not None:
+        budget.make_plan(0, 0.0, len(candidates))         # made here unless the replay stage made it
+    most = min(rule.max_pairs, budget.plan.max_pairs) if budget is not None and budget.plan else rule.max_pairs
+    limit = (f"from {rule.first_look} pairs, at most {most} each" if most >= rule.first_look
+             else f"at most {most} each, fewer than the {rule.first_look} it decides from: it will say how "
                   f"many more it needs")
     say(f"confirming {len(candidates)} candidate(s) against DeepSpeed's defaults with {run.steps} "
         f"{getattr(steps, 'what', 'training steps each')}, in pairs of alternating order until the confirmation "
         f"rule decides ({limit})")
     planned = 2 * len(candidates) * min(rule.first_look, rule.max_pairs)
     measurer = Measurer(steps, target, journal, on_trial, planned=planned)
-    pairs = run_pairs(candidates, default, rule, measurer.measure, say)
-    gain = best_gain([step_gain(c, pairs[c.key()], rule) for c in candidates])
+    name = steps.name
+
+    def measure(point: SweepPoint, repeat: int, order: str) -> Trial:
+        trial = measurer.measure(point, repeat, order)
+        if budget is not None:
+            budget.timed(trial.seconds, "the first training-step trial")
+            budget.make_plan(0, 0.0, len(candidates))
+        return trial
+
+    def fits(cand: SweepPoint, c_rep: int, d_rep: int) -> bool:
+        journaled = journal.done(name, cand.key(), c_rep) and journal.done(name, default.key(), d_rep)
+        return budget is None or bool(journaled) or budget.pair_fits(c_rep)
+
+    pairs = run_pairs(candidates, default, rule, measure, say, fits)
+    gains = [step_gain(c, pairs[c.key()], rule) for c in candidates]
+    if budget is not None and budget.clock.stopped:
+        budget.undecided_pairs(candidates, [pairs[c.key()] for c in candidates], rule)
+    gain = best_gain(gains)
     if gain is not None and isinstance(steps, StepsExecutor):
         gain = replace(gain, split=steps.gain_split(default, gain.candidate, gain.estimate))
     keys = {default.key(), *pairs}

@@ -68,6 +68,7 @@ def remote_sweep_argv(args: SweepArgs, remote_iotune: str, journal: Path) -> lis
     for flag, value in (("--repeats", args.repeats), ("--file-bytes", args.file_bytes),
                         ("--confirm", args.confirm_top), ("--steps", args.steps),
                         ("--steps-timeout", args.steps_timeout_s), ("--replay-pairs", args.replay_pairs),
+                        ("--budget", f"{args.budget_s:.3f}s" if args.budget_s is not None else None),
                         ("--steps-cmd", args.steps_cmd),
                         ("--ds-config", args.ds_config.resolve() if args.ds_config else None)):
         if value is not None:

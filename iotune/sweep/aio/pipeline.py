@@ -48,7 +48,9 @@ from .rank import rank, summarize_trials
 from .recommend import ds_fragment, pick, validate_with_deepspeed
 from ..space import Profile, RunSettings, SearchSpace
 from .steps_executor import StepsExecutor
-from .threads import best_threads, sweep_threads
+from .threads import best_threads, sweep_threads, thread_values
+from ..budget import clock_for
+from .budget import AioBudget
 
 
 def _aio() -> Executor:
@@ -73,6 +75,7 @@ class SweepRequest:
     drive: dict[str, object] | None = None       # what the trials run on; a journal resumes only on the same
     user_job: UserJob | None = None              # --steps-cmd: training steps of the user's job, not the built-in
     model: str = "tiny"                          # the built-in model the steps run without a user job
+    budget_s: float | None = None                # --budget (None: the default, from the first training-step trial)
 
 
 def check_deepspeed_ops(req: SweepRequest) -> None:
@@ -118,6 +121,8 @@ def run_sweep(req: SweepRequest, target: Target, on_trial: Callable[[Progress], 
               say: Callable[[str], None] = lambda s: None) -> SweepOutcome:
     check_target(target.directory)
     check_deepspeed_ops(req)
+    budget = AioBudget(clock_for(req.budget_s), req.profile.run.confirm_pairs,
+                       len(thread_values(req.profile.space.omp_threads)), say)
     env = environment(target, req.executor, req.drive, req.user_job)
     journal = open_journal(req.out_dir, req.fresh, env, say)
     before = len(journal.trials)
@@ -135,12 +140,13 @@ def run_sweep(req: SweepRequest, target: Target, on_trial: Callable[[Progress], 
     steps = training_steps(req, target, say)
     try:
         confirmed, step_gain, replay = rank_and_confirm(ranking, reference, run, steps,
-                                                        Stage(target, journal, on_trial, say))
-        recommended = pick(ranking, confirmed, step_gain, reference, on_replay=replay is not None and replay.ranked)
+                                                        Stage(target, journal, on_trial, say, budget))
+        recommended = pick(ranking, confirmed, step_gain, reference, on_replay=replay is not None and replay.ranked,
+                           steps_stopped=budget.stopped() == "budget")
         confirm_error = steps_failure(confirmed, journal.trials, steps.name)
         # the thread table runs whenever a training-step stage is configured, also when no candidate
         # besides DeepSpeed's defaults was left to confirm (then it is the defaults' table)
-        threads = (sweep_threads(recommended, space.omp_threads, steps, target, journal, on_trial, say)
+        threads = (sweep_threads(recommended, space.omp_threads, steps, target, journal, on_trial, say, budget)
                    if recommended is not None and not confirm_error and run.confirm_top > 0 else [])
         fragment = ds_fragment(recommended, str(target.directory)) if recommended else {}
         # checked while the steps' warm-start server (if any) is up: DeepSpeed is loaded there already
@@ -162,6 +168,7 @@ def run_sweep(req: SweepRequest, target: Target, on_trial: Callable[[Progress], 
         trials_run_now=len(journal.trials) - before,
         failed=sum(t.status != "ok" for t in journal.trials), journal=str(journal.path), step_gain=step_gain,
         confirm_error=confirm_error, threads=threads, omp_threads_best=best_threads(threads), replay=replay,
+        plan=budget.plan, stopped=budget.stopped(), undecided=tuple(budget.clock.undecided),
     )
 
 
@@ -175,7 +182,7 @@ def rank_and_confirm(ranking: list[Ranked], reference: SweepPoint, run: RunSetti
 
     def confirm(chosen: list[SweepPoint] | None = None) -> tuple[list[Ranked], StepGain | None]:
         return confirm_on_steps(ranking, reference, run, stage.target, stage.journal, stage.on_trial, stage.say,
-                                steps, chosen)
+                                steps, chosen, stage.budget)
 
     if run.confirm_top <= 0 or not candidates or run.replay_pairs <= 0 or not can_record(steps):
         return (*confirm(), None)

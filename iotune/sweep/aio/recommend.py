@@ -36,15 +36,16 @@ DS_AIO_KEYS = tuple(f.name for f in fields(AioSettings))   # what DeepSpeed 0.19
 
 
 def pick(ranking: list[Ranked], confirmed: list[Ranked], gain: StepGain | None,
-         default: SweepPoint, on_replay: bool = False) -> SweepPoint | None:
+         default: SweepPoint, on_replay: bool = False, steps_stopped: bool = False) -> SweepPoint | None:
     """With training steps run (`confirmed`), or the candidates ranked on
     the replay of the job's swap I/O (`on_replay`: its pick then ran the
-    steps, if it had one): the candidate whose steps gain is beyond the
-    noise, else DeepSpeed's defaults. Without: the executor's best. None
-    when nothing could be measured."""
+    steps, if it had one), or steps the budget stopped before any pair
+    (`steps_stopped`): the candidate whose steps gain is beyond the noise,
+    else DeepSpeed's defaults. Without: the executor's best. None when
+    nothing could be measured."""
     if not ranking or not ranking[0].scores:
         return None
-    if confirmed or on_replay:
+    if confirmed or on_replay or steps_stopped:
         return gain.candidate if gain is not None and gain.recommended else default
     return ranking[0].point
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...model.aio import AioSettings
+from ...model.budget_fit import FIRST_LOOK_PAIRS
 from ...model.aio_replay import NOT_RANKED, RecordedSchedule, ReplayRanking, ReplayRow
 from ...model.replay import ScheduleError, SwapSchedule
 from ...model.replay_result import Fidelity
@@ -45,6 +46,7 @@ from ..measure import Measurer
 from ..replay import ReplayError
 from ..replay_pairs import PairReplays, replay_batch, replay_pairs
 from ..sequential import SequentialRule
+from .budget import AioBudget
 
 TRACE_REPEAT = -1            # the recording run's repeat index: outside the pairs, which count from 0
 FIDELITY_REPEATS = 3         # replays in the fidelity check (their median is compared with the traced step)
@@ -62,6 +64,7 @@ class Stage:
     journal: Journal
     on_trial: Callable[[Progress], None] | None = None
     say: Say = lambda s: None
+    budget: AioBudget | None = None       # --budget (None: no budget, as in tests of one stage)
 
 
 class RecordingRun:
@@ -87,6 +90,8 @@ def recorded_schedule(default: SweepPoint, steps: Executor, stage: Stage) -> tup
               "hook; the swap schedule of a steady step is journaled and replayed to rank the candidates")
     trial = Measurer(RecordingRun(steps), stage.target, stage.journal, stage.on_trial, 1).measure(
         default, TRACE_REPEAT)
+    if stage.budget is not None:
+        stage.budget.timed(trial.seconds, "the recording run at DeepSpeed's defaults")
     if trial.status != "ok":
         return None, f"the run at DeepSpeed's defaults failed ({trial.error}), {NOT_RANKED}"
     ranks = trial.raw.get("ranks") or []
@@ -128,11 +133,14 @@ def replay_finalist(candidate: SweepPoint, defaults: tuple[SwapSchedule, AioSett
         return (f"at block_size {candidate.block_size} DeepSpeed swaps none of this job's tensors (each is under "
                 f"max(1 MiB, block_size), so all stay in RAM): nothing to replay, and not an aio setting for this "
                 f"job's offload")
+    fits = stage.budget.replay_fits if stage.budget is not None else (lambda pairs: True)
     try:
         got = replay_pairs(stage.journal, stage.target, PAIRS_KEY + candidate.key(), defaults,
-                           (mine, candidate.aio()), rule)
+                           (mine, candidate.aio()), rule, fits)
     except ReplayError as e:
         return f"its replay failed ({e})"
+    if got is None and stage.budget is not None and stage.budget.clock.stopped:
+        return "the budget left no time for its replays"
     return got if got is not None else "no replay pair ran"
 
 
@@ -149,20 +157,28 @@ def rank_on_replay(candidates: list[SweepPoint], default: SweepPoint, steps: Exe
         return ReplayRanking(rec, fid, fallback=why or ReplayRanking(rec, fid).fidelity_line(),
                              max_pairs=rule.max_pairs)
     stage.say(f"replay: {ReplayRanking(rec, fid).fidelity_line()} ({rec.describe()})")
+    if stage.budget is not None:
+        stage.budget.make_plan(len(candidates), first_look_s(stage.journal), 1)
     stage.say(f"ranking {len(candidates)} candidate(s) on the replay of your job's swap I/O against DeepSpeed's "
               f"defaults, in pairs of alternating order until the confirmation rule decides (at most "
               f"{rule.max_pairs} each)")
     replayed: dict[str, PairReplays] = {}
     failed: list[str] = []
-    for c in candidates:
-        got = replay_finalist(c, defaults, schedule, rule, stage)
+    for i, c in enumerate(candidates):
+        if stage.budget is not None and not stage.budget.replay_planned(i) and \
+                stage.journal.find_replay(PAIRS_KEY + c.key(), 0) is None:
+            got: PairReplays | str = f"the budget's plan holds the replays of {i} finalist(s) only"
+        else:
+            got = replay_finalist(c, defaults, schedule, rule, stage)
+        if isinstance(got, str) and stage.budget is not None and stage.budget.clock.stopped and "budget" in got:
+            stage.budget.unranked(c.label())
         if isinstance(got, str):
             failed.append(got)
-            stage.say(f"replayed {_name(c)}: {got}, left unranked")
+            stage.say(f"replayed {c.label()}: {got}, left unranked")
             continue
         replayed[c.key()] = got
         d = got.decision
-        stage.say(f"replayed {_name(c)}: median {statistics.median(got.seconds):.3f} s over {len(got.seconds)}, "
+        stage.say(f"replayed {c.label()}: median {statistics.median(got.seconds):.3f} s over {len(got.seconds)}, "
                   f"{d.center:.2f}x the defaults' speed: {d.verdict}")
     if not replayed:
         return ReplayRanking(rec, fid, fallback=f"no replay pair could be measured ({failed[0]}), {NOT_RANKED}",
@@ -173,8 +189,11 @@ def rank_on_replay(candidates: list[SweepPoint], default: SweepPoint, steps: Exe
     return ReplayRanking(rec, fid, tuple(rows), pick, max_pairs=rule.max_pairs)
 
 
-def _name(p: SweepPoint) -> str:
-    return f"bs={p.block_size} qd={p.queue_depth} t={p.intra_op_parallelism}"
+def first_look_s(journal: Journal) -> float:
+    """A finalist's first look on replays (FIRST_LOOK_PAIRS pairs in one child), at the
+    fidelity check's measured cost: its child's wall time, start-up included, per replay."""
+    batch = journal.find_replay(FIDELITY_KEY, 0)
+    return batch.wall_s * 2 * FIRST_LOOK_PAIRS / FIDELITY_REPEATS if batch is not None else 0.0
 
 
 def _row(point: SweepPoint, seconds: Sequence[float], **decided: Any) -> ReplayRow:

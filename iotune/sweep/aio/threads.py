@@ -17,6 +17,7 @@ from ...model.sweep_result import Progress, Ranked
 from ..executor import Executor, Target
 from ..journal import Journal
 from ..measure import Measurer
+from .budget import AioBudget
 from .rank import MIN_NOISE, summarize_trials
 
 
@@ -27,9 +28,10 @@ def thread_values(values: tuple[int, ...]) -> tuple[int, ...]:
 
 def sweep_threads(base: SweepPoint, values: tuple[int, ...], steps: Executor, target: Target, journal: Journal,
                   on_trial: Callable[[Progress], None] | None = None,
-                  say: Callable[[str], None] = lambda s: None) -> list[Ranked]:
-    """`base` at each thread count in `values`, one trial each; the rows in
-    thread-count order (0, OMP_NUM_THREADS unset, first)."""
+                  say: Callable[[str], None] = lambda s: None, budget: AioBudget | None = None) -> list[Ranked]:
+    """`base` at each thread count in `values`, one trial each (those the
+    `budget` has no room for are not run, and said); the rows in thread-count
+    order (0, OMP_NUM_THREADS unset, first)."""
     values = thread_values(values)
     if not values:
         return []
@@ -38,6 +40,9 @@ def sweep_threads(base: SweepPoint, values: tuple[int, ...], steps: Executor, ta
         f"{', '.join(str(v) if v else 'unset' for v in values)}, on training steps")
     measurer = Measurer(steps, target, journal, on_trial, planned=len(points))
     for p in points:
+        if budget is not None and journal.done(steps.name, p.key(), 0) is None and not budget.trial_fits():
+            budget.unmeasured_threads(p.omp_threads)
+            continue
         measurer.measure(p)
     keys = {p.key() for p in points}
     pairs = [t for t in journal.trials if t.repeat >= 0]       # not the recording run (sweep.aio.replay_rank)

@@ -28,7 +28,7 @@ from ...model.sweep_result import more_pairs_phrase
 from ..sequential import PairDecision, SequentialRule, candidate_first, decide, pair_order
 
 if TYPE_CHECKING:
-    from .budget import SearchClock
+    from ..budget import SearchClock
     from .search import OffloadSearch, Trials
 
 

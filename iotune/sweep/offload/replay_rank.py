@@ -37,7 +37,7 @@ from ..journal import Journal
 from ..replay import ReplayError
 from ..replay_pairs import replay_batch, replay_pairs
 from ..sequential import REPLAY_MAX_PAIRS, SequentialRule
-from .budget import SearchClock
+from ..budget import SearchClock
 from .confirm import describe_decision
 from .runner import RunResult, Runner, TrialPlan
 

@@ -71,7 +71,7 @@ from ..config import OFFLOAD_SECTIONS, REMOVE, candidate_config, nvme_sections
 from ..drive_rates import aio_point, measure_drive_rates
 from ..executor import Target
 from ..journal import Journal
-from .budget import SearchClock, clock_for
+from ..budget import SearchClock, clock_for
 from .replay_rank import CapturingRunner
 from .runner import BuiltinRunner, RunResult, Runner, TrialPlan, samples_per_step
 from .memory import (baseline_sentence, corrected, correction_sentence, host_baseline, job_context, memory_now,

@@ -18,7 +18,7 @@ from ...model.replay import ScheduleError, SwapSchedule
 from ..executor import Target
 from ..journal import Journal
 from ..replay import ReplayError
-from .budget import SearchClock
+from ..budget import SearchClock
 from .confirm import Confirmation, confirm_pairs
 from ...model.offload_schedule import replay_refusal
 from .replay_rank import (SETTLE_S, CapturingRunner, FidelityCheck, Replays, batch_estimate_s, check_fidelity,
