@@ -30,7 +30,7 @@ NVME = ["--fix", "zero_optimization.offload_optimizer.device=nvme", "--fix", "ze
 def test_pinned_to_nvme_the_search_runs_pipelined_candidates_with_the_buffers_they_need(tmp_path: Path) -> None:
     r = CliRunner().invoke(cli, ["sweep", "offload", "--model", "tiny", *NVME, "--fix",
                                  "zero_optimization.sub_group_size=1e6", "--max-trials", "1", "--max-pairs", "1",
-                                 "-o", str(tmp_path), "--json"])
+                                 "--what-if", "grad_accum=1", "-o", str(tmp_path), "--json"])
     assert r.exit_code in (0, 1), r.output
     doc = json.loads(r.stdout)
     conforms("sweep-offload-3", doc)
@@ -88,9 +88,15 @@ def test_pinned_to_nvme_the_search_runs_pipelined_candidates_with_the_buffers_th
     assert (doc["verdict"], doc["more_pairs"], doc["gain"]) == ("undecided", 2, None)
     lines = [json.loads(line) for line in (tmp_path / "journal.jsonl").read_text().splitlines()]
     assert lines[0]["kind"] == "header" and sum(r["kind"] == "offload-trial" for r in lines) == len(doc["trials"])
+    # the what-if at the config's own value (grad_accum 1) on the kept config (undecided: yours) is the reference
+    # trial's measurement, not a trial of its own
+    assert [t for t in doc["trials"] if t["role"] == "what-if"] == []
+    assert [(w["value"], w["samples_per_s"]) for w in doc["what_if"]] == [(1, reference["samples_per_s"])]
+    assert "what-if gradient_accumulation_steps = 1 is the config's own value: its reference trial measured it" in \
+        r.stderr
     again = CliRunner().invoke(cli, ["sweep", "offload", "--model", "tiny", *NVME, "--fix",
                                      "zero_optimization.sub_group_size=1e6", "--max-trials", "1", "--max-pairs", "1",
-                                     "-o", str(tmp_path), "--json"])
+                                     "--what-if", "grad_accum=1", "-o", str(tmp_path), "--json"])
     resumed = json.loads(again.stdout)
     assert resumed["trials"] == doc["trials"] and resumed["trials_run_now"] == 0       # resumed: nothing ran again
     assert "s/step (" not in again.stderr

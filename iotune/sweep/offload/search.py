@@ -365,14 +365,30 @@ def run_what_if(search: OffloadSearch, trials: Trials, knobs: OffloadKnobs, shap
                f"{short_changes(knob_changes(trials.base, knobs))} (changes the training itself: reported, never "
                f"applied)")
     rows = []
+    own = search.base_cfg.get(key)
     for value in values:
         plan = what_if_plan(search.plan, key, value, search.base_cfg)
-        runs = trials if plan == search.plan else Trials(replace(search, plan=plan), trials.base, trials.shape,
-                                                           trials.target, trials.journal, trials.say)
-        t = runs.run(knobs, "what-if", 0, {key: int(value) if key != ZENFLOW_TOPK else value})
-        trials.ran += runs.ran if runs is not trials else 0
+        same = measured_as_is(trials, knobs) if plan == search.plan and own == value else None
+        if same is not None:
+            trials.say(f"offload: what-if {key} = {value:g} is the config's own value: its {same.role} trial measured "
+                       f"it, not run again")
+            t = same
+        else:
+            runs = trials if plan == search.plan else Trials(replace(search, plan=plan), trials.base, trials.shape,
+                                                               trials.target, trials.journal, trials.say)
+            t = runs.run(knobs, "what-if", 0, {key: int(value) if key != ZENFLOW_TOPK else value})
+            trials.ran += runs.ran if runs is not trials else 0
         rows.append(_what_if_row(key, value, t, knobs, shape, {**search.base_cfg, key: value}))
     return tuple(rows)
+
+
+def measured_as_is(trials: Trials, knobs: OffloadKnobs) -> OffloadTrial | None:
+    """A trial of this search that already ran `knobs` with the config's own training settings and the
+    search's plan (the reference, or a search or pair trial of it), if one completed: a what-if at the
+    config's own value is that trial, not a second run of it."""
+    key = json.dumps(knob_changes(trials.base, knobs), sort_keys=True)
+    return next((t for t in trials.journal.offload_trials if t.key == key and t.status == "ok"
+                 and t.role in ("reference", "search", "pair-base", "pair-candidate")), None)
 
 
 def _what_if_row(key: str, value: float, t: OffloadTrial, knobs: OffloadKnobs, shape: JobShape,
