@@ -15,17 +15,26 @@ after every part:
     sudo .venv/bin/python benchmarks/seed_scale.py --parts defaults,chain --dir /var/tmp/iotune-seed
     sudo .venv/bin/python benchmarks/seed_scale.py --parts bed --bed latency-bound
 
+The chain as the issue "decisions you can trust at the user's scale" asks
+for it: iotune's default options (the default profile and budgets, no
+--max-trials, --max-pairs or --steps for the sweeps), on a test bed where
+storage limits the optimizer step, the pick's trace judged against the
+job-pattern ceiling (`iotune report --ceiling`) while the bed is up:
+
+    sudo .venv/bin/python benchmarks/seed_scale.py --parts chain --iotune-defaults --chain-bed latency-bound
+
 Parts:
   defaults  DeepSpeed's defaults (sub_group_size 1e9): iotune's prediction
             first (`plan --ds-config`, `doctor --ds-config`), then the real
             run, its RSS, VmLck and VmHWM sampled every 0.5 s until it ends
             (an OOM kill shows as SIGKILL and a kernel log line);
-  chain     on a loop drive on the VM's disk, the user's config (the
-            defaults with sub_group_size 1e8, the smallest change that runs):
-            1. `iotune trace`, 2. `iotune sweep --steps-cmd` (aio), 3. `iotune
-            sweep --offload --steps-cmd` with --apply, 4. `iotune trace` of the
-            applied config; with `plan --check` of each trace (bytes per step,
-            planned against traced);
+  chain     on a loop drive on the VM's disk (--chain-bed: a test bed), the
+            user's config (the defaults with sub_group_size 1e8, the smallest
+            change that runs): 1. `iotune trace`, 2. `iotune sweep --steps-cmd`
+            (aio), 3. `iotune sweep --offload --steps-cmd` with --apply, 4.
+            `iotune trace` of the applied config; with `plan --check` of each
+            trace (bytes per step, planned against traced); on a bed, 5.
+            `iotune report --ceiling` of the pick's trace;
   bed       the user's config and the chain's pick side by side, alternating,
             on a capped test bed (--bed), and the optimizer step against the
             bed's ceiling (bytes per step / ceiling).
@@ -182,28 +191,53 @@ def part_defaults(a: argparse.Namespace, res: dict[str, Any], work: Path) -> Non
         res["run"] = watched_run(shlex.split(train_cmd().replace("{config}", str(cfg))) + ["--steps", "3"], env)
 
 
+@contextlib.contextmanager
+def chain_drive(a: argparse.Namespace) -> Iterator[Path]:
+    """Where the chain swaps: a test bed (--chain-bed, storage-limited) or a loop drive on the VM's disk."""
+    if not a.chain_bed:
+        with loop_drive(a.dir / "chain", 64 << 30) as mnt:
+            yield mnt
+        return
+    from iotune.volumes.beds import running_bed
+
+    with running_bed(a.chain_bed, size_bytes=64 << 30) as bed:
+        say(f"the chain on the {a.chain_bed} bed: ceiling {bed.ceiling_bytes_per_s / 1e6:.0f} MB/s")
+        yield bed.path
+
+
+def sweep_options(a: argparse.Namespace, work: Path) -> tuple[list[str], list[str]]:
+    """(the aio sweep's, the offload search's) options beyond the job: none with --iotune-defaults;
+    else the quick profile confirmed on the job's steps in at most --max-pairs pairs, and
+    --max-trials/--max-pairs for the offload search (the 2026-11-27 chain)."""
+    if a.iotune_defaults:
+        return [], []
+    profile = work / "seed.toml"
+    quick = (ROOT / "profiles" / "quick.toml").read_text().replace("confirm_top = 0", "confirm_top = 1")
+    profile.write_text(quick + f"confirm_pairs = {a.max_pairs}\n")
+    steps = ["--steps", str(a.steps)]
+    return ["--profile", str(profile), *steps], [*steps, "--max-trials", str(a.max_trials), "--max-pairs",
+                                                 str(a.max_pairs)]
+
+
 def part_chain(a: argparse.Namespace, res: dict[str, Any], work: Path, save: Any) -> None:
     t0 = time.monotonic()
-    with loop_drive(a.dir / "chain", 64 << 30) as mnt:
-        (mnt / "swap").mkdir()
+    res["iotune_defaults"], res["chain_bed"] = a.iotune_defaults, a.chain_bed or ""
+    with chain_drive(a) as mnt:
+        (mnt / "swap").mkdir(exist_ok=True)
         cfg = work / "ds_user.json"
         cfg.write_text(json.dumps(user_config(mnt / "swap", 100_000_000), indent=1))
         job = shlex.split(train_cmd().replace("{config}", str(cfg))) + ["--steps", str(a.steps)]
         steps_cmd = train_cmd()
-        # the quick profile, its best point confirmed on the job's steps in at most --max-pairs pairs
-        profile = work / "seed.toml"
-        quick = (ROOT / "profiles" / "quick.toml").read_text().replace("confirm_top = 0", "confirm_top = 1")
-        profile.write_text(quick + f"confirm_pairs = {a.max_pairs}\n")
+        aio_opts, offload_opts = sweep_options(a, work)
         stages = [
             ("1-trace", [*IOTUNE, "trace", "--path", str(mnt), "-o", str(work / "run-user"), "--json", "--", *job]),
             ("1-plan-check", [*IOTUNE, "plan", "--model", SIZE, "--ds-config", str(cfg), "--check",
                               str(work / "run-user"), "--json"]),
-            ("2-sweep-aio", [*IOTUNE, "sweep", "--path", str(mnt), "--profile", str(profile), "--ds-config",
-                             str(cfg), "--steps-cmd", steps_cmd, "--steps", str(a.steps), "--apply", str(cfg),
+            ("2-sweep-aio", [*IOTUNE, "sweep", "--path", str(mnt), *aio_opts, "--ds-config",
+                             str(cfg), "--steps-cmd", steps_cmd, "--apply", str(cfg),
                              "-o", str(work / "sweep-aio"), "--json"]),
             ("3-sweep-offload", [*IOTUNE, "sweep", "offload", "--path", str(mnt), "--ds-config",
-                                 str(work / "ds_user.iotune.json"), "--steps-cmd", steps_cmd, "--steps",
-                                 str(a.steps), "--max-trials", str(a.max_trials), "--max-pairs", str(a.max_pairs),
+                                 str(work / "ds_user.iotune.json"), "--steps-cmd", steps_cmd, *offload_opts,
                                  "--apply",
                                  str(work / "ds_user.iotune.json"), "-o", str(work / "sweep-offload"), "--json"]),
         ]
@@ -218,7 +252,9 @@ def part_chain(a: argparse.Namespace, res: dict[str, Any], work: Path, save: Any
         for name, argv in (
                 ("4-trace", [*IOTUNE, "trace", "--path", str(mnt), "-o", str(work / "run-pick"), "--json", "--", *job]),
                 ("4-plan-check", [*IOTUNE, "plan", "--model", SIZE, "--ds-config", str(chosen), "--check",
-                                  str(work / "run-pick"), "--json"])):
+                                  str(work / "run-pick"), "--json"]),
+                *([("5-ceiling", [*IOTUNE, "report", str(work / "run-pick"), "--ceiling", "--json"])]
+                  if a.chain_bed else [])):
             if name not in res:
                 res[name] = timed(argv, work / f"{name}.log")
                 save()
@@ -261,6 +297,11 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=3, help="optimizer steps per run (the first left out)")
     p.add_argument("--max-trials", type=int, default=1, help="sweep --offload's real-step candidates")
     p.add_argument("--max-pairs", type=int, default=1, help="confirmation pairs of each sweep (two runs each)")
+    p.add_argument("--iotune-defaults", action="store_true",
+                   help="the chain's sweeps with iotune's default options (profile, budgets; no --max-trials, "
+                        "--max-pairs or --steps for them)")
+    p.add_argument("--chain-bed", default="", help="run the chain on this test bed (storage-limited), and judge "
+                                                   "the pick's trace against the job-pattern ceiling")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--size", default="1b", help="the preset (tiny: the chain in minutes, to check this script)")

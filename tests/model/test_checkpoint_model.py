@@ -80,12 +80,15 @@ def payload(path: Path) -> int:
 
 
 def _save(tmp_path: Path, strategy: str) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """A save of the built-in tiny model in fp32, whatever the CPU (--precision auto picks bf16 where the CPU
+    has native bf16, and the knobs below predict fp32 model states)."""
     swap, ckpt, events = tmp_path / "swap", tmp_path / "ckpt", tmp_path / "events"
     swap.mkdir()
     events.mkdir()
     env = hook_env(dict(os.environ), inject_dir(), events)
     r = subprocess.run([sys.executable, "-W", "ignore", "-m", "iotune.workloads.train", "--strategy", strategy,
-                        "--size", "tiny", "--nvme-path", str(swap), "--steps", "2", "--save-at", "1",
+                        "--size", "tiny", "--precision", "fp32", "--nvme-path", str(swap), "--steps", "2",
+                        "--save-at", "1",
                         "--checkpoint-dir", str(ckpt)], capture_output=True, text=True, env=env, timeout=900)
     return events, r
 

@@ -241,3 +241,15 @@ def test_without_a_replay_the_default_comes_from_the_first_pairs_trial(
     assert (plan.budget_s, plan.spent_s, plan.confirming, plan.max_pairs, plan.cut) == (1440.0, 60.0, 2, 3, ())
     assert outcome.stopped == "" and outcome.undecided == () and outcome.replay is None
     assert said.index(plan.describe()[0]) > said.index(next(s for s in said if s.startswith("confirming 2")))
+
+
+def test_more_replay_looks_never_eat_the_time_the_plan_keeps_for_the_pairs(clock_time: StandInTime) -> None:
+    budget = AioBudget(SearchClock(400.0, "--budget 6.7 min"), 3, 0)
+    budget.timed(TRIAL_S, "the recording run at DeepSpeed's defaults")
+    clock_time.advance(66.0)
+    plan = budget.make_plan(2, 12.0, 1)             # replays 24 s, then 2 pairs of 2 x 60 s (240 s) are kept
+    assert plan is not None and (plan.replay_s, plan.pairs_s) == (24.0, 240.0)
+    clock_time.advance(75.0)                         # 259 s left: 3 more pairs of replays (12 s) + 240 s fit
+    assert budget.replay_fits(3) and not budget.clock.stopped
+    clock_time.advance(10.0)                         # 249 s left: they would eat the pairs' time
+    assert not budget.replay_fits(3) and budget.stopped() == "budget"

@@ -60,10 +60,13 @@ class AioBudget:
         self.clock.undecided.append(undecided_unrun(name, "not ranked on replays", each, DEFAULTS))
 
     def replay_fits(self, pairs: int) -> bool:
-        """Whether `pairs` more replay pairs of a finalist fit (at the plan's cost of a first look)."""
-        per_pair = self.plan.replay_s / self.plan.replay_candidates / FIRST_LOOK_PAIRS \
-            if self.plan is not None and self.plan.replay_candidates else 0.0
-        return self.clock.fits(pairs * per_pair)
+        """Whether `pairs` more replay pairs of a finalist fit (at the plan's cost of a first look)
+        beside what the plan keeps for the training steps (its pairs and thread trials): more looks
+        on replays never eat the time of the pairs that decide."""
+        if self.plan is None or not self.plan.replay_candidates:
+            return self.clock.fits(0.0)
+        per_pair = self.plan.replay_s / self.plan.replay_candidates / FIRST_LOOK_PAIRS
+        return self.clock.fits(pairs * per_pair + self.plan.pairs_s + self.plan.threads_s)
 
     def pair_fits(self, pair: int) -> bool:
         """Whether confirmation pair `pair` (0-based) of a candidate may run: within the plan's
@@ -76,7 +79,8 @@ class AioBudget:
 
     def undecided_pairs(self, candidates: Sequence[SweepPoint], pairs: Sequence[Sequence[tuple[Trial, Trial]]],
                         rule: SequentialRule) -> None:
-        """The candidates the budget left undecided on real steps, with the pairs deciding would take."""
+        """The candidates whose pairs the budget stopped, undecided on real steps, with the pairs
+        deciding would take."""
         for cand, got in zip(candidates, pairs):
             d = decide(pair_ratios(got), rule)
             each = pair_seconds(got) or 2 * self.trial_s        # its pairs' own time, as the report's sentence

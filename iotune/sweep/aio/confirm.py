@@ -169,14 +169,18 @@ def confirm_on_steps(ranking: list[Ranked], default: SweepPoint, run: RunSetting
             budget.make_plan(0, 0.0, len(candidates))
         return trial
 
+    stopped: list[SweepPoint] = []          # the candidates whose pairs the budget stopped
+
     def fits(cand: SweepPoint, c_rep: int, d_rep: int) -> bool:
         journaled = journal.done(name, cand.key(), c_rep) and journal.done(name, default.key(), d_rep)
-        return budget is None or bool(journaled) or budget.pair_fits(c_rep)
+        ok = budget is None or bool(journaled) or budget.pair_fits(c_rep)
+        stopped.extend([] if ok else [cand])
+        return ok
 
     pairs = run_pairs(candidates, default, rule, measure, say, fits)
     gains = [step_gain(c, pairs[c.key()], rule) for c in candidates]
-    if budget is not None and budget.clock.stopped:
-        budget.undecided_pairs(candidates, [pairs[c.key()] for c in candidates], rule)
+    if budget is not None:
+        budget.undecided_pairs(stopped, [pairs[c.key()] for c in stopped], rule)
     gain = best_gain(gains)
     if gain is not None and isinstance(steps, StepsExecutor):
         gain = replace(gain, split=steps.gain_split(default, gain.candidate, gain.estimate))
