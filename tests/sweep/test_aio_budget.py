@@ -86,10 +86,10 @@ def test_the_plan_fits_the_budget_in_its_order() -> None:
 def test_the_default_is_the_aio_search_and_24_trials_at_most_an_hour(clock_time: StandInTime) -> None:
     budget = AioBudget(SearchClock(), 6, 0)
     clock_time.advance(200.0 + 250.0)                    # the aio search, then a 1B recording run
-    budget.timed(250.0, "the recording run at DeepSpeed's defaults")
+    budget.timed(250.0, "the recording run")
     assert budget.clock.budget_s == 3600.0
-    assert budget.clock.source == ("the default: the aio search's 3.3 min + 24 x the recording run at DeepSpeed's "
-                                   "defaults's 4.2 min (103.3 min), capped at 60.0 min")
+    assert budget.clock.source == ("the default: the aio search's 3.3 min + 24 x the recording run's 4.2 min "
+                                   "(103.3 min), capped at 60.0 min")
     small = AioBudget(SearchClock(), 6, 0)
     clock_time.advance(30.0)
     small.timed(30.0, "the first training-step trial")
@@ -121,7 +121,7 @@ def test_the_budget_stops_the_pairs_says_what_deciding_takes_and_a_journaled_pai
         tmp_path: Path, clock_time: StandInTime) -> None:
     said: list[str] = []
     budget = AioBudget(SearchClock(600.0, "--budget 10.0 min"), 6, 0, said.append)
-    budget.timed(TRIAL_S, "the recording run at DeepSpeed's defaults")
+    budget.timed(TRIAL_S, "the recording run")
     steps = TimedSteps(clock_time)
     _, gain = confirm_small(tmp_path, steps, budget)
     # 600 s hold 5 pairs of 2 x 60 s: the plan says so, and the sixth is not run
@@ -134,7 +134,7 @@ def test_the_budget_stops_the_pairs_says_what_deciding_takes_and_a_journaled_pai
     # the same command again, with no time left: the 5 pairs come from the journal, none runs
     again = TimedSteps(clock_time)
     resumed = AioBudget(SearchClock(1.0, "--budget 1 s"), 6, 0)
-    resumed.timed(TRIAL_S, "the recording run at DeepSpeed's defaults")
+    resumed.timed(TRIAL_S, "the recording run")
     _, gain2 = confirm_small(tmp_path, again, resumed)
     assert again.calls == [] and gain2.ratios == gain.ratios and resumed.stopped() == "budget"
 
@@ -245,7 +245,7 @@ def test_without_a_replay_the_default_comes_from_the_first_pairs_trial(
 
 def test_more_replay_looks_never_eat_the_time_the_plan_keeps_for_the_pairs(clock_time: StandInTime) -> None:
     budget = AioBudget(SearchClock(400.0, "--budget 6.7 min"), 3, 0)
-    budget.timed(TRIAL_S, "the recording run at DeepSpeed's defaults")
+    budget.timed(TRIAL_S, "the recording run")
     clock_time.advance(66.0)
     plan = budget.make_plan(2, 12.0, 1)             # replays 24 s, then 2 pairs of 2 x 60 s (240 s) are kept
     assert plan is not None and (plan.replay_s, plan.pairs_s) == (24.0, 240.0)

@@ -91,7 +91,7 @@ def recorded_schedule(default: SweepPoint, steps: Executor, stage: Stage) -> tup
     trial = Measurer(RecordingRun(steps), stage.target, stage.journal, stage.on_trial, 1).measure(
         default, TRACE_REPEAT)
     if stage.budget is not None:
-        stage.budget.timed(trial.seconds, "the recording run at DeepSpeed's defaults")
+        stage.budget.timed(trial.seconds, "the recording run")
     if trial.status != "ok":
         return None, f"the run at DeepSpeed's defaults failed ({trial.error}), {NOT_RANKED}"
     ranks = trial.raw.get("ranks") or []
