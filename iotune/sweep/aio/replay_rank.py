@@ -140,6 +140,7 @@ def replay_finalist(candidate: SweepPoint, defaults: tuple[SwapSchedule, AioSett
     except ReplayError as e:
         return f"its replay failed ({e})"
     if got is None and stage.budget is not None and stage.budget.clock.stopped:
+        stage.budget.unranked(candidate.label())
         return "the budget left no time for its replays"
     return got if got is not None else "no replay pair ran"
 
@@ -167,11 +168,10 @@ def rank_on_replay(candidates: list[SweepPoint], default: SweepPoint, steps: Exe
     for i, c in enumerate(candidates):
         if stage.budget is not None and not stage.budget.replay_planned(i) and \
                 stage.journal.find_replay(PAIRS_KEY + c.key(), 0) is None:
+            stage.budget.unranked(c.label())
             got: PairReplays | str = f"the budget's plan holds the replays of {i} finalist(s) only"
         else:
             got = replay_finalist(c, defaults, schedule, rule, stage)
-        if isinstance(got, str) and stage.budget is not None and stage.budget.clock.stopped and "budget" in got:
-            stage.budget.unranked(c.label())
         if isinstance(got, str):
             failed.append(got)
             stage.say(f"replayed {c.label()}: {got}, left unranked")
