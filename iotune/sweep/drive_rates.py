@@ -17,7 +17,7 @@ from ..model.sweep import SweepPoint
 from .executor import Target, TrialFailed
 from .fio_executor import FioExecutor
 
-RUNTIME_S = 3.0
+RUNTIME_S = 2.0             # as a sweep's fio trial (sweep.target.BUILTIN_RUNTIME_S)
 RAMP_S = 0.5
 FILE_BYTES = 64 << 20
 FILES = 4

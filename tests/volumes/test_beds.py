@@ -176,8 +176,8 @@ def _fio_bw(bed: Bed, point: AioPoint, rw: str = "read", device: str | None = No
               [f"--directory={bed.path}", "--filename=bed.fio", "--size=192M"])
     argv = ["fio", "--name=bed", *target, f"--rw={rw}",
             f"--bs={point.block_size}", f"--iodepth={point.queue_depth}", f"--numjobs={point.threads}",
-            "--group_reporting", "--direct=1", "--ioengine=libaio", "--time_based", "--runtime=2",
-            "--ramp_time=0.5", "--output-format=json"]
+            "--group_reporting", "--direct=1", "--ioengine=libaio", "--time_based", "--runtime=1",
+            "--ramp_time=0.25", "--output-format=json"]
     pre = (lambda: Path(bed.cgroup, "cgroup.procs").write_text(str(os.getpid()))) if bed.cgroup else None
     out = subprocess.run(argv, capture_output=True, text=True, check=True, preexec_fn=pre)
     return float(json.loads(out.stdout)["jobs"][0]["read" if rw == "read" else "write"]["bw_bytes"])

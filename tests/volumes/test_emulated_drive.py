@@ -121,10 +121,10 @@ class FioResult:
 
 
 def run_fio(target: str, rw: str, bs: int, qd: int, cgroup: str | None = None,
-            runtime_s: float = 2.0) -> FioResult:
+            runtime_s: float = 1.0) -> FioResult:
     argv = ["fio", "--name=t", f"--filename={target}", f"--rw={rw}", f"--bs={bs}", "--direct=1",
             "--ioengine=libaio", f"--iodepth={qd}", "--time_based", f"--runtime={runtime_s}",
-            "--ramp_time=0.5", "--output-format=json"]
+            "--ramp_time=0.25", "--output-format=json"]
     out = subprocess.run(argv, capture_output=True, text=True, check=True,
                          preexec_fn=(lambda: _join(cgroup)) if cgroup else None)
     job = json.loads(out.stdout)["jobs"][0]["read" if "read" in rw else "write"]
