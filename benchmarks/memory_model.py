@@ -52,7 +52,7 @@ from iotune.model.host_memory import CALIBRATED_MARGIN, FIT_MARGIN, HostContext,
 from iotune.model.offload import DTYPE_BYTES, JobShape, OffloadKnobs  # noqa: E402
 from iotune.sweep.offload.memory import job_context  # noqa: E402
 from iotune.sweep.offload.runner import BuiltinRunner, CommandRunner, Runner, TrialPlan  # noqa: E402
-from iotune.sweep.offload.search import partitioned_in  # noqa: E402
+from iotune.sweep.offload.probe import partitioned_in  # noqa: E402
 from iotune.sweep.user_job import UserJob  # noqa: E402
 from iotune.workloads.baseline import measure_baseline  # noqa: E402
 from iotune.workloads.presets import PRESETS, tensor_numels  # noqa: E402

@@ -263,7 +263,7 @@ def part_chain(a: argparse.Namespace, res: dict[str, Any], work: Path, save: Any
 
 
 def part_bed(a: argparse.Namespace, res: dict[str, Any], work: Path, chain: dict[str, Any], save: Any) -> None:
-    from iotune.sweep.offload.search import apply_changes
+    from iotune.sweep.offload.changes import apply_changes
     from iotune.volumes.beds import running_bed
 
     pick = chain.get("pick_config")

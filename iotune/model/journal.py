@@ -9,7 +9,9 @@ search's, or {"kind": "checkpoint-trial", ...CheckpointTrial.to_json()} for
 the checkpoint sweep's. The offload search also journals its replays:
 {"kind": "offload-replay-base", "key", ...ReplayBase.to_json()} (the
 reference trial's steady step, to derive candidates' schedules from) and
-{"kind": "offload-replay", ...ReplayBatch.to_json()}; an iotune that does not
+{"kind": "offload-replay", ...ReplayBatch.to_json()}, and what the job's
+start showed it ({"kind": "offload-probe", ...JobProbe.to_json()}); an
+iotune that does not
 know a kind skips it. A crash or Ctrl-C leaves at most a partial last
 line, which reading skips.
 """
@@ -25,7 +27,7 @@ from typing import Any, ClassVar
 from ..errors import RecordError
 from .checkpoint_sweep import CheckpointTrial
 from .offload_plan import ReplayBatch
-from .offload_result import OffloadTrial
+from .offload_result import JobProbe, OffloadTrial
 from .offload_schedule import ReplayBase
 from .record import from_fields
 from .sweep import Trial
@@ -85,6 +87,7 @@ class JournalContents:
     checkpoint_trials: tuple[CheckpointTrial, ...] = ()
     offload_replays: tuple[ReplayBatch, ...] = ()
     replay_bases: tuple[tuple[str, ReplayBase], ...] = ()     # (the reference's key, its steady step)
+    probes: tuple[JobProbe, ...] = ()
 
 
 # each trial's kind of record: (its reader, what a damaged line is not)
@@ -94,6 +97,7 @@ TRIAL_KINDS: dict[str, tuple[Callable[[dict[str, Any]], Any], str]] = {
     "checkpoint-trial": (CheckpointTrial.from_json, "a checkpoint trial record"),
     "offload-replay": (ReplayBatch.from_json, "an offload replay record"),
     "offload-replay-base": (lambda d: (str(d["key"]), ReplayBase.from_json(d)), "an offload replay base record"),
+    "offload-probe": (JobProbe.from_json, "an offload job probe record"),
 }
 
 
@@ -128,7 +132,7 @@ def read_journal_lines(lines: list[str], path: Path) -> JournalContents:
                 raise _corrupt(path, n, f"not {what} ({type(e).__name__}: {e})") from None
     return JournalContents(env, tuple(trials["trial"]), tuple(trials["offload-trial"]),
                            tuple(trials["checkpoint-trial"]), tuple(trials["offload-replay"]),
-                           tuple(trials["offload-replay-base"]))
+                           tuple(trials["offload-replay-base"]), tuple(trials["offload-probe"]))
 
 
 def _header(rec: dict[str, Any], path: Path, n: int) -> SweepEnv:

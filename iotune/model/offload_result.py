@@ -8,10 +8,35 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .offload import GainSplit, OffloadKnobs
+from .hook_events import StartupMemory
+from .offload import GainSplit, JobShape, OffloadKnobs
 from .offload_plan import ReplayOutcome, SearchPlan
 from .record import JsonRecord, from_fields
 
+
+
+@dataclass(frozen=True)
+class JobProbe:
+    """What one start of the job up to deepspeed.initialize showed (its
+    hook's report), journaled so that a resumed search does not start the
+    job again: its parameter tensors, its ranks, the dtype ZeRO-3
+    partitions them in ("": the config's), and its process's memory there
+    (startup None: not measured)."""
+
+    what: str                            # the job, as the search names it (runner.what)
+    shape: JobShape
+    partition_dtype: str = ""
+    startup: StartupMemory | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"what": self.what, "numels": list(self.shape.numels), "ranks": self.shape.ranks,
+                "partition_dtype": self.partition_dtype, "startup": asdict(self.startup) if self.startup else None}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> JobProbe:
+        startup = data.get("startup")
+        return cls(str(data["what"]), JobShape(tuple(int(n) for n in data["numels"]), int(data.get("ranks", 1))),
+                   str(data.get("partition_dtype", "")), from_fields(StartupMemory, startup) if startup else None)
 
 @dataclass(frozen=True)
 class Dimension:

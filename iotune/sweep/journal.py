@@ -25,7 +25,7 @@ from ..errors import NoSpaceError
 from ..model.checkpoint_sweep import CheckpointCandidate, CheckpointTrial
 from ..model.journal import JOURNAL_VERSION, TRIAL_KINDS, SweepEnv, read_journal
 from ..model.offload_plan import ReplayBatch
-from ..model.offload_result import OffloadTrial
+from ..model.offload_result import JobProbe, OffloadTrial
 from ..model.offload_schedule import ReplayBase
 from ..model.sweep import Trial
 
@@ -41,6 +41,7 @@ class Journal:
         self.checkpoint_trials: list[CheckpointTrial] = list(contents.checkpoint_trials) if contents else []
         self.offload_replays: list[ReplayBatch] = list(contents.offload_replays) if contents else []
         self.replay_bases: list[tuple[str, ReplayBase]] = list(contents.replay_bases) if contents else []
+        self.probes: list[JobProbe] = list(contents.probes) if contents else []
 
     def start(self, env: SweepEnv) -> None:
         """Write the header of a new journal (no-op when resuming)."""
@@ -92,6 +93,14 @@ class Journal:
         self._append({"kind": "offload-replay-base", "key": key, **base.to_json()})
         self.replay_bases.append((key, base))
 
+    def find_probe(self, what: str) -> JobProbe | None:
+        """What a start of the job `what` up to deepspeed.initialize showed, if journaled."""
+        return next((p for p in self.probes if p.what == what), None)
+
+    def record_probe(self, probe: JobProbe) -> None:
+        self._append({"kind": "offload-probe", **probe.to_json()})
+        self.probes.append(probe)
+
     def find_checkpoint(self, candidate: CheckpointCandidate, repeat: int) -> CheckpointTrial | None:
         """The checkpoint trial journaled for this candidate and repeat, if any."""
         return next((t for t in self.checkpoint_trials if t.candidate == candidate and t.repeat == repeat), None)
@@ -109,12 +118,14 @@ class Journal:
             raise
 
     def _full(self, rec: dict[str, Any], why: str) -> str:
-        trial = rec.get("kind") in TRIAL_KINDS
-        what = "the trial that just ended" if trial else "its header"
+        kind = rec.get("kind")
+        what, again = (("the record of the job's start", ", and the job starts again on resume")
+                       if kind == "offload-probe" else
+                       ("the trial that just ended", ", and that trial runs again on resume") if kind in TRIAL_KINDS
+                       else ("its header", ""))
         done = len(self.trials) + len(self.offload_trials) + len(self.checkpoint_trials)
         return (f"disk full: the sweep journal {self.path} cannot take {what} ({why}); it keeps the "
-                f"{done} trial(s) completed before it, every line whole"
-                f"{', and that trial runs again on resume' if trial else ''}: free space on that drive (or give "
+                f"{done} trial(s) completed before it, every line whole{again}: free space on that drive (or give "
                 f"-o/--out a directory on another drive, with the journal moved there), then run the same command "
                 f"again to resume")
 

@@ -22,7 +22,7 @@ import pytest
 from iotune.model.hook_events import read_memory
 from iotune.model.host_memory import HostContext, article, host_memory
 from iotune.model.offload import JobShape, OffloadKnobs
-from iotune.sweep.offload.search import partitioned_in
+from iotune.sweep.offload.probe import partitioned_in
 from iotune.sweep.user_job import UserJob, probe_shape, run_with_config
 from iotune.workloads.presets import PRESETS, tensor_numels
 from iotune.workloads.strategies import WorkloadSpec, ds_config

@@ -32,7 +32,7 @@ from iotune.sweep.checkpoint.command import checkpoint_changes
 from iotune.sweep.checkpoint.trial import candidate_changes
 from iotune.sweep.config import REMOVE, aio_block_changes, apply_to_config, candidate_config
 from iotune.sweep.offload.command import offload_changes
-from iotune.sweep.offload.search import apply_changes
+from iotune.sweep.offload.changes import apply_changes
 
 USER = """{
     "zero_optimization": {

@@ -36,7 +36,9 @@ from iotune.sweep.journal import open_journal
 from iotune.sweep.offload import search as search_module
 from iotune.sweep.offload.memory import corrected, host_baseline, job_context, memory_now
 from iotune.sweep.offload.runner import BuiltinRunner, RunResult, TrialPlan, memory_seen
-from iotune.sweep.offload.search import OffloadSearch, Trials, apply_changes, partitioned_in, search_offload
+from iotune.sweep.offload.changes import apply_changes
+from iotune.sweep.offload.probe import partitioned_in
+from iotune.sweep.offload.search import OffloadSearch, Trials, search_offload
 from iotune.sweep.offload.space import Budget, refusals
 from iotune.workloads.strategies import WorkloadSpec, ds_config
 

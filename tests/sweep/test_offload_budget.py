@@ -26,7 +26,8 @@ from iotune.sweep.journal import Journal
 from iotune.sweep.budget import (DEFAULT_BUDGET_CAP_S, DEFAULT_BUDGET_TRIALS, FLOOR_TRIALS, SearchClock,
                                          clock_for)
 from iotune.sweep.offload.confirm import confirm_pairs
-from iotune.sweep.offload.search import _outcome, knob_changes
+from iotune.sweep.offload.changes import knob_changes
+from iotune.sweep.offload.search import _outcome
 from iotune.sweep.offload.stages import Staged, pick, run_real
 from iotune.model.offload_result import Prediction
 

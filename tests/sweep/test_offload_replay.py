@@ -50,7 +50,7 @@ from iotune.sweep.journal import Journal
 from iotune.sweep.budget import SearchClock
 from iotune.sweep.offload.replay_rank import Replays, rank_all, split
 from iotune.sweep.offload.runner import BuiltinRunner, TrialPlan
-from iotune.sweep.offload.search import apply_changes
+from iotune.sweep.offload.changes import apply_changes
 from iotune.volumes.beds import running_bed
 from iotune.workloads.presets import PRESETS, tensor_numels
 from iotune.workloads.strategies import WorkloadSpec, ds_config

@@ -88,6 +88,7 @@ def test_pinned_to_nvme_the_search_runs_pipelined_candidates_with_the_buffers_th
     assert (doc["verdict"], doc["more_pairs"], doc["gain"]) == ("undecided", 2, None)
     lines = [json.loads(line) for line in (tmp_path / "journal.jsonl").read_text().splitlines()]
     assert lines[0]["kind"] == "header" and sum(r["kind"] == "offload-trial" for r in lines) == len(doc["trials"])
+    assert sum(r["kind"] == "offload-probe" for r in lines) == 1        # the model's start, up to initialize
     # the what-if at the config's own value (grad_accum 1) on the kept config (undecided: yours) is the reference
     # trial's measurement, not a trial of its own
     assert [t for t in doc["trials"] if t["role"] == "what-if"] == []
@@ -100,6 +101,8 @@ def test_pinned_to_nvme_the_search_runs_pipelined_candidates_with_the_buffers_th
     resumed = json.loads(again.stdout)
     assert resumed["trials"] == doc["trials"] and resumed["trials_run_now"] == 0       # resumed: nothing ran again
     assert "s/step (" not in again.stderr
+    assert "offload: starting" not in again.stderr and \
+        "up to deepspeed.initialize: from the journal (the start that showed it is not run again)" in again.stderr
 
 
 @needs_fio

@@ -26,6 +26,7 @@ from ...model.offload import JobShape, OffloadKnobs, measured_gain_split, step_s
 from ...model.offload_result import OffloadTrial
 from ...model.sweep_result import more_pairs_phrase
 from ..sequential import PairDecision, SequentialRule, candidate_first, decide, pair_order
+from .changes import knob_changes
 
 if TYPE_CHECKING:
     from ..budget import SearchClock
@@ -99,8 +100,6 @@ def confirm_pairs(candidate: OffloadKnobs, reference: OffloadKnobs, shape: JobSh
 
 def _journaled(candidate: OffloadKnobs, reference: OffloadKnobs, n: int, trials: Trials) -> bool:
     """Whether both trials of pair n are in the journal (they cost nothing)."""
-    from .search import knob_changes
-
     return all(trials.journal.find_offload(json.dumps(knob_changes(trials.base, k), sort_keys=True), role, n)
                is not None for k, role in ((candidate, "pair-candidate"), (reference, "pair-base")))
 

@@ -2,7 +2,8 @@
 
     shape     the job's parameter tensors: the built-in model's are known; the
               user's job is started once and stopped at deepspeed.initialize,
-              before DeepSpeed allocates anything (the startup hook reports them)
+              before DeepSpeed allocates anything (the startup hook reports them;
+              iotune.sweep.offload.probe: journaled, so a resume does not start it)
     fit       every candidate of iotune.sweep.offload.space, checked against
               DeepSpeed's bounds and the host's memory (iotune.model.host_memory):
               one that cannot work is refused with the numbers, never run. When
@@ -53,32 +54,31 @@ import contextlib
 import json
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from ...errors import IotuneError, UsageError
 from ...host.ledger import temp_dir
 from ...model import units
-from ...model.hook_events import StartupMemory
 from ...model.host_memory import CALIBRATED_MARGIN, HostContext, host_memory
 from ...model.offload import JobShape, OffloadKnobs, step_swap_bytes, sub_groups
 from ...model.offload_result import OffloadOutcome, OffloadTrial, Prediction, WhatIf, short_changes
 from ...model.offload_time import DriveRates, Reference, median_abs_error, predict_step_s
-from ...workloads.presets import PRESETS, tensor_numels
-from ..config import OFFLOAD_SECTIONS, REMOVE, candidate_config, nvme_sections
+from ..config import nvme_sections
 from ..drive_rates import aio_point, measure_drive_rates
 from ..executor import Target
 from ..journal import Journal
 from ..budget import SearchClock, clock_for
 from .replay_rank import CapturingRunner
-from .runner import BuiltinRunner, RunResult, Runner, TrialPlan, samples_per_step
+from .runner import RunResult, Runner, TrialPlan, samples_per_step
 from .memory import (baseline_sentence, corrected, correction_sentence, host_baseline, job_context, memory_now,
                      skipped_trial)
 from .stages import Staged, confirm_pick, make_plan, prepare_replays, rank, run_real, staged_fields
 from .space import KEYS, Budget, candidates, dimensions, refusals
 from .confirm import Confirmation, Cost, cost_of, rank_by_cost, tie_break
+from .changes import apply_changes, knob_changes
+from .probe import job_shape, partitioned_in
 from .what_if import ZENFLOW_TOPK, ZENFLOW_WHAT_IF, what_if_plan, what_if_refusal
 
 ASSUMED_ERROR = 0.15       # the step-time model's error before any trial measured it (the wide grid: 0.17)
@@ -100,37 +100,6 @@ class OffloadSearch:
     noise_floor: float = 0.05
     what_if: tuple[str, tuple[float, ...]] | None = None
     time_budget_s: float | None = None          # --budget (None: derived from the reference trial's time)
-
-
-def knob_changes(base: OffloadKnobs, knobs: OffloadKnobs) -> dict[str, Any]:
-    """DeepSpeed keys whose value `knobs` changes from `base` (buffer_count included)."""
-    return {k: getattr(knobs, attr) for k, (attr, _, _) in KEYS.items() if getattr(knobs, attr) != getattr(base, attr)}
-
-
-def trial_changes(cfg: dict[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
-    """`changes` as a trial runs them on `cfg`: an offload block they leave
-    without a device (or at device none) is removed, and with a parameter
-    offload block stage3_prefetch_bucket_size is 0 unless `cfg` sets it
-    (DeepSpeed 0.19.8: prefetch breaks NVMe parameters)."""
-    zero = candidate_config(cfg, changes, None).get("zero_optimization")
-    zero = zero if isinstance(zero, dict) else {}
-    out = dict(changes)
-    for block in OFFLOAD_SECTIONS:
-        b, where = zero.get(block), f"zero_optimization.{block}"
-        if isinstance(b, dict) and b.get("device") in (None, "none"):
-            out = {k: v for k, v in out.items() if not k.startswith(where + ".")}
-            out[where] = REMOVE
-    if out.get("zero_optimization.offload_param") is not REMOVE and isinstance(zero.get("offload_param"), dict):
-        if "stage3_prefetch_bucket_size" not in zero:
-            out["zero_optimization.stage3_prefetch_bucket_size"] = 0
-    return out
-
-
-def apply_changes(cfg: dict[str, Any], changes: Mapping[str, Any], nvme_path: str) -> dict[str, Any]:
-    """A candidate's config: `cfg` with the trial's changes (trial_changes)
-    written by the one writer of trial configs, its NVMe offload swapping to
-    `nvme_path`."""
-    return candidate_config(cfg, trial_changes(cfg, changes), Path(nvme_path))
 
 
 class Trials:
@@ -198,7 +167,7 @@ def search_offload(search: OffloadSearch, target: Target, journal: Journal,
     if refusal:
         raise UsageError(refusal)
     clock = clock_for(search.time_budget_s)
-    shape, dtype, startup = job_shape(search, target, say)
+    shape, dtype, startup = job_shape(search, target, journal, say)
     search = replace(search, context=job_context(search.context, startup))
     say(baseline_sentence(search.context))
     base = partitioned_in(OffloadKnobs.from_ds_config(search.base_cfg), dtype)
@@ -403,43 +372,6 @@ def _what_if_row(key: str, value: float, t: OffloadTrial, knobs: OffloadKnobs, s
         per_s = t.samples_per_s * t.step_s / statistics.fmean(t.step_times_s)
     return WhatIf(key, shown, "ok", "", per_s, t.optimizer_step_s / t.step_s if t.step_s else 0.0,
                   moved / samples_per_step(cfg))
-
-
-def partitioned_in(knobs: OffloadKnobs, dtype: str) -> OffloadKnobs:
-    """`knobs` with the dtype ZeRO-3 partitions the parameters in (reported
-    by the job's hook; DeepSpeed may convert an fp32 model to bf16), the
-    gradient-accumulation dtype staying the config's."""
-    if not dtype or dtype == knobs.dtype:
-        return knobs
-    return replace(knobs, dtype=dtype, grad_accum_dtype=knobs.grad_accum_dtype or knobs.dtype)
-
-
-def job_shape(search: OffloadSearch, target: Target,
-              say: Callable[[str], None]) -> tuple[JobShape, str, StartupMemory | None]:
-    """The job's parameter tensors, the dtype they are partitioned in ("":
-    the config's) and its process's memory at deepspeed.initialize (None:
-    not measured), from one start of the job stopped at deepspeed.initialize,
-    where its hook reports them, before DeepSpeed allocates anything. The
-    built-in model's tensors are known (built under deepspeed.zero.Init, in
-    the config's dtype): its start measures the memory only."""
-    runner = search.runner
-    preset = runner.size if isinstance(runner, BuiltinRunner) else None
-    if preset is not None and preset not in PRESETS:
-        raise UsageError(f"unknown --model '{preset}': choose one of {', '.join(PRESETS)}")
-    say(f"offload: starting {runner.what} up to deepspeed.initialize, to see its "
-        + ("memory there" if preset else "tensors and its memory there"))
-    with contextlib.ExitStack() as stack:
-        work = temp_dir(stack, ".iotune-offload-", target.files_dir)
-        (work / "swap").mkdir()
-        tensors, error = runner.probe(apply_changes(search.base_cfg, {}, str(work / "swap")), work, target.cgroup,
-                                      search.plan.timeout_s)
-    if preset is not None:
-        return JobShape(tuple(tensor_numels(PRESETS[preset]))), "", tensors.startup if tensors is not None else None
-    if tensors is None:
-        raise IotuneError(f"your command reported no DeepSpeed model ({error}): iotune sees the model's tensors "
-                          f"through its startup hook on PYTHONPATH, at deepspeed.initialize, so the command must "
-                          f"train with DeepSpeed in Python")
-    return JobShape(tensors.numels, max(1, tensors.world)), tensors.partition_dtype, tensors.startup
 
 
 def _reason(key: str, value: Any, base: OffloadKnobs, shape: JobShape, tied: bool = False) -> str:
