@@ -91,3 +91,10 @@ def test_a_journal_with_a_probe_loads_where_only_trials_were_known(tmp_path: Pat
     j.record_probe(JobProbe("`other`", JobShape((1,)), "", MEMORY))
     assert Journal(tmp_path / "j.jsonl").find_probe(CMD) is None
     assert Journal(tmp_path / "j.jsonl").find_probe("`other`") is not None
+
+
+def test_a_full_disk_names_the_record_of_the_start(tmp_path: Path) -> None:
+    said = Journal(tmp_path / "j.jsonl")._full({"kind": "offload-probe"}, "No space left on device")
+    assert said.startswith(f"disk full: the sweep journal {tmp_path / 'j.jsonl'} cannot take the record of the "
+                           f"job's start (No space left on device); it keeps the 0 trial(s) completed before it, "
+                           f"every line whole, and the job starts again on resume: free space on that drive")
