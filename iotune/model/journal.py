@@ -11,9 +11,8 @@ the checkpoint sweep's. The offload search also journals its replays:
 reference trial's steady step, to derive candidates' schedules from) and
 {"kind": "offload-replay", ...ReplayBatch.to_json()}, and what the job's
 start showed it ({"kind": "offload-probe", ...JobProbe.to_json()}); an
-iotune that does not
-know a kind skips it. A crash or Ctrl-C leaves at most a partial last
-line, which reading skips.
+iotune that does not know a kind skips it. A crash or Ctrl-C leaves at
+most a partial last line, which reading skips.
 """
 
 from __future__ import annotations

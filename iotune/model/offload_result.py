@@ -14,7 +14,6 @@ from .offload_plan import ReplayOutcome, SearchPlan
 from .record import JsonRecord, from_fields
 
 
-
 @dataclass(frozen=True)
 class JobProbe:
     """What one start of the job up to deepspeed.initialize showed (its
@@ -37,6 +36,7 @@ class JobProbe:
         startup = data.get("startup")
         return cls(str(data["what"]), JobShape(tuple(int(n) for n in data["numels"]), int(data.get("ranks", 1))),
                    str(data.get("partition_dtype", "")), from_fields(StartupMemory, startup) if startup else None)
+
 
 @dataclass(frozen=True)
 class Dimension:

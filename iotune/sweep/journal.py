@@ -119,10 +119,12 @@ class Journal:
 
     def _full(self, rec: dict[str, Any], why: str) -> str:
         kind = rec.get("kind")
-        what, again = (("the record of the job's start", ", and the job starts again on resume")
-                       if kind == "offload-probe" else
-                       ("the trial that just ended", ", and that trial runs again on resume") if kind in TRIAL_KINDS
-                       else ("its header", ""))
+        if kind == "offload-probe":
+            what, again = "the record of the job's start", ", and the job starts again on resume"
+        elif kind in TRIAL_KINDS:
+            what, again = "the trial that just ended", ", and that trial runs again on resume"
+        else:
+            what, again = "its header", ""
         done = len(self.trials) + len(self.offload_trials) + len(self.checkpoint_trials)
         return (f"disk full: the sweep journal {self.path} cannot take {what} ({why}); it keeps the "
                 f"{done} trial(s) completed before it, every line whole{again}: free space on that drive (or give "

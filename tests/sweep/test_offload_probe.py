@@ -53,8 +53,9 @@ class Job:
 
 
 def shape_of(job: Job, tmp_path: Path, said: list[str]) -> tuple[JobShape, str, StartupMemory | None]:
-    return job_shape(OffloadSearch({"zero_optimization": {"stage": 3}}, job), Target(tmp_path),
-                     Journal(tmp_path / "journal.jsonl"), said.append)
+    p = job_shape(OffloadSearch({"zero_optimization": {"stage": 3}}, job), Target(tmp_path),
+                  Journal(tmp_path / "journal.jsonl"), said.append)
+    return p.shape, p.partition_dtype, p.startup
 
 
 def test_a_resumed_search_takes_the_jobs_start_from_the_journal(tmp_path: Path) -> None:

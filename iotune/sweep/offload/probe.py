@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 from ...errors import IotuneError, UsageError
 from ...host.ledger import temp_dir
-from ...model.hook_events import StartupMemory
 from ...model.offload import JobShape, OffloadKnobs
 from ...model.offload_result import JobProbe
 from ...workloads.presets import PRESETS, tensor_numels
@@ -36,8 +35,7 @@ def partitioned_in(knobs: OffloadKnobs, dtype: str) -> OffloadKnobs:
     return replace(knobs, dtype=dtype, grad_accum_dtype=knobs.grad_accum_dtype or knobs.dtype)
 
 
-def job_shape(search: OffloadSearch, target: Target, journal: Journal,
-              say: Callable[[str], None]) -> tuple[JobShape, str, StartupMemory | None]:
+def job_shape(search: OffloadSearch, target: Target, journal: Journal, say: Callable[[str], None]) -> JobProbe:
     """The job's parameter tensors, the dtype they are partitioned in ("":
     the config's) and its process's memory at deepspeed.initialize (None:
     not measured), from one start of the job stopped at deepspeed.initialize,
@@ -53,7 +51,7 @@ def job_shape(search: OffloadSearch, target: Target, journal: Journal,
     if known is not None:
         say(f"offload: {runner.what} up to deepspeed.initialize: from the journal (the start that showed it "
             f"is not run again)")
-        return known.shape, known.partition_dtype, known.startup
+        return known
     say(f"offload: starting {runner.what} up to deepspeed.initialize, to see its "
         + ("memory there" if preset else "tensors and its memory there"))
     with contextlib.ExitStack() as stack:
@@ -73,4 +71,4 @@ def job_shape(search: OffloadSearch, target: Target, journal: Journal,
                          tensors.startup)
     if probe.startup is not None:           # a start that measured nothing is tried again on resume
         journal.record_probe(probe)
-    return probe.shape, probe.partition_dtype, probe.startup
+    return probe

@@ -167,10 +167,11 @@ def search_offload(search: OffloadSearch, target: Target, journal: Journal,
     if refusal:
         raise UsageError(refusal)
     clock = clock_for(search.time_budget_s)
-    shape, dtype, startup = job_shape(search, target, journal, say)
-    search = replace(search, context=job_context(search.context, startup))
+    probe = job_shape(search, target, journal, say)
+    shape = probe.shape
+    search = replace(search, context=job_context(search.context, probe.startup))
     say(baseline_sentence(search.context))
-    base = partitioned_in(OffloadKnobs.from_ds_config(search.base_cfg), dtype)
+    base = partitioned_in(OffloadKnobs.from_ds_config(search.base_cfg), probe.partition_dtype)
     searched, skipped = dimensions(base, shape, search.fixes)
     fit, refused = candidates(base, shape, searched, search.fixes, search.budget, search.context)
     # your own config, the run everything is learnt from, is admitted without the margin: it is what you run
