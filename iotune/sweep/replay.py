@@ -163,6 +163,12 @@ def job_ceiling(schedule: SwapSchedule, target: Target, settings_list: Sequence[
 # --- the child ---------------------------------------------------------------------------
 
 
+# what usually sends a signal that ends the replay child
+KILLED_WHY = {signal.SIGABRT: " (DeepSpeed's aio aborts on a failed internal assert: a short file, a failed mlock)",
+              signal.SIGKILL: " (the kernel's OOM killer does this when host memory runs out: `dmesg | grep -i "
+                              "'out of memory'` tells)"}
+
+
 def _run_child(argv: list[str], cgroup: str | None, timeout_s: float) -> dict[str, Any]:
     proc = _start(argv, cgroup)
     try:
@@ -189,9 +195,8 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def _parse(argv: list[str], returncode: int, out: bytes, err: bytes) -> dict[str, Any]:
     raw = {"argv": argv, "returncode": returncode, "stderr_tail": err[-STDERR_TAIL_CHARS:].decode(errors="replace")}
     if returncode < 0:
-        raise ReplayError(f"the replay was killed by {signal.Signals(-returncode).name} (DeepSpeed's aio aborts on a "
-                          f"failed internal assert: a short file, a failed mlock); its stderr ends: {last_line(err)}",
-                          raw)
+        raise ReplayError(f"the replay was killed by {signal.Signals(-returncode).name}{KILLED_WHY.get(-returncode, '')}"
+                          f"; its stderr ends: {last_line(err)}", raw)
     try:
         data = json.loads(out)
     except ValueError:

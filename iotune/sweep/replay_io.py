@@ -8,11 +8,12 @@ from __future__ import annotations
 import os
 import resource
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..model.replay import SwapSchedule
+from ..model.replay import SwapGroup, SwapOp, SwapSchedule
 
 POISON = -0x5A5A5A5A5A5A5A5B      # negative: never a pattern word
 CAP_IPC_LOCK = 14
@@ -77,20 +78,51 @@ def _check_memlock(nbytes: int) -> None:
         pass
     soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     if soft != resource.RLIM_INFINITY and soft < nbytes:
-        raise ReplayFailure("memlock", f"the replay page-locks {nbytes} bytes (one buffer per op of its largest "
-                                       f"group, as DeepSpeed's swap buffers) but the locked-memory limit is {soft}; "
+        raise ReplayFailure("memlock", f"the replay page-locks {nbytes} bytes (its largest group's ops, each in "
+                                       f"a buffer of its own, as DeepSpeed's swap buffers) but the locked-memory "
+                                       f"limit is {soft}; "
                                        "raise it (`ulimit -l unlimited`)")
 
 
-def allocate_pool(handle: Any, schedule: SwapSchedule) -> list[Any]:
-    """Page-locked uint8 buffers from the handle, as DeepSpeed's SwapBufferManager allocates them: as many
-    as the largest group has ops, each as large as the largest op (rounded up to a page)."""
-    import torch
-    count = max(len(g.ops) for g in schedule.groups)
-    size = -(-max(op.size_bytes for op in schedule.ops) // PAGE_BYTES) * PAGE_BYTES
-    _check_memlock(count * size)
-    example = torch.empty(0, dtype=torch.uint8)
-    return [handle.new_cpu_locked_tensor(size, example) for _ in range(count)]
+def page_up(nbytes: int) -> int:
+    return -(-nbytes // PAGE_BYTES) * PAGE_BYTES
+
+
+def group_bytes(group: SwapGroup) -> int:
+    """The locked bytes a group's ops take at once: each op its own page-aligned buffer."""
+    return sum(page_up(op.size_bytes) for op in group.ops)
+
+
+class BufferPool:
+    """Page-locked memory from the handle (aio_handle.new_cpu_locked_tensor, DeepSpeed's swap
+    buffers): one buffer as large as the most bytes one group of the schedule has in flight, each op
+    of a group given a page-aligned slice of its own. So the replay locks what the job had in flight
+    at once (at 1B, 3.9 GB for a schedule of 35 groups), not as many buffers as the largest group has
+    ops, each as large as the largest op (112 x 1.05 GB there: more than the machine's memory)."""
+
+    def __init__(self, handle: Any, schedule: SwapSchedule) -> None:
+        import torch
+        self.nbytes = max(group_bytes(g) for g in schedule.groups)
+        self.largest_op = page_up(max(op.size_bytes for op in schedule.ops))
+        _check_memlock(self.nbytes)
+        self.handle = handle
+        self.buffer = handle.new_cpu_locked_tensor(self.nbytes, torch.empty(0, dtype=torch.uint8))
+
+    def views(self, ops: Sequence[SwapOp]) -> list[Any]:
+        """A slice of the buffer for each op, `op.size_bytes` long, none overlapping."""
+        out, start = [], 0
+        for op in ops:
+            out.append(self.buffer.narrow(0, start, op.size_bytes))
+            start += page_up(op.size_bytes)
+        return out
+
+    def chunks(self) -> list[Any]:
+        """Slices of the largest op's size (page-aligned), as many as the buffer holds: the layout's."""
+        return [self.buffer.narrow(0, i * self.largest_op, self.largest_op)
+                for i in range(self.nbytes // self.largest_op)]
+
+    def free(self) -> None:
+        self.handle.free_cpu_locked_tensor(self.buffer)
 
 
 class Pattern:
@@ -141,20 +173,22 @@ class Pattern:
         return None
 
 
-def layout_files(handle: Any, pool: list[Any], files: dict[str, int], root: Path, pattern: Pattern) -> float:
+def layout_files(handle: Any, pool: BufferPool, files: dict[str, int], root: Path, pattern: Pattern) -> float:
     """Write every file at its size with the pattern, through the handle (O_DIRECT), and fsync it:
-    seconds taken. A file only fallocated would read back without I/O. Each buffer of the pool carries
-    one chunk, and as many chunks as the pool has buffers are in flight at once (one wait for each
-    such batch), so a drive that needs requests in flight is written at its rate, not one chunk's."""
+    seconds taken. A file only fallocated would read back without I/O. The pool's buffer is cut into
+    chunks of the largest op's size, each carrying one, and as many as it holds are in flight at once
+    (one wait for each such batch), so a drive that needs requests in flight is written at its rate,
+    not one chunk's."""
     start = time.perf_counter()
     counter = IoCounter()
     before = counter.read()
-    step = min(buf.numel() for buf in pool)
+    chunk_bufs = pool.chunks()
+    step = pool.largest_op
     chunks = [(rel, offset) for rel, size in files.items() for offset in range(0, size, step)]
     for rel in files:
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
-    for first in range(0, len(chunks), len(pool)):
-        for buf, (rel, offset) in zip(pool, chunks[first:first + len(pool)]):
+    for first in range(0, len(chunks), len(chunk_bufs)):
+        for buf, (rel, offset) in zip(chunk_bufs, chunks[first:first + len(chunk_bufs)]):
             chunk = buf.narrow(0, 0, min(step, files[rel] - offset))
             pattern.mark(chunk, rel, offset)
             if handle.async_pwrite(chunk, str(root / rel), offset) != 0:

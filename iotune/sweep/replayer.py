@@ -56,7 +56,7 @@ from ..fs.directio import direct_io_problem
 from ..model.aio import AioSettings
 from ..model.replay import READ, WRITE, ScheduleError, SwapGroup, SwapOp, SwapSchedule
 from ..model.replay_result import ReplayResult, WaitTiming
-from .replay_io import IoCount, IoCounter, Pattern, ReplayFailure, allocate_pool, layout_files, load_aio_op
+from .replay_io import BufferPool, IoCount, IoCounter, Pattern, ReplayFailure, layout_files, load_aio_op
 from .child import json_child_main
 
 T = TypeVar("T")
@@ -204,7 +204,7 @@ def _sleep_until(deadline: float) -> float:
 class Replay:
     """The handle, the buffers and the files of one schedule, replayed as often as asked."""
 
-    def __init__(self, handle: Any, pool: list[Any], schedule: SwapSchedule, root: Path, pattern: Pattern) -> None:
+    def __init__(self, handle: Any, pool: BufferPool, schedule: SwapSchedule, root: Path, pattern: Pattern) -> None:
         self.handle, self.pool, self.schedule, self.root, self.pattern = handle, pool, schedule, root, pattern
         self.counter = IoCounter()
 
@@ -227,15 +227,16 @@ class Replay:
         before = self.counter.read()
         first = _sleep_until(anchor + group.gap_s)
         last = first
-        for op, buf in zip(group.ops, self.pool):
+        bufs = self.pool.views(group.ops)
+        for op, buf in zip(group.ops, bufs):
             last = _sleep_until(first + op.after_s)
-            self._submit(op, buf.narrow(0, 0, op.size_bytes))
+            self._submit(op, buf)
         w0 = _sleep_until(last + group.before_wait_s)
         done = self.handle.wait()
         w1 = time.perf_counter()
         moved = self.counter.read() - before
         problems = [] if done == len(group.ops) else [f"group {index}: wait() completed {done} of {len(group.ops)} ops"]
-        problems += self._check(index, group, moved)
+        problems += self._check(index, group, moved, bufs)
         timing = WaitTiming(index, w1 - w0, w1 - first, min(moved.read_bytes, group.bytes_of(READ)),
                             min(moved.write_bytes, group.bytes_of(WRITE)), group.wait_s, moved.read_bytes,
                             moved.write_bytes)
@@ -253,7 +254,7 @@ class Replay:
             raise ReplayFailure("io", f"async_{'pread' if op.direction == READ else 'pwrite'}({path}) returned {rc}: "
                                       "DeepSpeed could not open or queue it (its errno is on stderr)")
 
-    def _check(self, index: int, group: SwapGroup, moved: IoCount) -> list[str]:
+    def _check(self, index: int, group: SwapGroup, moved: IoCount, bufs: list[Any]) -> list[str]:
         out = []
         for direction, counted in ((READ, moved.read_bytes), (WRITE, moved.write_bytes)):
             expected = group.bytes_of(direction)
@@ -261,9 +262,9 @@ class Replay:
                 out.append(f"group {index}: {direction}s of {expected} bytes, the kernel counted {counted} "
                            "submitted: a request failed (misaligned size, ENOSPC, EIO) and DeepSpeed's aio does "
                            "not report it; check the alignment of the sizes, free space and dmesg")
-        for op, buf in zip(group.ops, self.pool):
+        for op, buf in zip(group.ops, bufs):
             if op.direction == READ:
-                bad = self.pattern.first_bad(buf.narrow(0, 0, op.size_bytes), op.path, op.offset_bytes)
+                bad = self.pattern.first_bad(buf, op.path, op.offset_bytes)
                 if bad is not None:
                     out.append(f"group {index}: the read of {op.path} did not bring back the file's bytes at offset "
                                f"{bad + op.offset_bytes}: a request failed and DeepSpeed's aio does not report it")
@@ -280,7 +281,7 @@ def replay(args: ReplayArgs) -> dict[str, Any]:
                                        intra_op_parallelism=a.intra_op_parallelism)
     first = handles[args.aio]
     every = SwapSchedule(tuple(g for s, _ in args.entries for g in s.groups), 0, 0.0, 0.0)
-    pool = allocate_pool(first, every)       # DeepSpeed's locked buffers serve every handle (one shared manager)
+    pool = BufferPool(first, every)       # DeepSpeed's locked buffers serve every handle (one shared manager)
     pattern = Pattern(sorted(every.files()), MARK_BYTES)
     try:
         layout_s = layout_files(first, pool, every.files(), args.directory, pattern)
@@ -290,8 +291,7 @@ def replay(args: ReplayArgs) -> dict[str, Any]:
             time.sleep(SETTLE_S)
             results.append(runners[i].run(args.compute, args.entries[i][1], layout_s))
     finally:
-        for buf in pool:
-            first.free_cpu_locked_tensor(buf)
+        pool.free()
     return {"results": [r.to_json() for r in results], "order": list(args.sequence), "layout_s": layout_s,
             **versions}
 

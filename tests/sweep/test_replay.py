@@ -17,8 +17,8 @@ import pytest
 from iotune.model.aio import AioSettings
 from iotune.model.replay import SwapGroup, SwapOp, SwapSchedule
 from iotune.sweep.executor import Target
-from iotune.sweep.replay import ReplayError, replay_argv, run_replays
-from iotune.sweep.replay_io import IoCount
+from iotune.sweep.replay import ReplayError, _parse, replay_argv, run_replays
+from iotune.sweep.replay_io import IoCount, group_bytes
 from iotune.sweep.replayer import Replay
 from tests.conftest import needs_deepspeed
 
@@ -38,8 +38,8 @@ def schedule(size: int = 4 * MiB) -> SwapSchedule:
 def test_a_group_that_moved_less_than_its_ops_is_short_io() -> None:
     group = schedule().groups[2]
     replay = Replay(None, [], schedule(), Path("."), None)     # type: ignore[arg-type]
-    assert replay._check(2, group, IoCount(0, 8 * MiB)) == []
-    [short] = replay._check(2, group, IoCount(0, 8 * MiB - 4096))
+    assert replay._check(2, group, IoCount(0, 8 * MiB), []) == []
+    [short] = replay._check(2, group, IoCount(0, 8 * MiB - 4096), [])
     assert short == (f"group 2: writes of {8 * MiB} bytes, the kernel counted {8 * MiB - 4096} submitted: a request "
                      "failed (misaligned size, ENOSPC, EIO) and DeepSpeed's aio does not report it; check the "
                      "alignment of the sizes, free space and dmesg")
@@ -50,6 +50,59 @@ def test_the_childs_error_is_raised_with_its_message(tmp_path: Path) -> None:
     with pytest.raises(ReplayError, match="^no room$"):
         run_replays(schedule(), Target(tmp_path), command=fake)
     assert list(tmp_path.iterdir()) == []          # its scratch directory is gone
+
+
+def test_a_replay_killed_by_sigkill_names_the_oom_killer() -> None:
+    with pytest.raises(ReplayError) as e:
+        _parse(["replayer"], -9, b"", b"Setting accelerator to CPU.\n")
+    assert str(e.value) == ("the replay was killed by SIGKILL (the kernel's OOM killer does this when host memory "
+                            "runs out: `dmesg | grep -i 'out of memory'` tells); its stderr ends: Setting accelerator "
+                            "to CPU.")
+    with pytest.raises(ReplayError, match=r"^the replay was killed by SIGABRT \(DeepSpeed's aio aborts on a failed "):
+        _parse(["replayer"], -6, b"", b"")
+
+
+class LockedStandIn:
+    """aio_handle's locked-tensor calls, as plain memory: what the pool asks for."""
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+        self.freed = 0
+
+    def new_cpu_locked_tensor(self, nbytes: int, example: object) -> object:
+        import torch
+        self.asked.append(nbytes)
+        return torch.zeros(nbytes, dtype=torch.uint8)
+
+    def free_cpu_locked_tensor(self, buf: object) -> None:
+        self.freed += 1
+
+
+@needs_deepspeed
+def test_the_pool_locks_what_one_group_has_in_flight_not_ops_times_the_largest() -> None:
+    """A 1B schedule's backward writes many small gradients in one group and its optimizer step reads a
+    few large states in another: the replay once locked (ops of the largest group) x (the largest op),
+    112 x 1.05 GB there, and was OOM-killed. It locks the largest group's own bytes, each op a
+    page-aligned slice of its own."""
+    from iotune.sweep.replay_io import BufferPool
+
+    grads = SwapGroup(tuple(SwapOp("write", f"g{i}.swp", 5000 + i) for i in range(40)))
+    states = SwapGroup(tuple(SwapOp("read", f"s{i}.swp", 3 * MiB + 1024) for i in range(3)))
+    s = SwapSchedule((grads, states), step=1, optimizer_s=1.0, traced_s=1.0)
+    assert group_bytes(grads) == 40 * 8192 and group_bytes(states) == 3 * (3 * MiB + 4096)
+    handle = LockedStandIn()
+    pool = BufferPool(handle, s)
+    assert handle.asked == [3 * (3 * MiB + 4096)]            # not 40 x (3 MiB + 4 KiB)
+    for group in (grads, states):
+        views = pool.views(group.ops)
+        assert [v.numel() for v in views] == [op.size_bytes for op in group.ops]
+        starts = [v.data_ptr() - pool.buffer.data_ptr() for v in views]
+        assert all(a % 4096 == 0 for a in starts)
+        assert all(a + v.numel() <= b for a, b, v in zip(starts, starts[1:], views))     # none overlap
+        assert starts[-1] + views[-1].numel() <= pool.nbytes
+    assert [c.numel() for c in pool.chunks()] == [3 * MiB + 4096] * 3
+    pool.free()
+    assert handle.freed == 1
 
 
 @needs_deepspeed
