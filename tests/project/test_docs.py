@@ -441,7 +441,7 @@ FENCE = re.compile(r"^(?P<indent> *)(?P<fence>```+|~~~+)(?P<info>[^\n]*)\n(?P<bo
 # a line of a command listing: what a reader types, not what a program prints
 COMMAND_LINE = re.compile(r"^\s*(?:#|(?:sudo|iotune|\.venv/bin/\S+|python3?|/usr/bin/python3|make|pip|git|deepspeed|"
                           r"torchrun|fio|export|cd|mkdir|mount|umount|dmesg|ulimit|bash|scripts/\S+|apt-get|ssh|"
-                          r"sbatch|srun|echo|cat|ls|modprobe|losetup|mkfs\S*|systemctl)(?:\s|$))")
+                          r"sbatch|srun|echo|cat|ls|modprobe|losetup|mkfs\S*|systemctl|grep|rm)(?:\s|$))")
 # listings that are neither a command nor a program's output
 NOT_OUTPUT = {
     ("docs/how-it-works.md", "cli "),                 # the package's layout, drawn by hand
