@@ -1,11 +1,14 @@
 """The 1B chain on this machine, as a user runs it (issue "advice that holds
 at the user's scale"): the `1b` preset (Llama 3.2 1B, 1.24 B parameters,
 sequence 128, micro-batch 1, optimizer state on NVMe), swapping to a drive
-with iotune's commands, each timed. The job computes in fp32 (PRECISION below;
-the defaults part runs bf16): on this machine's CPU (AVX2, no native bf16) torch 2.13's bf16
-matmul backward takes its reference path, 20 s for one 2048 x 8192 linear,
-and a bf16 1B chain was stopped after 8 minutes inside its first step; the swapped bytes are the same either way
-(the optimizer state and the swapped gradients are fp32 in both).
+with iotune's commands, each timed. The job computes in the precision the
+CPU runs fast (`iotune.workloads.precision`, as `--dtype auto` picks it):
+bf16 where the CPU has native bf16 (AMX or AVX-512 BF16), fp32 elsewhere. On
+a CPU with AVX2 only, torch 2.13's bf16 matmul backward takes its reference
+path, 20 s for one 2048 x 8192 linear, and a bf16 1B chain was stopped after
+8 minutes inside its first step. The swapped bytes are the same either way
+(the optimizer state and the swapped gradients are fp32 in both). The CPU's
+model and flags are recorded with the results (`benchmarks/machine.py`).
 
 Run by hand, as root, from the repository, ALONE on the machine (a 1B step
 uses both cores and about 15 GB of RAM; check `df -h` first, it needs about
@@ -35,6 +38,10 @@ Parts:
             `iotune trace` of the applied config; with `plan --check` of each
             trace (bytes per step, planned against traced); on a bed, 5.
             `iotune report --ceiling` of the pick's trace;
+  offload   `iotune sweep offload --steps-cmd` alone with its default options
+            (budget, pairs), on the chain's drive (--chain-bed: a test bed),
+            from the user's config: how long the offload search takes at 1B,
+            and what it decides;
   bed       the user's config and the chain's pick side by side, alternating,
             on a capped test bed (--bed), and the optimizer step against the
             bed's ceiling (bytes per step / ceiling).
@@ -64,7 +71,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from iotune.host.proc import process_memory  # noqa: E402
+from iotune.workloads.precision import machine_precision  # noqa: E402
 from iotune.workloads.strategies import WorkloadSpec, ds_config  # noqa: E402
+from benchmarks.machine import machine  # noqa: E402
 
 IOTUNE = [sys.executable, "-m", "iotune"]
 TRAIN = f"{sys.executable} -W ignore -m iotune.workloads.train --size SIZE --seq-len 128 --ds-config {{config}}"
@@ -78,7 +87,7 @@ def say(msg: str) -> None:
 SIZE = "1b"                 # --size tiny: the same chain in minutes, to check the script
 
 
-PRECISION = "fp32"
+PRECISION = machine_precision()[0]     # bf16 where the CPU has native bf16, else fp32
 
 
 def user_config(nvme_path: Path, sub_group_size: int | None, precision: str = PRECISION) -> dict[str, Any]:
@@ -262,6 +271,20 @@ def part_chain(a: argparse.Namespace, res: dict[str, Any], work: Path, save: Any
         res["pick_config"] = json.loads(chosen.read_text())
 
 
+def part_offload(a: argparse.Namespace, res: dict[str, Any], work: Path) -> None:
+    """`sweep offload` alone, with its default options, from the user's config."""
+    t0 = time.monotonic()
+    res["chain_bed"], res["precision"] = a.chain_bed or "", PRECISION
+    with chain_drive(a) as mnt:
+        (mnt / "swap").mkdir(exist_ok=True)
+        cfg = work / "ds_offload_user.json"
+        cfg.write_text(json.dumps(user_config(mnt / "swap", 100_000_000), indent=1))
+        res["sweep"] = timed([*IOTUNE, "sweep", "offload", "--path", str(mnt), "--ds-config", str(cfg),
+                              "--steps-cmd", train_cmd(), "--apply", str(work / "ds_offload_pick.json"),
+                              "-o", str(work / "offload-only"), "--json"], work / "offload-only.log")
+    res["seconds"] = round(time.monotonic() - t0, 1)
+
+
 def part_bed(a: argparse.Namespace, res: dict[str, Any], work: Path, chain: dict[str, Any], save: Any) -> None:
     from iotune.sweep.offload.changes import apply_changes
     from iotune.volumes.beds import running_bed
@@ -291,7 +314,7 @@ def part_bed(a: argparse.Namespace, res: dict[str, Any], work: Path, chain: dict
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--parts", default="defaults,chain", help="defaults, chain, bed (comma-separated)")
+    p.add_argument("--parts", default="defaults,chain", help="defaults, chain, offload, bed (comma-separated)")
     p.add_argument("--dir", type=Path, default=Path("/var/tmp/iotune-seed"), help="where the loop drives' images go")
     p.add_argument("--bed", default="latency-bound")
     p.add_argument("--steps", type=int, default=3, help="optimizer steps per run (the first left out)")
@@ -313,6 +336,7 @@ def main() -> int:
     SIZE = a.size
     out = a.out or ROOT / "benchmarks" / "results" / f"seed_scale-{SIZE}-{dt.date.today()}.json"
     results: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {"started": dt.datetime.now().isoformat()}
+    results.setdefault("machine", machine())
     work = a.dir / "work"
     work.mkdir(parents=True, exist_ok=True)
 
@@ -326,10 +350,12 @@ def main() -> int:
             part_defaults(a, res, work)
         elif part == "chain":
             part_chain(a, res, work, save)
+        elif part == "offload":
+            part_offload(a, res, work)
         elif part == "bed":
             part_bed(a, res, work, results.get("chain", {}), save)
         else:
-            raise SystemExit(f"unknown part {part!r}: defaults, chain or bed")
+            raise SystemExit(f"unknown part {part!r}: defaults, chain, offload or bed")
         save()
     say(f"results in {out}")
     return 0
