@@ -303,15 +303,12 @@ def _transients(knobs: OffloadKnobs, shape: JobShape, context: HostContext) -> l
             # never releases the originals (the partitioned swapper does), so step 1 ends holding every
             # sub-group's (measured on `wide` in 6 sub-groups: the peak 162 MB over the same config
             # unpipelined, where every sub-group's moments less the largest's are 164 MB more)
-            n = sum(swapped)
-            out.append(MemoryItem("Adam moments created at step 1", 2 * n * 4, False,
-                                  f"2 x {n:,} elements (every swapped sub-group: the pipelined swapper keeps each "
-                                  f"one's until it is next swapped in) x 4 B", "step 1"))
+            n, which = sum(swapped), ("every swapped sub-group: the pipelined swapper keeps each one's until it "
+                                      "is next swapped in) x 4 B")
         else:
-            s_max = max(swapped, default=0)
-            out.append(MemoryItem("Adam moments created at step 1", 2 * s_max * 4, False,
-                                  f"2 x {s_max:,} elements (the largest swapped sub-group) x 4 B, before their "
-                                  f"first swap-out", "step 1"))
+            n, which = max(swapped, default=0), "the largest swapped sub-group) x 4 B, before their first swap-out"
+        out.append(MemoryItem("Adam moments created at step 1", 2 * n * 4, False, f"2 x {n:,} elements ({which}",
+                              "step 1"))
     return out
 
 

@@ -14,6 +14,9 @@ from typing import Any
 
 from ..host.proc import prefer_interpreter_tools
 
+# why a child killed by SIGABRT usually was
+AIO_ABORT = " (DeepSpeed's aio aborts on a failed internal assert: a short file, a failed mlock)"
+
 
 def json_child_main(run: Callable[[list[str] | None], tuple[int, dict[str, Any]]],
                     argv: list[str] | None) -> int:

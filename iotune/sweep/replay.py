@@ -39,6 +39,7 @@ from ..model.replay import SwapSchedule
 from ..model.replay_result import MIN_CEILING_REPEATS, JobCeiling, ReplayResult, SettingRuns, ceiling_from_runs
 from ..opbuild.oplocks import BuildLockHang, hang_guard
 from ..resources import package_root
+from .child import AIO_ABORT
 from .executor import Target
 
 REPLAYER_MODULE = "iotune.sweep.replayer"
@@ -164,7 +165,7 @@ def job_ceiling(schedule: SwapSchedule, target: Target, settings_list: Sequence[
 
 
 # what usually sends a signal that ends the replay child
-KILLED_WHY = {signal.SIGABRT: " (DeepSpeed's aio aborts on a failed internal assert: a short file, a failed mlock)",
+KILLED_WHY = {signal.SIGABRT: AIO_ABORT,
               signal.SIGKILL: " (the kernel's OOM killer does this when host memory runs out: `dmesg | grep -i "
                               "'out of memory'` tells)"}
 

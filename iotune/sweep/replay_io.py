@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..model.offload import pages
 from ..model.replay import SwapGroup, SwapOp, SwapSchedule
 
 POISON = -0x5A5A5A5A5A5A5A5B      # negative: never a pattern word
 CAP_IPC_LOCK = 14
-PAGE_BYTES = 4096
 
 
 class ReplayFailure(Exception):
@@ -84,13 +84,9 @@ def _check_memlock(nbytes: int) -> None:
                                        "raise it (`ulimit -l unlimited`)")
 
 
-def page_up(nbytes: int) -> int:
-    return -(-nbytes // PAGE_BYTES) * PAGE_BYTES
-
-
 def group_bytes(group: SwapGroup) -> int:
     """The locked bytes a group's ops take at once: each op its own page-aligned buffer."""
-    return sum(page_up(op.size_bytes) for op in group.ops)
+    return sum(pages(op.size_bytes) for op in group.ops)
 
 
 class BufferPool:
@@ -103,7 +99,7 @@ class BufferPool:
     def __init__(self, handle: Any, schedule: SwapSchedule) -> None:
         import torch
         self.nbytes = max(group_bytes(g) for g in schedule.groups)
-        self.largest_op = page_up(max(op.size_bytes for op in schedule.ops))
+        self.largest_op = pages(max(op.size_bytes for op in schedule.ops))
         _check_memlock(self.nbytes)
         self.handle = handle
         self.buffer = handle.new_cpu_locked_tensor(self.nbytes, torch.empty(0, dtype=torch.uint8))
@@ -113,7 +109,7 @@ class BufferPool:
         out, start = [], 0
         for op in ops:
             out.append(self.buffer.narrow(0, start, op.size_bytes))
-            start += page_up(op.size_bytes)
+            start += pages(op.size_bytes)
         return out
 
     def chunks(self) -> list[Any]:

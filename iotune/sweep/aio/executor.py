@@ -28,6 +28,7 @@ from ...host.proc import communicate_watching, kill_group, last_line
 from ...model.sweep import Measurement, SweepPoint
 from ...resources import package_root
 from .bench import BenchConfig, swap_paths
+from ..child import AIO_ABORT
 from ..executor import Target, TrialFailed
 
 BENCH_MODULE = "iotune.sweep.aio.bench"
@@ -87,8 +88,7 @@ def parse_result(argv: list[str], returncode: int, out: bytes, err: bytes,
     raw = _failure_raw(argv, returncode, err)
     if returncode < 0:
         name = signal.Signals(-returncode).name
-        why = (" (DeepSpeed's aio aborts on a failed internal assert: a short file, a failed mlock)"
-               if -returncode == signal.SIGABRT else "")
+        why = AIO_ABORT if -returncode == signal.SIGABRT else ""
         raise TrialFailed(f"the aio trial was killed by {name}{why}; its stderr ends: {last_line(err)}", raw)
     try:
         data = json.loads(out)
